@@ -1,0 +1,83 @@
+// Devices: every device of every loaded backend, their properties, and the choice of one.
+//
+//   for (const kiln::device& d : kiln::device::all())
+//     std::cout << d.id() << ": " << d.info().name << "\n";
+//   kiln::device gpu = kiln::device::get("cuda:0");  // or "cpu", "cuda" (first CUDA device)
+//   kiln::device dev = kiln::device::best();         // KILN_DEVICE if set, else the best one
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln {
+
+namespace detail {
+struct device_impl;
+}
+class queue;
+
+enum class device_type { cpu, gpu, accelerator };
+
+enum class feature : std::uint32_t {
+  barrier = 1u << 0,        // kiln_barrier() and KILN_LOCAL memory
+  atomics = 1u << 1,        // 32- and 64-bit integer atomics
+  fp64 = 1u << 2,           // double arithmetic
+  cooperative = 1u << 3,    // cooperative (grid-wide sync) launch
+  mapped_host = 1u << 4,    // kernels can read pinned host memory
+  unified_address = 1u << 5,
+  float_atomics = 1u << 6,  // kiln_atomic_add on float and double
+};
+
+struct device_info {
+  std::string name, backend, arch, vendor, driver_version;
+  device_type type = device_type::cpu;
+  std::uint64_t global_mem_bytes = 0, max_alloc_bytes = 0, local_mem_bytes = 0;
+  std::uint32_t compute_units = 0, simd_width = 0, max_work_group_size = 0, clock_mhz = 0;
+  std::uint32_t max_work_item_sizes[3] = {0, 0, 0};
+  std::uint64_t max_groups[3] = {0, 0, 0};
+  std::uint32_t compute_major = 0, compute_minor = 0;  // CUDA compute capability
+  std::uint32_t features = 0;
+};
+
+// A backend Kiln knows of, and whether it could be used here.
+struct backend_status {
+  std::string name;     // "cpu", "cuda", "opencl"
+  bool loaded = false;  // plugin found and initialised
+  std::string detail;   // why not, or what works ("NVRTC only: compile-only")
+  std::string path;     // plugin file, empty for built-in backends
+  int device_count = 0;
+};
+
+class device {
+ public:
+  static std::vector<device> all();
+  // KILN_DEVICE if set, else the device expected to be fastest (GPUs first).
+  static device best();
+  // "cpu", "cuda", "cuda:1": throws kiln::not_found naming the known devices.
+  static device get(std::string_view spec);
+
+  const device_info& info() const;
+  std::string id() const;  // "cuda:0"
+  const std::string& backend() const;
+  int index() const;       // within its backend
+  bool supports(feature f) const;
+  // The queue synchronous operations on this device use.
+  queue& default_queue() const;
+  // Blocks until every queue of this device is idle.
+  void synchronize() const;
+
+  bool operator==(const device& o) const noexcept { return impl_ == o.impl_; }
+
+  explicit device(std::shared_ptr<detail::device_impl> impl) : impl_(std::move(impl)) {}
+  const std::shared_ptr<detail::device_impl>& impl() const noexcept { return impl_; }
+
+ private:
+  std::shared_ptr<detail::device_impl> impl_;
+};
+
+std::vector<backend_status> backends();
+
+}  // namespace kiln

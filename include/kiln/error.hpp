@@ -1,0 +1,80 @@
+// Kiln errors: every failure is an exception derived from kiln::error.
+//
+//   try {
+//     auto prog = kiln::program::compile(dev, source);
+//   } catch (const kiln::compile_error& e) {
+//     std::cerr << e.what();        // message, compiler log, offending source lines
+//     std::cerr << e.log();         // the raw compiler log
+//   } catch (const kiln::error& e) {
+//     if (e.category() == kiln::error_category::out_of_memory) { /* retry smaller */ }
+//   }
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace kiln {
+
+enum class error_category {
+  invalid_argument,  // wrong sizes, types, devices, ranges: the caller's mistake
+  out_of_memory,     // device or host allocation failed
+  compile_error,     // kernel source did not compile
+  unsupported,       // the backend or device cannot do this (e.g. barriers on the CPU)
+  backend_failure,   // the driver or device failed
+  not_found          // a device, backend or kernel entry point that does not exist
+};
+
+const char* to_string(error_category c) noexcept;
+
+class error : public std::runtime_error {
+ public:
+  error(error_category c, const std::string& message)
+      : std::runtime_error(message), category_(c) {}
+  error_category category() const noexcept { return category_; }
+
+ private:
+  error_category category_;
+};
+
+class invalid_argument : public error {
+ public:
+  explicit invalid_argument(const std::string& m) : error(error_category::invalid_argument, m) {}
+};
+
+class out_of_memory : public error {
+ public:
+  explicit out_of_memory(const std::string& m) : error(error_category::out_of_memory, m) {}
+};
+
+class unsupported : public error {
+ public:
+  explicit unsupported(const std::string& m) : error(error_category::unsupported, m) {}
+};
+
+class backend_failure : public error {
+ public:
+  explicit backend_failure(const std::string& m) : error(error_category::backend_failure, m) {}
+};
+
+class not_found : public error {
+ public:
+  explicit not_found(const std::string& m) : error(error_category::not_found, m) {}
+};
+
+// A kernel that failed to compile. what() holds the summary, the offending
+// source lines with line numbers, and the compiler log.
+class compile_error : public error {
+ public:
+  compile_error(const std::string& message, std::string log, std::string excerpt)
+      : error(error_category::compile_error, message), log_(std::move(log)),
+        excerpt_(std::move(excerpt)) {}
+  const std::string& log() const noexcept { return log_; }
+  // The source lines the log points at, numbered, offending ones marked '>'.
+  const std::string& excerpt() const noexcept { return excerpt_; }
+
+ private:
+  std::string log_;
+  std::string excerpt_;
+};
+
+}  // namespace kiln

@@ -1,0 +1,9 @@
+// Kiln: data-parallel C++ on GPUs and CPUs from one code base. Include this for everything.
+#pragma once
+#include "kiln/buffer.hpp"
+#include "kiln/device.hpp"
+#include "kiln/error.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/queue.hpp"
+#include "kiln/scalar_type.hpp"
+#include "kiln/version.hpp"

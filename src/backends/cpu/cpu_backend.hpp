@@ -1,0 +1,134 @@
+// Internal declarations of the built-in CPU backend. It implements the same plugin ABI as the
+// GPU backends: queues are worker threads executing in order, kernels are shared objects
+// built by the host C++ compiler and run over a thread pool, one work-group range per task.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "backend_abi.h"
+
+namespace kiln::cpu {
+
+kiln_status fail(kiln_status s, std::string message);
+const char* last_error();
+
+// Runs tasks in submission order on one thread.
+class work_queue {
+ public:
+  work_queue();
+  ~work_queue();
+  void push(std::function<void()> task);
+  void finish();  // blocks until every task pushed so far has run
+
+ private:
+  void loop();
+  std::mutex mu_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> tasks_;
+  bool busy_ = false, stop_ = false;
+  std::thread thread_;
+};
+
+// Fixed pool of threads; run() spreads tasks [0, n) over them and the caller, and returns when
+// all are done. One job at a time (concurrent callers take turns).
+class thread_pool {
+ public:
+  explicit thread_pool(unsigned threads);
+  ~thread_pool();
+  void run(std::uint64_t n, const std::function<void(std::uint64_t)>& fn);
+  unsigned size() const { return static_cast<unsigned>(threads_.size()) + 1; }
+
+ private:
+  void work();
+  std::mutex run_mu_, mu_;
+  std::condition_variable cv_, done_cv_;
+  const std::function<void(std::uint64_t)>* fn_ = nullptr;
+  std::uint64_t total_ = 0, generation_ = 0;
+  std::atomic<std::uint64_t> next_{0};
+  unsigned active_ = 0;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+thread_pool& pool();
+
+// Host compiler: path (KILN_CXX, the compiler Kiln was built with, or c++/g++/clang++ on PATH);
+// empty when none exists.
+const std::string& compiler_path();
+// Runs argv (no shell), stdout+stderr to log_path; returns the exit status or -1.
+int run_process(const std::vector<std::string>& argv, const std::string& log_path);
+
+}  // namespace kiln::cpu
+
+struct kiln_device_s {
+  int index = 0;
+};
+struct kiln_queue_s {
+  kiln::cpu::work_queue q;
+};
+namespace kiln::cpu {
+struct event_state {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::uint64_t recorded = 0, completed = 0;  // generations
+  std::chrono::steady_clock::time_point when;
+};
+}  // namespace kiln::cpu
+// Queued records and waits share the state, so destroying the handle never strands them.
+struct kiln_event_s {
+  std::shared_ptr<kiln::cpu::event_state> s = std::make_shared<kiln::cpu::event_state>();
+};
+struct kiln_kernel_s {
+  using entry_fn = void (*)(void* const*, const void*, std::uint64_t, std::uint64_t);
+  entry_fn entry = nullptr;
+};
+struct kiln_program_s {
+  void* library = nullptr;
+  std::mutex mu;
+  std::vector<std::unique_ptr<kiln_kernel_s>> kernels;  // released with the program
+};
+
+// The ABI functions, one group per file.
+namespace kiln::cpu::abi {
+kiln_status device_info(int index, kiln_device_info* out);
+kiln_status device_open(int index, kiln_device_h* out);
+void device_close(kiln_device_h dev);
+kiln_status mem_alloc(kiln_device_h, uint64_t bytes, kiln_queue_h, void** out);
+void mem_free(kiln_device_h, void* mem, kiln_queue_h queue);
+kiln_status host_alloc(kiln_device_h, uint64_t bytes, void** out);
+void host_free(kiln_device_h, void* p);
+kiln_status mem_address(kiln_device_h, kiln_mem_ref mem, void** out);
+kiln_status copy_h2d(kiln_queue_h q, kiln_mem_ref dst, const void* src, uint64_t bytes);
+kiln_status copy_d2h(kiln_queue_h q, void* dst, kiln_mem_ref src, uint64_t bytes);
+kiln_status copy_d2d(kiln_queue_h q, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes);
+kiln_status fill(kiln_queue_h q, kiln_mem_ref dst, const void* pattern, uint32_t size, uint64_t count);
+kiln_status queue_create(kiln_device_h, kiln_queue_h* out);
+void queue_destroy(kiln_queue_h q);
+kiln_status queue_finish(kiln_queue_h q);
+kiln_status queue_wait_event(kiln_queue_h q, kiln_event_h e);
+kiln_status event_create(kiln_device_h, kiln_event_h* out);
+void event_destroy(kiln_event_h e);
+kiln_status event_record(kiln_event_h e, kiln_queue_h q);
+kiln_status event_wait(kiln_event_h e);
+kiln_status event_query(kiln_event_h e);
+kiln_status event_elapsed_ms(kiln_event_h a, kiln_event_h b, float* out);
+kiln_status compiler_id(char* out, size_t size);
+kiln_status compile(kiln_device_h, const char* arch, const char* source, const char* options,
+                    kiln_blob* out, const char** log);
+void free_blob(kiln_blob blob);
+kiln_status program_load(kiln_device_h, const void* data, uint64_t size, kiln_program_h* out);
+void program_unload(kiln_program_h p);
+kiln_status kernel_get(kiln_program_h p, const char* name, kiln_kernel_h* out);
+kiln_status kernel_limits(kiln_kernel_h k, uint32_t* max_size, uint32_t* preferred);
+kiln_status launch(kiln_kernel_h k, kiln_queue_h q, const kiln_launch_dims* dims,
+                   const kiln_kernel_arg* args, uint32_t num_args);
+}  // namespace kiln::cpu::abi

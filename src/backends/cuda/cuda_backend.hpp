@@ -1,0 +1,132 @@
+// Internal declarations shared by the CUDA plugin's translation units.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend_abi.h"
+#include "driver_api.hpp"
+
+// Handle types named by backend_abi.h. One kiln_device_s exists per device index for the
+// plugin's lifetime; device_open hands out the same pointer and counts references.
+struct kiln_device_s {
+  int index = 0;
+  CUdevice dev = 0;
+  kiln_device_info info{};  // filled at init, no context needed
+  // Valid while refs > 0 (guarded by State::mu).
+  int refs = 0;
+  CUcontext ctx = nullptr;
+  CUstream internal = nullptr;  // for NULL-queue allocations and frees
+  CUmemoryPool pool = nullptr;  // null: device lacks memory pools, fall back to cuMemAlloc
+};
+
+struct kiln_queue_s {
+  kiln_device_s* dev;
+  CUstream stream;
+};
+
+struct kiln_event_s {
+  kiln_device_s* dev;
+  CUevent event;
+};
+
+struct kiln_kernel_s {
+  kiln_device_s* dev;
+  CUfunction fn;
+  uint32_t max_threads;  // CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK
+  uint32_t preferred;    // cuOccupancyMaxPotentialBlockSize
+  std::string name;
+};
+
+// The ABI has no kernel release call, so kernels live as long as their program.
+struct kiln_program_s {
+  kiln_device_s* dev;
+  CUmodule module;
+  std::mutex mu;
+  std::vector<std::unique_ptr<kiln_kernel_s>> kernels;
+};
+
+namespace kiln_cuda {
+
+struct State {
+  std::mutex mu;
+  bool initialized = false;
+  kiln_status init_status = KILN_ERR_UNSUPPORTED;
+  bool driver_ok = false;  // cuInit succeeded and at least one device exists
+  std::string availability = "not initialised";
+  std::string init_error;
+  std::vector<std::unique_ptr<kiln_device_s>> devices;
+};
+
+// Never destroyed: shutdown may run from another library's static destructor.
+State& state();
+
+// Makes dev's primary context current on this thread. The fast variant trusts a thread-local
+// cache (the hot paths: copies, fills, launches work through streams that carry their context
+// anyway); the checked variant asks the driver, for calls that depend on the current context.
+extern std::atomic<uint64_t> g_ctx_generation;
+struct CtxCache {
+  CUcontext ctx = nullptr;
+  uint64_t generation = 0;
+};
+extern thread_local CtxCache t_ctx;
+kiln_status set_current_slow(kiln_device_s* d) noexcept;
+inline kiln_status make_current(kiln_device_s* d) noexcept {
+  if (t_ctx.ctx == d->ctx && t_ctx.generation == g_ctx_generation.load(std::memory_order_acquire))
+    return KILN_OK;
+  return set_current_slow(d);
+}
+kiln_status make_current_checked(kiln_device_s* d) noexcept;
+
+inline CUdeviceptr dptr(const kiln_mem_ref& m) {
+  return reinterpret_cast<CUdeviceptr>(m.base) + m.offset;
+}
+
+// ABI entry points, implemented across device.cpp, memory.cpp, queue.cpp and program.cpp.
+// They may throw (std::bad_alloc); plugin.cpp wraps each one in a catch-all guard.
+kiln_status init();
+void shutdown();
+const char* availability();
+kiln_status compiler_id(char* out, size_t out_size);
+int device_count();
+kiln_status device_info(int index, kiln_device_info* out);
+kiln_status device_open(int index, kiln_device_h* out);
+void device_close(kiln_device_h dev);
+
+kiln_status mem_alloc(kiln_device_h dev, uint64_t bytes, kiln_queue_h queue, void** out);
+void mem_free(kiln_device_h dev, void* mem, kiln_queue_h queue);
+kiln_status host_alloc(kiln_device_h dev, uint64_t bytes, void** out);
+void host_free(kiln_device_h dev, void* ptr);
+kiln_status mem_address(kiln_device_h dev, kiln_mem_ref mem, void** out);
+kiln_status copy_h2d(kiln_queue_h queue, kiln_mem_ref dst, const void* src, uint64_t bytes);
+kiln_status copy_d2h(kiln_queue_h queue, void* dst, kiln_mem_ref src, uint64_t bytes);
+kiln_status copy_d2d(kiln_queue_h queue, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes);
+kiln_status fill(kiln_queue_h queue, kiln_mem_ref dst, const void* pattern, uint32_t pattern_size,
+                 uint64_t count);
+
+kiln_status queue_create(kiln_device_h dev, kiln_queue_h* out);
+void queue_destroy(kiln_queue_h queue);
+kiln_status queue_finish(kiln_queue_h queue);
+kiln_status queue_wait_event(kiln_queue_h queue, kiln_event_h event);
+kiln_status event_create(kiln_device_h dev, kiln_event_h* out);
+void event_destroy(kiln_event_h event);
+kiln_status event_record(kiln_event_h event, kiln_queue_h queue);
+kiln_status event_wait(kiln_event_h event);
+kiln_status event_query(kiln_event_h event);
+kiln_status event_elapsed_ms(kiln_event_h start, kiln_event_h end, float* out_ms);
+
+kiln_status compile(kiln_device_h dev, const char* arch, const char* source, const char* options,
+                    kiln_blob* out, const char** log);
+void free_blob(kiln_blob blob);
+kiln_status program_load(kiln_device_h dev, const void* data, uint64_t size, kiln_program_h* out);
+void program_unload(kiln_program_h program);
+kiln_status kernel_get(kiln_program_h program, const char* name, kiln_kernel_h* out);
+kiln_status kernel_limits(kiln_kernel_h kernel, uint32_t* max_size, uint32_t* preferred);
+kiln_status launch(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_dims* dims,
+                   const kiln_kernel_arg* args, uint32_t num_args);
+
+}  // namespace kiln_cuda

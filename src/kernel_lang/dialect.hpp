@@ -1,0 +1,31 @@
+// Per-backend spellings of the portable kernel language (tinygrad-style tables): a prelude
+// defining the builtins, the hidden first parameter every kernel body gets, and the entry
+// wrapper that maps the backend's launch onto the body with the exact launch range.
+#pragma once
+
+#include <string>
+
+#include "backend_abi.h"
+#include "kernel_lang/parser.hpp"
+
+namespace kiln::kernel_lang {
+
+struct dialect_table {
+  const char* name;
+  const char* prelude;
+  const char* body_param;  // inserted first in every kernel body's parameter list
+  // Appends the backend entry point for kernel k to out.
+  void (*emit_entry)(std::string& out, const kernel_decl& k);
+};
+
+const dialect_table& dialect_for(kiln_dialect d);
+
+extern const dialect_table cuda_dialect;
+extern const dialect_table cpp_dialect;
+
+// Name of the renamed kernel body: "kiln__body_<name>".
+std::string body_name(const std::string& kernel);
+// Name of the CPU backend's entry symbol for a kernel: "kiln_cpu_<name>".
+std::string cpu_entry_name(const std::string& kernel);
+
+}  // namespace kiln::kernel_lang

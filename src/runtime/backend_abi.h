@@ -1,0 +1,211 @@
+/* Kiln backend plugin ABI.
+ *
+ * The one boundary between the Kiln core and a backend (CPU built in, CUDA and
+ * OpenCL as shared objects loaded at run time). Plain C: no C++ type, exception
+ * or allocator crosses it. A plugin exports
+ *
+ *     const kiln_backend_v1* kiln_backend_entry(uint32_t core_abi_version);
+ *
+ * and returns a table whose abi_version equals KILN_BACKEND_ABI_VERSION; the
+ * loader refuses any other value and names both versions. Every call returns a
+ * kiln_status; on failure the plugin's last_error() gives a message for the
+ * calling thread. Handles are opaque pointers owned by the plugin.
+ *
+ * Threading: every function may be called from any thread; a plugin serialises
+ * what its driver requires.
+ */
+#ifndef KILN_BACKEND_ABI_H
+#define KILN_BACKEND_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KILN_BACKEND_ABI_VERSION 1u
+#define KILN_BACKEND_ENTRY_SYMBOL "kiln_backend_entry"
+
+typedef enum kiln_status {
+  KILN_OK = 0,
+  KILN_ERR_INVALID_ARGUMENT = 1,
+  KILN_ERR_OUT_OF_MEMORY = 2,
+  KILN_ERR_COMPILE = 3,
+  KILN_ERR_UNSUPPORTED = 4,
+  KILN_ERR_BACKEND = 5,  /* driver or device failure */
+  KILN_ERR_NOT_FOUND = 6 /* e.g. a kernel entry point missing from a program */
+} kiln_status;
+
+/* Source dialect the core renders the portable kernel language into. */
+typedef enum kiln_dialect {
+  KILN_DIALECT_CPP = 0,    /* host C++ compiled to a shared object */
+  KILN_DIALECT_CUDA = 1,   /* CUDA C++ for NVRTC */
+  KILN_DIALECT_OPENCL = 2  /* OpenCL C */
+} kiln_dialect;
+
+typedef enum kiln_device_type {
+  KILN_DEVICE_CPU = 0,
+  KILN_DEVICE_GPU = 1,
+  KILN_DEVICE_ACCELERATOR = 2
+} kiln_device_type;
+
+/* Feature bits in kiln_device_info.features. */
+#define KILN_FEATURE_BARRIER (1u << 0)       /* kiln_barrier() and local memory */
+#define KILN_FEATURE_ATOMICS (1u << 1)       /* 32- and 64-bit integer atomics */
+#define KILN_FEATURE_DOUBLE (1u << 2)        /* fp64 arithmetic */
+#define KILN_FEATURE_COOPERATIVE (1u << 3)   /* cooperative (grid-sync) launch */
+#define KILN_FEATURE_MAPPED_HOST (1u << 4)   /* device can address pinned host memory */
+#define KILN_FEATURE_UNIFIED_ADDR (1u << 5)  /* host and device share one address space */
+#define KILN_FEATURE_FLOAT_ATOMICS (1u << 6) /* atomic add on float/double */
+
+typedef struct kiln_device_info {
+  char name[256];
+  char arch[64];      /* "sm_90", "x86_64-avx512" ...: part of the cache key */
+  char vendor[64];
+  char driver_version[64];
+  kiln_device_type type;
+  uint64_t global_mem_bytes;
+  uint64_t max_alloc_bytes;
+  uint64_t local_mem_bytes;   /* per work-group (shared memory on CUDA) */
+  uint32_t compute_units;     /* SMs, cores */
+  uint32_t simd_width;        /* warp size, SIMD lanes */
+  uint32_t max_work_group_size;
+  uint32_t max_work_item_sizes[3];
+  uint64_t max_groups[3];     /* grid limits */
+  uint32_t clock_mhz;
+  uint32_t features;          /* KILN_FEATURE_* */
+  uint32_t compute_major, compute_minor; /* CUDA compute capability; 0 elsewhere */
+} kiln_device_info;
+
+typedef struct kiln_device_s* kiln_device_h;
+typedef struct kiln_queue_s* kiln_queue_h;
+typedef struct kiln_event_s* kiln_event_h;
+typedef struct kiln_program_s* kiln_program_h;
+typedef struct kiln_kernel_s* kiln_kernel_h;
+
+typedef enum kiln_copy_kind {
+  KILN_COPY_HOST_TO_DEVICE = 0,
+  KILN_COPY_DEVICE_TO_HOST = 1,
+  KILN_COPY_DEVICE_TO_DEVICE = 2
+} kiln_copy_kind;
+
+/* Memory is addressed as (allocation base, byte offset) so that backends
+ * whose handles are not pointers (OpenCL cl_mem) fit the same ABI. A device
+ * allocation handle is `void*`: a device address on CUDA and CPU. */
+typedef struct kiln_mem_ref {
+  void* base;
+  uint64_t offset;
+} kiln_mem_ref;
+
+/* A compiled program: the bytes the backend can load again (cubin/PTX,
+ * shared object, OpenCL binary). Owned by the plugin; release with
+ * free_blob. */
+typedef struct kiln_blob {
+  void* data;
+  uint64_t size;
+} kiln_blob;
+
+typedef struct kiln_launch_dims {
+  uint32_t dims;        /* 1, 2 or 3 */
+  uint64_t groups[3];   /* number of work-groups per dimension (>= 1) */
+  uint32_t local[3];    /* work-group size per dimension (>= 1) */
+  uint32_t dynamic_local_bytes;
+} kiln_launch_dims;
+
+/* One kernel argument as laid out in memory: `value` points at `size`
+ * bytes (a device address for buffers, the scalar itself otherwise). */
+typedef struct kiln_kernel_arg {
+  const void* value;
+  uint32_t size;
+  uint32_t is_mem; /* 1 when value points at a kiln_mem_ref */
+} kiln_kernel_arg;
+
+typedef struct kiln_backend_v1 {
+  uint32_t abi_version; /* KILN_BACKEND_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(kiln_backend_v1) as the plugin saw it */
+  const char* name;     /* "cpu", "cuda", "opencl": device strings use it */
+  kiln_dialect dialect;
+
+  /* Message for the last failure on the calling thread (never NULL). */
+  const char* (*last_error)(void);
+
+  /* Loads the driver. KILN_ERR_UNSUPPORTED with a message when the
+   * backend cannot run here (no driver, no device): the core lists the
+   * backend as unavailable with that reason. Called once. */
+  kiln_status (*init)(void);
+  /* Frees global state. Tolerates a driver already shut down. */
+  void (*shutdown)(void);
+  /* After init: one line on what works and what does not, e.g. "no driver
+   * (libcuda.so.1 not found); NVRTC 13.0 loaded: compile-only". */
+  const char* (*availability)(void);
+
+  /* Compiler identity for the cache key ("nvrtc 13.0", "/usr/bin/g++ 12.2.0"). */
+  kiln_status (*compiler_id)(char* out, size_t out_size);
+
+  int (*device_count)(void);
+  kiln_status (*device_info)(int index, kiln_device_info* out);
+  kiln_status (*device_open)(int index, kiln_device_h* out);
+  void (*device_close)(kiln_device_h dev);
+
+  /* --- memory --- */
+  /* Allocates `bytes` ordered on `queue`; a NULL queue means usable by every
+   * queue of the device once the call returns. */
+  kiln_status (*mem_alloc)(kiln_device_h dev, uint64_t bytes, kiln_queue_h queue, void** out);
+  /* Frees after all work queued on `queue` so far (NULL: at once, after the
+   * device is idle for this allocation). */
+  void (*mem_free)(kiln_device_h dev, void* mem, kiln_queue_h queue);
+  /* Page-locked host memory, mapped for the device when it can be. */
+  kiln_status (*host_alloc)(kiln_device_h dev, uint64_t bytes, void** out);
+  void (*host_free)(kiln_device_h dev, void* ptr);
+  /* Device address of memory in a mem_alloc allocation, for unified-address
+   * backends (CUDA, CPU); KILN_ERR_UNSUPPORTED elsewhere. */
+  kiln_status (*mem_address)(kiln_device_h dev, kiln_mem_ref mem, void** out);
+
+  /* Asynchronous on `queue`; host pointers for host sides. Host memory of a
+   * pageable allocation must stay valid until the queue reaches the copy. */
+  kiln_status (*copy_h2d)(kiln_queue_h queue, kiln_mem_ref dst, const void* src, uint64_t bytes);
+  kiln_status (*copy_d2h)(kiln_queue_h queue, void* dst, kiln_mem_ref src, uint64_t bytes);
+  kiln_status (*copy_d2d)(kiln_queue_h queue, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes);
+  /* Repeats a 1, 2, 4 or 8 byte pattern `count` times. */
+  kiln_status (*fill)(kiln_queue_h queue, kiln_mem_ref dst, const void* pattern,
+                      uint32_t pattern_size, uint64_t count);
+
+  /* --- queues and events --- */
+  kiln_status (*queue_create)(kiln_device_h dev, kiln_queue_h* out);
+  void (*queue_destroy)(kiln_queue_h queue); /* waits for queued work */
+  kiln_status (*queue_finish)(kiln_queue_h queue);
+  kiln_status (*queue_wait_event)(kiln_queue_h queue, kiln_event_h event);
+  kiln_status (*event_create)(kiln_device_h dev, kiln_event_h* out);
+  void (*event_destroy)(kiln_event_h event);
+  kiln_status (*event_record)(kiln_event_h event, kiln_queue_h queue);
+  kiln_status (*event_wait)(kiln_event_h event);
+  /* KILN_OK when complete, KILN_ERR_NOT_FOUND when still pending. */
+  kiln_status (*event_query)(kiln_event_h event);
+  kiln_status (*event_elapsed_ms)(kiln_event_h start, kiln_event_h end, float* out_ms);
+
+  /* --- programs --- */
+  /* Compiles dialect source. `dev` may be NULL for a compile-only check
+   * against `arch` (e.g. NVRTC without a GPU). On KILN_ERR_COMPILE the log is
+   * in *log (plugin-owned until the next call on this thread). */
+  kiln_status (*compile)(kiln_device_h dev, const char* arch, const char* source,
+                         const char* options, kiln_blob* out, const char** log);
+  void (*free_blob)(kiln_blob blob);
+  kiln_status (*program_load)(kiln_device_h dev, const void* data, uint64_t size,
+                              kiln_program_h* out);
+  void (*program_unload)(kiln_program_h program);
+  /* Kernel handles belong to their program: program_unload releases them. */
+  kiln_status (*kernel_get)(kiln_program_h program, const char* name, kiln_kernel_h* out);
+  /* Largest work-group size this kernel can launch with, and the size the
+   * backend suggests for throughput (occupancy API on CUDA). */
+  kiln_status (*kernel_limits)(kiln_kernel_h kernel, uint32_t* max_size, uint32_t* preferred);
+  kiln_status (*launch)(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_dims* dims,
+                        const kiln_kernel_arg* args, uint32_t num_args);
+} kiln_backend_v1;
+
+typedef const kiln_backend_v1* (*kiln_backend_entry_fn)(uint32_t core_abi_version);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,121 @@
+#include <algorithm>
+#include <cstdlib>
+
+#include "runtime/program_cache.hpp"
+#include "runtime/runtime.hpp"
+
+namespace kiln {
+namespace detail {
+
+kiln_device_h device_impl::handle() {
+  std::call_once(open_once_, [&] { check(*api, api->device_open(index, &handle_), "opening device"); });
+  return handle_;
+}
+
+queue& device_impl::default_queue() {
+  std::call_once(queue_once_, [&] { default_queue_ = std::make_unique<queue>(make_queue()); });
+  return *default_queue_;
+}
+
+std::shared_ptr<queue_impl> device_impl::make_queue() {
+  auto self = shared_from_this();
+  auto q = std::make_shared<queue_impl>();
+  q->dev = self;
+  q->public_device = kiln::device(self);
+  check(*api, api->queue_create(handle(), &q->handle), "creating a queue");
+  std::lock_guard lock(mu);
+  std::erase_if(queues, [](const std::weak_ptr<queue_impl>& w) { return w.expired(); });
+  queues.push_back(q);
+  return q;
+}
+
+void device_impl::synchronize() {
+  std::vector<std::shared_ptr<queue_impl>> live;
+  {
+    std::lock_guard lock(mu);
+    for (auto& w : queues)
+      if (auto q = w.lock()) live.push_back(std::move(q));
+  }
+  for (auto& q : live) check(*api, api->queue_finish(q->handle), "synchronizing a queue");
+}
+
+const std::string& device_impl::compiler_id() {
+  std::call_once(compiler_once_, [&] {
+    char buf[512] = {};
+    check(*api, api->compiler_id(buf, sizeof buf), "querying the kernel compiler");
+    compiler_id_ = buf;
+  });
+  return compiler_id_;
+}
+
+program_cache& device_impl::programs() {
+  std::call_once(cache_once_, [&] { programs_ = std::make_unique<program_cache>(); });
+  return *programs_;
+}
+
+}  // namespace detail
+
+namespace {
+
+// Higher is better: GPUs before CPUs; CUDA first for NVIDIA GPUs; then size.
+double score(const device& d) {
+  const device_info& i = d.info();
+  double s = i.type == device_type::gpu ? 1e12 : i.type == device_type::accelerator ? 1e11 : 0;
+  if (i.backend == "cuda") s += 1e10;
+  return s + double(i.compute_units) * std::max(1u, i.clock_mhz) * std::max(1u, i.simd_width);
+}
+
+std::string known_devices() {
+  std::string s;
+  for (const device& d : device::all()) s += (s.empty() ? "" : ", ") + d.id();
+  for (const backend_status& b : backends())
+    if (!b.loaded || b.device_count == 0)
+      s += "; " + b.name + ": " + (b.detail.empty() ? "no devices" : b.detail);
+  return s;
+}
+
+}  // namespace
+
+std::vector<device> device::all() {
+  std::vector<device> out;
+  for (const auto& b : detail::registry::get().backends)
+    for (const auto& d : b->devices) out.emplace_back(d);
+  return out;
+}
+
+device device::best() {
+  if (const char* spec = std::getenv("KILN_DEVICE"); spec && *spec) return get(spec);
+  auto all_devices = all();
+  if (all_devices.empty()) throw not_found("no device available: " + known_devices());
+  return *std::max_element(all_devices.begin(), all_devices.end(),
+                           [](const device& a, const device& b) { return score(a) < score(b); });
+}
+
+device device::get(std::string_view spec) {
+  std::string_view name = spec;
+  int index = 0;
+  if (auto colon = spec.find(':'); colon != std::string_view::npos) {
+    name = spec.substr(0, colon);
+    std::string_view num = spec.substr(colon + 1);
+    if (num.empty() || num.size() > 6 || !std::all_of(num.begin(), num.end(), ::isdigit))
+      throw invalid_argument("device '" + std::string(spec) +
+                             "': expected <backend> or <backend>:<index>, e.g. cuda:0");
+    index = std::atoi(std::string(num).c_str());
+  }
+  const detail::backend* b = detail::registry::get().find(name);
+  if (!b || index >= static_cast<int>(b->devices.size()))
+    throw not_found("no device '" + std::string(spec) + "'; available: " + known_devices());
+  return device(b->devices[static_cast<std::size_t>(index)]);
+}
+
+const device_info& device::info() const { return impl_->info; }
+std::string device::id() const { return impl_->id; }
+const std::string& device::backend() const { return impl_->info.backend; }
+int device::index() const { return impl_->index; }
+bool device::supports(feature f) const {
+  return (impl_->info.features & static_cast<std::uint32_t>(f)) != 0;
+}
+queue& device::default_queue() const { return impl_->default_queue(); }
+void device::synchronize() const { impl_->synchronize(); }
+
+}  // namespace kiln

@@ -1,0 +1,143 @@
+// kernel::launch: argument checks against the declared parameters, work-group sizing, and the
+// call into the backend. This is the hot path: no allocation, no formatting unless failing.
+#include <algorithm>
+#include <string>
+
+#include "runtime/runtime.hpp"
+
+namespace kiln::detail {
+namespace {
+
+constexpr std::size_t max_args = 64;
+
+[[noreturn]] void bad_arg(const kernel_impl& k, std::size_t i, const std::string& why) {
+  const kernel_param& p = k.params[i];
+  throw invalid_argument("kernel '" + k.name + "', argument " + std::to_string(i + 1) + " ('" +
+                         p.name + "'): " + why);
+}
+
+std::string param_type(const kernel_param& p) {
+  std::string t = type_name(p.type);
+  return p.is_pointer ? std::string(p.is_const ? "const " : "") + t + "*" : t;
+}
+
+void check_args(const kernel_impl& k, const queue_impl& q, const arg_binding* args, std::size_t n) {
+  if (n != k.params.size())
+    throw invalid_argument("kernel '" + k.name + "' takes " + std::to_string(k.params.size()) +
+                           " arguments, " + std::to_string(n) + " were given");
+  for (std::size_t i = 0; i < n; ++i) {
+    const kernel_param& p = k.params[i];
+    const arg_binding& a = args[i];
+    if (p.is_pointer != a.is_mem)
+      bad_arg(k, i, std::string("expected ") + (p.is_pointer ? "a buffer of " : "a scalar ") +
+                        param_type(p) + ", got a " + (a.is_mem ? "buffer" : "scalar") + " of " +
+                        type_name(a.type));
+    if (p.type != a.type)
+      bad_arg(k, i, "expected " + param_type(p) + ", got " + (a.is_mem ? "a buffer of " : "") +
+                        type_name(a.type));
+    if (a.is_mem) {
+      if (a.is_const && !p.is_const)
+        bad_arg(k, i, "a view of const elements passed where the kernel writes (" +
+                          param_type(p) + ")");
+      if (a.mem && a.mem->dev.get() != q.dev.get())
+        bad_arg(k, i, "the buffer lives on " + a.mem->dev->id + ", the launch is on " + q.dev->id);
+    }
+  }
+}
+
+// Default work-group shape from the kernel's preferred size (occupancy API on CUDA).
+void default_local(const kernel_impl& k, const range& global, std::uint32_t local[3]) {
+  const device_info& info = k.dev->info;
+  std::uint64_t budget = k.preferred_size ? k.preferred_size : k.max_size ? k.max_size : 64;
+  local[0] = local[1] = local[2] = 1;
+  if (global.dims == 1) {
+    local[0] = static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, info.max_work_item_sizes[0]));
+    return;
+  }
+  // 2-D/3-D: a warp-wide row in x (coalescing), the rest in y, then z.
+  const std::uint64_t x = std::min<std::uint64_t>({budget, 32u, std::uint64_t(info.max_work_item_sizes[0])});
+  local[0] = static_cast<std::uint32_t>(x);
+  budget /= x;
+  const std::uint64_t y = std::min<std::uint64_t>(
+      {budget, global.dims == 3 ? std::uint64_t(4) : budget, std::uint64_t(info.max_work_item_sizes[1])});
+  local[1] = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, y));
+  if (global.dims == 3)
+    local[2] = static_cast<std::uint32_t>(std::max<std::uint64_t>(
+        1, std::min<std::uint64_t>(budget / local[1], info.max_work_item_sizes[2])));
+}
+
+}  // namespace
+
+void launch(const kernel_impl& k, queue_impl& q, const range& global, const range* local,
+            arg_binding* args, std::size_t n) {
+  if (q.dev.get() != k.dev)
+    throw invalid_argument("kernel '" + k.name + "' was compiled for " + k.dev->id +
+                           ", the queue belongs to " + q.dev->id);
+  check_args(k, q, args, n);
+  if (n + 1 > max_args)
+    throw invalid_argument("kernel '" + k.name + "': more than " + std::to_string(max_args - 1) +
+                           " arguments");
+  const device_info& info = k.dev->info;
+  kiln_launch_dims dims{};
+  dims.dims = global.dims;
+  for (std::uint32_t d = 0; d < global.dims; ++d)
+    if (global.size[d] == 0)
+      throw invalid_argument("kernel '" + k.name + "': launch range dimension " +
+                             std::to_string(d) + " is zero");
+  if (local) {
+    if (local->dims != global.dims)
+      throw invalid_argument("kernel '" + k.name + "': local size has " +
+                             std::to_string(local->dims) + " dimensions, the range " +
+                             std::to_string(global.dims));
+    std::uint64_t total = 1;
+    for (std::uint32_t d = 0; d < 3; ++d) {
+      const std::uint64_t l = local->size[d];
+      if (l == 0 || (d < local->dims && info.max_work_item_sizes[d] && l > info.max_work_item_sizes[d]))
+        throw invalid_argument("kernel '" + k.name + "': work-group size " + std::to_string(l) +
+                               " in dimension " + std::to_string(d) + " is outside 1.." +
+                               std::to_string(info.max_work_item_sizes[d]) + " on " + k.dev->id);
+      dims.local[d] = static_cast<std::uint32_t>(l);
+      total *= l;
+    }
+    if (total > k.max_size)
+      throw invalid_argument("kernel '" + k.name + "': work-group of " + std::to_string(total) +
+                             " items exceeds this kernel's limit of " +
+                             std::to_string(k.max_size) + " on " + k.dev->id);
+  } else {
+    default_local(k, global, dims.local);
+  }
+  for (std::uint32_t d = 0; d < 3; ++d) {
+    const std::uint64_t g = global.size[d], l = dims.local[d];
+    dims.groups[d] = (g + l - 1) / l;
+    if (k.uses_barrier && g % l != 0)
+      throw invalid_argument("kernel '" + k.name + "' uses kiln_barrier(): its range (" +
+                             std::to_string(g) + " in dimension " + std::to_string(d) +
+                             ") must be a multiple of the work-group size (" + std::to_string(l) +
+                             ")");
+    if (info.max_groups[d] && dims.groups[d] > info.max_groups[d])
+      throw invalid_argument("kernel '" + k.name + "': " + std::to_string(dims.groups[d]) +
+                             " work-groups in dimension " + std::to_string(d) +
+                             " exceed the device limit of " + std::to_string(info.max_groups[d]));
+  }
+
+  kiln_kernel_arg kargs[max_args];
+  kiln_mem_ref refs[max_args];
+  for (std::size_t i = 0; i < n; ++i) {
+    arg_binding& a = args[i];
+    if (a.is_mem) {
+      refs[i] = {a.mem ? a.mem->handle : nullptr, a.byte_offset};
+      kargs[i] = {&refs[i], sizeof(kiln_mem_ref), 1};
+      if (a.mem && a.mem->handle) note_queue_use(*a.mem, q);
+    } else {
+      kargs[i] = {&a.scalar, a.size, 0};
+    }
+  }
+  struct {
+    std::uint64_t n[3];
+  } range_arg = {{global.size[0], global.size[1], global.size[2]}};
+  kargs[n] = {&range_arg, sizeof range_arg, 0};
+  kiln_status s = k.api->launch(k.handle, q.handle, &dims, kargs, static_cast<std::uint32_t>(n + 1));
+  if (s != KILN_OK) throw_status(*k.api, s, "launching kernel '" + k.name + "'");
+}
+
+}  // namespace kiln::detail

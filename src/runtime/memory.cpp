@@ -1,0 +1,140 @@
+#include "runtime/runtime.hpp"
+
+#include <algorithm>
+
+#include "kiln/buffer.hpp"
+
+namespace kiln::detail {
+
+void memory_impl::note_use(const std::shared_ptr<queue_impl>& q) {
+  std::lock_guard lock(mu);
+  if (!users.empty() && users.back() == q) return;  // the common case: one queue
+  if (std::find(users.begin(), users.end(), q) == users.end()) users.push_back(q);
+}
+
+memory_impl::~memory_impl() {
+  if (!handle) return;
+  const kiln_backend_v1& api = *dev->api;
+  // Free on the last queue that used the memory, after every other user's work too.
+  if (users.empty()) {
+    api.mem_free(dev->handle(), handle, nullptr);
+    return;
+  }
+  queue_impl& last = *users.back();
+  for (std::size_t i = 0; i + 1 < users.size(); ++i) {
+    kiln_event_h e = nullptr;
+    if (api.event_create(dev->handle(), &e) == KILN_OK) {
+      if (api.event_record(e, users[i]->handle) == KILN_OK) api.queue_wait_event(last.handle, e);
+      else api.queue_finish(users[i]->handle);
+      api.event_destroy(e);
+    } else {
+      api.queue_finish(users[i]->handle);
+    }
+  }
+  api.mem_free(dev->handle(), handle, last.handle);
+}
+
+std::shared_ptr<memory_impl> allocate(const device& dev, std::uint64_t bytes) {
+  auto m = std::make_shared<memory_impl>();
+  m->dev = dev.impl();
+  m->public_device = dev;
+  m->bytes = bytes;
+  if (bytes == 0) return m;
+  const device_info& info = dev.info();
+  if (info.max_alloc_bytes && bytes > info.max_alloc_bytes)
+    throw out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes on " + dev.id() +
+                        ": the device's largest allocation is " +
+                        std::to_string(info.max_alloc_bytes) + " bytes");
+  const kiln_backend_v1& api = *m->dev->api;
+  kiln_status s = api.mem_alloc(m->dev->handle(), bytes, nullptr, &m->handle);
+  if (s != KILN_OK) {
+    m->handle = nullptr;
+    throw_status(api, s, "allocating " + std::to_string(bytes) + " bytes on " + dev.id());
+  }
+  return m;
+}
+
+const device& memory_device(const memory_impl& m) { return m.public_device; }
+
+void finish_users(memory_impl& m) {
+  std::vector<std::shared_ptr<queue_impl>> users;
+  {
+    std::lock_guard lock(m.mu);
+    users = m.users;
+  }
+  for (auto& q : users) check(*q->dev->api, q->dev->api->queue_finish(q->handle), "finishing a queue");
+}
+
+namespace {
+void same_device(const queue_impl& q, const memory_impl& m, const char* what) {
+  if (q.dev != m.dev)
+    throw invalid_argument(std::string(what) + ": the buffer lives on " + m.dev->id +
+                           " but the queue belongs to " + q.dev->id);
+}
+}  // namespace
+
+void note_queue_use(memory_impl& m, queue_impl& q) {
+  {
+    std::lock_guard lock(m.mu);
+    if (!m.users.empty() && m.users.back().get() == &q) return;
+  }
+  m.note_use(q.shared_from_this());
+}
+
+void copy_h2d(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* src,
+              std::uint64_t bytes) {
+  same_device(q, dst, "copy to device");
+  note_queue_use(dst, q);
+  check(*q.dev->api, q.dev->api->copy_h2d(q.handle, {dst.handle, off}, src, bytes),
+        "copying host to device");
+}
+
+void copy_d2h(queue_impl& q, void* dst, memory_impl& src, std::uint64_t off, std::uint64_t bytes) {
+  same_device(q, src, "copy to host");
+  note_queue_use(src, q);
+  check(*q.dev->api, q.dev->api->copy_d2h(q.handle, dst, {src.handle, off}, bytes),
+        "copying device to host");
+}
+
+void copy_d2d(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_impl& src,
+              std::uint64_t src_off, std::uint64_t bytes) {
+  same_device(q, dst, "device copy (destination)");
+  same_device(q, src, "device copy (source)");
+  note_queue_use(dst, q);
+  note_queue_use(src, q);
+  check(*q.dev->api, q.dev->api->copy_d2d(q.handle, {dst.handle, dst_off}, {src.handle, src_off}, bytes),
+        "copying device to device");
+}
+
+void fill(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* pattern,
+          std::uint32_t pattern_size, std::uint64_t count) {
+  same_device(q, dst, "fill");
+  note_queue_use(dst, q);
+  check(*q.dev->api, q.dev->api->fill(q.handle, {dst.handle, off}, pattern, pattern_size, count),
+        "filling device memory");
+}
+
+void* host_alloc(const device& dev, std::uint64_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* p = nullptr;
+  const kiln_backend_v1& api = *dev.impl()->api;
+  check(api, api.host_alloc(dev.impl()->handle(), bytes, &p),
+        ("allocating " + std::to_string(bytes) + " bytes of pinned host memory").c_str());
+  return p;
+}
+
+void host_free(const device& dev, void* p) noexcept {
+  if (p) dev.impl()->api->host_free(dev.impl()->handle(), p);
+}
+
+void throw_size_mismatch(const char* what, std::uint64_t a, std::uint64_t b) {
+  throw invalid_argument(std::string(what) + ": sizes differ (" + std::to_string(a) + " vs " +
+                         std::to_string(b) + " elements)");
+}
+
+void throw_out_of_range(std::uint64_t off, std::uint64_t count, std::uint64_t size) {
+  throw invalid_argument("subview [" + std::to_string(off) + ", +" + std::to_string(count) +
+                         ") is outside a view of " + std::to_string(size) + " elements");
+}
+
+}  // namespace kiln::detail

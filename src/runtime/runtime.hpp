@@ -1,0 +1,126 @@
+// Internal objects behind the public handles (OCCA style: a thin handle over an impl).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "backend_abi.h"
+#include "kernel_lang/parser.hpp"
+#include "kiln/device.hpp"
+#include "kiln/error.hpp"
+#include "kiln/kernel.hpp"
+#include "kiln/queue.hpp"
+#include "runtime/program_cache.hpp"
+
+namespace kiln::detail {
+
+// Converts a plugin status into the matching kiln exception (the one place this happens).
+[[noreturn]] void throw_status(const kiln_backend_v1& api, kiln_status s, const std::string& what);
+inline void check(const kiln_backend_v1& api, kiln_status s, const char* what) {
+  if (s != KILN_OK) throw_status(api, s, what);
+}
+
+struct backend;
+
+struct device_impl : std::enable_shared_from_this<device_impl> {
+  const backend* owner = nullptr;
+  const kiln_backend_v1* api = nullptr;
+  int index = 0;
+  device_info info;
+  std::string id;  // "cuda:0"
+
+  // Opened on first use: opening a GPU (creating its context) is costly.
+  kiln_device_h handle();
+  queue& default_queue();
+  std::shared_ptr<queue_impl> make_queue();
+  void synchronize();
+  const std::string& compiler_id();
+  program_cache& programs();
+
+  std::mutex mu;
+  std::vector<std::weak_ptr<queue_impl>> queues;
+
+ private:
+  std::once_flag open_once_, queue_once_, compiler_once_, cache_once_;
+  kiln_device_h handle_ = nullptr;
+  std::unique_ptr<queue> default_queue_;
+  std::string compiler_id_;
+  std::unique_ptr<program_cache> programs_;
+};
+
+struct queue_impl : std::enable_shared_from_this<queue_impl> {
+  std::shared_ptr<device_impl> dev;
+  kiln_queue_h handle = nullptr;
+  kiln::device public_device{nullptr};
+  ~queue_impl();
+};
+
+struct event_impl {
+  std::shared_ptr<device_impl> dev;
+  kiln_event_h handle = nullptr;
+  ~event_impl();
+};
+
+// One device allocation. Remembers the queues that used it so that it is freed only after
+// their work, and so that synchronous operations can wait for them.
+struct memory_impl {
+  std::shared_ptr<device_impl> dev;
+  kiln::device public_device{nullptr};
+  void* handle = nullptr;
+  std::uint64_t bytes = 0;
+  std::mutex mu;
+  std::vector<std::shared_ptr<queue_impl>> users;
+  void note_use(const std::shared_ptr<queue_impl>& q);
+  ~memory_impl();
+};
+
+struct kernel_impl {
+  std::shared_ptr<program_impl> program;
+  const kiln_backend_v1* api = nullptr;
+  device_impl* dev = nullptr;
+  kiln_kernel_h handle = nullptr;
+  std::string name;
+  std::vector<kernel_param> params;
+  bool uses_barrier = false;
+  std::uint32_t max_size = 0, preferred_size = 0;
+};
+
+struct program_impl : std::enable_shared_from_this<program_impl> {
+  std::shared_ptr<device_impl> dev;
+  kiln::device public_device{nullptr};
+  kiln_program_h handle = nullptr;
+  kernel_lang::parsed_source parsed;
+  std::mutex mu;
+  std::unordered_map<std::string, std::weak_ptr<kernel_impl>> kernels;  // weak: kernels own the program
+  ~program_impl();
+};
+
+// The backends found in this process; never destroyed (plugins stay loaded until exit, so
+// handles held by static objects outlive nothing they need).
+struct backend {
+  std::string name;
+  const kiln_backend_v1* api = nullptr;
+  void* library = nullptr;  // dlopen handle; null for built-in
+  std::string path, detail;
+  bool loaded = false;
+  std::vector<std::shared_ptr<device_impl>> devices;
+};
+
+struct registry {
+  static registry& get();
+  std::vector<std::unique_ptr<backend>> backends;
+  const backend* find(std::string_view name) const;
+
+ private:
+  registry();
+};
+
+// Records that queue q uses memory m (for ordered frees and synchronous waits).
+void note_queue_use(memory_impl& m, queue_impl& q);
+
+}  // namespace kiln::detail
