@@ -1,0 +1,54 @@
+#include "kernel_lang/render.hpp"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "kernel_lang/dialect.hpp"
+
+using namespace kiln::kernel_lang;
+using testing::HasSubstr;
+
+namespace {
+constexpr const char* source =
+    "// axpy\nKILN_KERNEL void axpy(KILN_GLOBAL float* y, float a) {\n  y[kiln_global_id(0)] *= a;\n}\n"
+    "KILN_KERNEL void none() {}\n";
+}
+
+TEST(Render, CudaRenamesBodiesAndEmitsRangeGuardedEntries) {
+  const std::string out = render(source, parse(source), KILN_DIALECT_CUDA);
+  EXPECT_THAT(out, HasSubstr("KILN_KERNEL void kiln__body_axpy(const kiln_range_t& kiln__range, "
+                             "KILN_GLOBAL float* y, float a)"));
+  EXPECT_THAT(out, HasSubstr("KILN_KERNEL void kiln__body_none(const kiln_range_t& kiln__range)"));
+  EXPECT_THAT(out, HasSubstr("extern \"C\" __global__ void axpy(KILN_GLOBAL float* kiln__p0, float "
+                             "kiln__p1, kiln_range_t kiln__range)"));
+  EXPECT_THAT(out, HasSubstr("kiln_global_id(0) >= kiln__range.n[0]"));
+  EXPECT_THAT(out, HasSubstr("#line 1 \"kernel.kiln\"\n// axpy\n"));
+}
+
+TEST(Render, CppEmitsVisibleEntriesWithHiddenItem) {
+  const std::string out = render(source, parse(source), KILN_DIALECT_CPP);
+  EXPECT_THAT(out, HasSubstr("kiln__body_axpy(const kiln_item& kiln__it, KILN_GLOBAL float* y"));
+  EXPECT_THAT(out, HasSubstr("void kiln_cpu_axpy(void* const* kiln__a"));
+  EXPECT_THAT(out, HasSubstr("kiln_cpu_none"));
+}
+
+TEST(Render, KeepsUserLineNumbers) {
+  const std::string out = render(source, parse(source), KILN_DIALECT_CPP);
+  const auto start = out.find("#line 1 \"kernel.kiln\"\n") + std::string("#line 1 \"kernel.kiln\"\n").size();
+  const auto end = out.find("#line 1 \"kiln_entry_points\"");
+  const std::string user = out.substr(start, end - start);
+  EXPECT_EQ(std::count(user.begin(), user.end(), '\n'),
+            std::count(source, source + std::strlen(source), '\n') + 1);
+}
+
+TEST(Render, CitedLinesFromCompilerLogs) {
+  EXPECT_EQ(cited_lines("kernel.kiln(7): error: x\nkernel.kiln(7): note\nkernel.kiln(3): error"),
+            (std::vector<int>{7, 3}));
+  EXPECT_EQ(cited_lines("kernel.kiln:12:5: error: y\nkiln_entry_points:3:1: error"),
+            (std::vector<int>{12}));
+  EXPECT_TRUE(cited_lines("no lines here").empty());
+}
+
+TEST(Render, UnknownDialectIsUnsupported) {
+  EXPECT_THROW(dialect_for(static_cast<kiln_dialect>(42)), kiln::unsupported);
+}
