@@ -14,7 +14,8 @@ int main() {
                            KILN_GLOBAL const float* b) {
         const uint64_t i = kiln_global_id(0);
         c[i] = a[i] + b[i];
-      })").get_kernel("add");
+      })")
+                         .get_kernel("add");
   add.launch(dev.default_queue(), kiln::range(a.size()), dc, da, db);
   std::vector<float> c = dc.to_vector();
   std::printf("%s: c[999] = %.1f (expected %.1f)\n", dev.id().c_str(), c[999], 1.5f + 999.f);

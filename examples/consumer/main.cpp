@@ -1,6 +1,6 @@
 // Scales a vector on the best device through an installed Kiln.
-#include <kiln/kiln.hpp>
 #include <cstdio>
+#include <kiln/kiln.hpp>
 #include <vector>
 
 int main() {
@@ -8,7 +8,8 @@ int main() {
   std::vector<int> v(1 << 16);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = int(i);
   kiln::buffer<int> d(dev, v);
-  kiln::program::compile(dev, "KILN_KERNEL void triple(KILN_GLOBAL int32_t* v) { v[kiln_global_id(0)] *= 3; }")
+  kiln::program::compile(
+      dev, "KILN_KERNEL void triple(KILN_GLOBAL int32_t* v) { v[kiln_global_id(0)] *= 3; }")
       .get_kernel("triple")
       .launch(dev.default_queue(), kiln::range(v.size()), d);
   auto out = d.to_vector();

@@ -62,8 +62,8 @@ class buffer_view {
       : mem_(std::move(m)), offset_(offset), size_(size) {}
   // A view of T converts to a view of const T.
   template <class U>
-    requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>)
-  buffer_view(const buffer_view<U>& o) : mem_(o.memory()), offset_(o.offset()), size_(o.size()) {}
+  requires(std::is_same_v<const U, T> && !std::is_same_v<U, T>) buffer_view(const buffer_view<U>& o)
+      : mem_(o.memory()), offset_(o.offset()), size_(o.size()) {}
 
   std::uint64_t size() const noexcept { return size_; }
   std::uint64_t bytes() const noexcept { return size_ * sizeof(T); }
@@ -73,14 +73,11 @@ class buffer_view {
   const std::shared_ptr<detail::memory_impl>& memory() const noexcept { return mem_; }
 
   buffer_view subview(std::uint64_t offset, std::uint64_t count) const {
-    if (offset > size_ || count > size_ - offset)
-      detail::throw_out_of_range(offset, count, size_);
+    if (offset > size_ || count > size_ - offset) detail::throw_out_of_range(offset, count, size_);
     return buffer_view(mem_, offset_ + offset, count);
   }
 
-  void copy_from(std::span<const value_type> src) const
-    requires(!std::is_const_v<T>)
-  {
+  void copy_from(std::span<const value_type> src) const requires(!std::is_const_v<T>) {
     if (src.size() != size_) detail::throw_size_mismatch("copy_from", src.size(), size_);
     if (empty()) return;
     detail::finish_users(*mem_);
@@ -101,9 +98,7 @@ class buffer_view {
     copy_to(out);
     return out;
   }
-  void fill(value_type v) const
-    requires(!std::is_const_v<T>)
-  {
+  void fill(value_type v) const requires(!std::is_const_v<T>) {
     if (empty()) return;
     detail::finish_users(*mem_);
     auto& q = get_device().default_queue();
@@ -216,8 +211,10 @@ constexpr bool is_device_side = device_side<std::remove_cvref_t<X>>::value;
 
 template <class X>
 auto as_view(const X& x) {
-  if constexpr (requires { x.view(); }) return x.view();
-  else return x;
+  if constexpr (requires { x.view(); })
+    return x.view();
+  else
+    return x;
 }
 }  // namespace detail
 
@@ -227,8 +224,9 @@ void queue::copy(const Src& src, Dst&& dst) {
   if constexpr (src_dev && dst_dev) {
     auto s = detail::as_view(src);
     auto d = detail::as_view(dst);
-    static_assert(std::is_same_v<typename decltype(s)::value_type, typename decltype(d)::value_type>,
-                  "kiln::queue::copy: element types differ");
+    static_assert(
+        std::is_same_v<typename decltype(s)::value_type, typename decltype(d)::value_type>,
+        "kiln::queue::copy: element types differ");
     static_assert(!std::is_const_v<typename decltype(d)::element_type>,
                   "kiln::queue::copy: destination is a view of const elements");
     if (s.size() != d.size()) detail::throw_size_mismatch("queue::copy", s.size(), d.size());
@@ -253,10 +251,10 @@ void queue::copy(const Src& src, Dst&& dst) {
     static_assert(src_dev, "kiln::queue::copy: one side must be a device buffer");
     auto s = detail::as_view(src);
     using E = typename decltype(s)::value_type;
-    static_assert(std::ranges::contiguous_range<Dst> &&
-                      std::is_same_v<std::ranges::range_value_t<Dst>, E>,
-                  "kiln::queue::copy: destination must be writable contiguous host memory of the "
-                  "buffer's type");
+    static_assert(
+        std::ranges::contiguous_range<Dst> && std::is_same_v<std::ranges::range_value_t<Dst>, E>,
+        "kiln::queue::copy: destination must be writable contiguous host memory of the "
+        "buffer's type");
     const std::uint64_t n = std::ranges::size(dst);
     if (n != s.size()) detail::throw_size_mismatch("queue::copy", s.size(), n);
     if (n == 0) return;

@@ -22,11 +22,11 @@ class queue;
 enum class device_type { cpu, gpu, accelerator };
 
 enum class feature : std::uint32_t {
-  barrier = 1u << 0,        // kiln_barrier() and KILN_LOCAL memory
-  atomics = 1u << 1,        // 32- and 64-bit integer atomics
-  fp64 = 1u << 2,           // double arithmetic
-  cooperative = 1u << 3,    // cooperative (grid-wide sync) launch
-  mapped_host = 1u << 4,    // kernels can read pinned host memory
+  barrier = 1u << 0,      // kiln_barrier() and KILN_LOCAL memory
+  atomics = 1u << 1,      // 32- and 64-bit integer atomics
+  fp64 = 1u << 2,         // double arithmetic
+  cooperative = 1u << 3,  // cooperative (grid-wide sync) launch
+  mapped_host = 1u << 4,  // kernels can read pinned host memory
   unified_address = 1u << 5,
   float_atomics = 1u << 6,  // kiln_atomic_add on float and double
 };
@@ -62,7 +62,7 @@ class device {
   const device_info& info() const;
   std::string id() const;  // "cuda:0"
   const std::string& backend() const;
-  int index() const;       // within its backend
+  int index() const;  // within its backend
   bool supports(feature f) const;
   // The queue synchronous operations on this device use.
   queue& default_queue() const;

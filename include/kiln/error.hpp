@@ -28,8 +28,7 @@ const char* to_string(error_category c) noexcept;
 
 class error : public std::runtime_error {
  public:
-  error(error_category c, const std::string& message)
-      : std::runtime_error(message), category_(c) {}
+  error(error_category c, const std::string& message) : std::runtime_error(message), category_(c) {}
   error_category category() const noexcept { return category_; }
 
  private:
@@ -66,7 +65,8 @@ class not_found : public error {
 class compile_error : public error {
  public:
   compile_error(const std::string& message, std::string log, std::string excerpt)
-      : error(error_category::compile_error, message), log_(std::move(log)),
+      : error(error_category::compile_error, message),
+        log_(std::move(log)),
         excerpt_(std::move(excerpt)) {}
   const std::string& log() const noexcept { return log_; }
   // The source lines the log points at, numbered, offending ones marked '>'.

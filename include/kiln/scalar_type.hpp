@@ -23,28 +23,41 @@ constexpr bool always_false = false;
 template <class T>
 constexpr scalar_type scalar_type_of_impl() {
   using U = std::remove_cv_t<T>;
-  if constexpr (std::is_same_v<U, bool>) return scalar_type::boolean;
-  else if constexpr (std::is_same_v<U, float>) return scalar_type::f32;
-  else if constexpr (std::is_same_v<U, double>) return scalar_type::f64;
+  if constexpr (std::is_same_v<U, bool>)
+    return scalar_type::boolean;
+  else if constexpr (std::is_same_v<U, float>)
+    return scalar_type::f32;
+  else if constexpr (std::is_same_v<U, double>)
+    return scalar_type::f64;
   else if constexpr (std::is_integral_v<U> && std::is_signed_v<U>) {
-    if constexpr (sizeof(U) == 1) return scalar_type::i8;
-    else if constexpr (sizeof(U) == 2) return scalar_type::i16;
-    else if constexpr (sizeof(U) == 4) return scalar_type::i32;
-    else return scalar_type::i64;
+    if constexpr (sizeof(U) == 1)
+      return scalar_type::i8;
+    else if constexpr (sizeof(U) == 2)
+      return scalar_type::i16;
+    else if constexpr (sizeof(U) == 4)
+      return scalar_type::i32;
+    else
+      return scalar_type::i64;
   } else if constexpr (std::is_integral_v<U>) {
-    if constexpr (sizeof(U) == 1) return scalar_type::u8;
-    else if constexpr (sizeof(U) == 2) return scalar_type::u16;
-    else if constexpr (sizeof(U) == 4) return scalar_type::u32;
-    else return scalar_type::u64;
+    if constexpr (sizeof(U) == 1)
+      return scalar_type::u8;
+    else if constexpr (sizeof(U) == 2)
+      return scalar_type::u16;
+    else if constexpr (sizeof(U) == 4)
+      return scalar_type::u32;
+    else
+      return scalar_type::u64;
   } else {
-    static_assert(always_false<T>, "kiln: not a scalar type (bool, int8..int64, uint8..uint64, float, double)");
+    static_assert(always_false<T>,
+                  "kiln: not a scalar type (bool, int8..int64, uint8..uint64, float, double)");
     return scalar_type::boolean;
   }
 }
 }  // namespace detail
 
 template <class T>
-concept scalar = std::is_arithmetic_v<std::remove_cv_t<T>> && !std::is_same_v<std::remove_cv_t<T>, long double>;
+concept scalar =
+    std::is_arithmetic_v<std::remove_cv_t<T>> && !std::is_same_v<std::remove_cv_t<T>, long double>;
 
 template <scalar T>
 inline constexpr scalar_type scalar_type_of = detail::scalar_type_of_impl<T>();

@@ -20,8 +20,8 @@ int line_at(std::string_view s, std::size_t off) {
 [[noreturn]] void fail(std::string_view source, std::size_t off, const std::string& msg) {
   const int line = line_at(source, off);
   std::string ex = excerpt(source, {line});
-  throw compile_error("kernel source, line " + std::to_string(line) + ": " + msg + "\n" + ex,
-                      msg, ex);
+  throw compile_error("kernel source, line " + std::to_string(line) + ": " + msg + "\n" + ex, msg,
+                      ex);
 }
 
 // Offsets of every whole-word occurrence of `word` in blanked text.
@@ -45,19 +45,32 @@ std::size_t skip_space(std::string_view t, std::size_t p) {
 // Canonical spellings of the scalar types a kernel parameter may have.
 const std::map<std::string, scalar_type>& type_table() {
   static const std::map<std::string, scalar_type> t = {
-      {"bool", scalar_type::boolean},      {"int8_t", scalar_type::i8},
-      {"int16_t", scalar_type::i16},       {"int32_t", scalar_type::i32},
-      {"int64_t", scalar_type::i64},       {"uint8_t", scalar_type::u8},
-      {"uint16_t", scalar_type::u16},      {"uint32_t", scalar_type::u32},
-      {"uint64_t", scalar_type::u64},      {"size_t", scalar_type::u64},
-      {"float", scalar_type::f32},         {"double", scalar_type::f64},
-      {"char", scalar_type::i8},           {"signed char", scalar_type::i8},
-      {"unsigned char", scalar_type::u8},  {"short", scalar_type::i16},
-      {"unsigned short", scalar_type::u16}, {"int", scalar_type::i32},
-      {"signed", scalar_type::i32},        {"signed int", scalar_type::i32},
-      {"unsigned", scalar_type::u32},      {"unsigned int", scalar_type::u32},
-      {"long", scalar_type::i64},          {"long long", scalar_type::i64},
-      {"unsigned long", scalar_type::u64}, {"unsigned long long", scalar_type::u64},
+      {"bool", scalar_type::boolean},
+      {"int8_t", scalar_type::i8},
+      {"int16_t", scalar_type::i16},
+      {"int32_t", scalar_type::i32},
+      {"int64_t", scalar_type::i64},
+      {"uint8_t", scalar_type::u8},
+      {"uint16_t", scalar_type::u16},
+      {"uint32_t", scalar_type::u32},
+      {"uint64_t", scalar_type::u64},
+      {"size_t", scalar_type::u64},
+      {"float", scalar_type::f32},
+      {"double", scalar_type::f64},
+      {"char", scalar_type::i8},
+      {"signed char", scalar_type::i8},
+      {"unsigned char", scalar_type::u8},
+      {"short", scalar_type::i16},
+      {"unsigned short", scalar_type::u16},
+      {"int", scalar_type::i32},
+      {"signed", scalar_type::i32},
+      {"signed int", scalar_type::i32},
+      {"unsigned", scalar_type::u32},
+      {"unsigned int", scalar_type::u32},
+      {"long", scalar_type::i64},
+      {"long long", scalar_type::i64},
+      {"unsigned long", scalar_type::u64},
+      {"unsigned long long", scalar_type::u64},
   };
   return t;
 }
@@ -80,8 +93,9 @@ kernel_param parse_param(std::string_view source, std::size_t begin, std::string
       ++i;
     } else {
       fail(source, begin + i,
-           std::string("unexpected '") + c + "' in a kernel parameter (parameters are scalars or "
-           "KILN_GLOBAL pointers)");
+           std::string("unexpected '") + c +
+               "' in a kernel parameter (parameters are scalars or "
+               "KILN_GLOBAL pointers)");
     }
   }
   if (toks.size() < 2 || toks.back() == "*")
@@ -100,8 +114,9 @@ kernel_param parse_param(std::string_view source, std::size_t begin, std::string
     } else if (t == "KILN_GLOBAL") {
       global = true;
     } else if (t == "KILN_LOCAL") {
-      fail(source, begin, "KILN_LOCAL pointer parameters are not supported: declare KILN_LOCAL "
-                          "arrays inside the kernel");
+      fail(source, begin,
+           "KILN_LOCAL pointer parameters are not supported: declare KILN_LOCAL "
+           "arrays inside the kernel");
     } else if (t == "volatile" || t == "KILN_RESTRICT" || t == "restrict" || t == "__restrict__") {
     } else {
       base += base.empty() ? t : " " + t;
@@ -109,8 +124,9 @@ kernel_param parse_param(std::string_view source, std::size_t begin, std::string
   }
   auto it = type_table().find(base);
   if (it == type_table().end())
-    fail(source, begin, "parameter '" + p.name + "' has type '" + base +
-                            "', not a scalar type (int8_t..uint64_t, float, double, bool)");
+    fail(source, begin,
+         "parameter '" + p.name + "' has type '" + base +
+             "', not a scalar type (int8_t..uint64_t, float, double, bool)");
   p.type = it->second;
   p.is_pointer = seen_star;
   if (seen_star && !global)
@@ -135,18 +151,26 @@ std::string blank_comments_and_literals(std::string_view s) {
     const char c = s[i], n = i + 1 < s.size() ? s[i + 1] : '\0';
     switch (st) {
       case code:
-        if (c == '/' && n == '/') st = line_comment, out[i] = ' ';
-        else if (c == '/' && n == '*') st = block_comment, out[i] = ' ', out[++i] = ' ';
-        else if (c == '"') st = str;
-        else if (c == '\'') st = chr;
+        if (c == '/' && n == '/')
+          st = line_comment, out[i] = ' ';
+        else if (c == '/' && n == '*')
+          st = block_comment, out[i] = ' ', out[++i] = ' ';
+        else if (c == '"')
+          st = str;
+        else if (c == '\'')
+          st = chr;
         break;
       case line_comment:
-        if (c == '\n') st = code;
-        else out[i] = ' ';
+        if (c == '\n')
+          st = code;
+        else
+          out[i] = ' ';
         break;
       case block_comment:
-        if (c == '*' && n == '/') st = code, out[i] = ' ', out[++i] = ' ';
-        else if (c != '\n') out[i] = ' ';
+        if (c == '*' && n == '/')
+          st = code, out[i] = ' ', out[++i] = ' ';
+        else if (c != '\n')
+          out[i] = ' ';
         break;
       case str:
       case chr:
@@ -210,8 +234,10 @@ parsed_source parse(std::string_view source) {
     int depth = 0;
     std::size_t q = p;
     for (; q < text.size(); ++q) {
-      if (text[q] == '(') ++depth;
-      else if (text[q] == ')' && --depth == 0) break;
+      if (text[q] == '(')
+        ++depth;
+      else if (text[q] == ')' && --depth == 0)
+        break;
     }
     if (q >= text.size()) fail(source, p, "unbalanced '(' in the kernel's parameter list");
     k.params_close = q;
@@ -235,8 +261,9 @@ parsed_source parse(std::string_view source) {
     out.kernels.push_back(std::move(k));
   }
   if (out.kernels.empty())
-    throw invalid_argument("kernel source declares no entry point: mark kernels with "
-                           "'KILN_KERNEL void name(...)'");
+    throw invalid_argument(
+        "kernel source declares no entry point: mark kernels with "
+        "'KILN_KERNEL void name(...)'");
   if (auto b = find_word(text, "kiln_barrier"); !b.empty())
     out.uses_barrier = true, out.barrier_line = line_at(source, b.front());
   if (auto l = find_word(text, "KILN_LOCAL"); !l.empty())

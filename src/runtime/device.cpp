@@ -8,7 +8,8 @@ namespace kiln {
 namespace detail {
 
 kiln_device_h device_impl::handle() {
-  std::call_once(open_once_, [&] { check(*api, api->device_open(index, &handle_), "opening device"); });
+  std::call_once(open_once_,
+                 [&] { check(*api, api->device_open(index, &handle_), "opening device"); });
   return handle_;
 }
 

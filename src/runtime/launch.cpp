@@ -29,16 +29,18 @@ void check_args(const kernel_impl& k, const queue_impl& q, const arg_binding* ar
     const kernel_param& p = k.params[i];
     const arg_binding& a = args[i];
     if (p.is_pointer != a.is_mem)
-      bad_arg(k, i, std::string("expected ") + (p.is_pointer ? "a buffer of " : "a scalar ") +
-                        param_type(p) + ", got a " + (a.is_mem ? "buffer" : "scalar") + " of " +
-                        type_name(a.type));
+      bad_arg(k, i,
+              std::string("expected ") + (p.is_pointer ? "a buffer of " : "a scalar ") +
+                  param_type(p) + ", got a " + (a.is_mem ? "buffer" : "scalar") + " of " +
+                  type_name(a.type));
     if (p.type != a.type)
-      bad_arg(k, i, "expected " + param_type(p) + ", got " + (a.is_mem ? "a buffer of " : "") +
-                        type_name(a.type));
+      bad_arg(k, i,
+              "expected " + param_type(p) + ", got " + (a.is_mem ? "a buffer of " : "") +
+                  type_name(a.type));
     if (a.is_mem) {
       if (a.is_const && !p.is_const)
-        bad_arg(k, i, "a view of const elements passed where the kernel writes (" +
-                          param_type(p) + ")");
+        bad_arg(k, i,
+                "a view of const elements passed where the kernel writes (" + param_type(p) + ")");
       if (a.mem && a.mem->dev.get() != q.dev.get())
         bad_arg(k, i, "the buffer lives on " + a.mem->dev->id + ", the launch is on " + q.dev->id);
     }
@@ -51,15 +53,18 @@ void default_local(const kernel_impl& k, const range& global, std::uint32_t loca
   std::uint64_t budget = k.preferred_size ? k.preferred_size : k.max_size ? k.max_size : 64;
   local[0] = local[1] = local[2] = 1;
   if (global.dims == 1) {
-    local[0] = static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, info.max_work_item_sizes[0]));
+    local[0] =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(budget, info.max_work_item_sizes[0]));
     return;
   }
   // 2-D/3-D: a warp-wide row in x (coalescing), the rest in y, then z.
-  const std::uint64_t x = std::min<std::uint64_t>({budget, 32u, std::uint64_t(info.max_work_item_sizes[0])});
+  const std::uint64_t x =
+      std::min<std::uint64_t>({budget, 32u, std::uint64_t(info.max_work_item_sizes[0])});
   local[0] = static_cast<std::uint32_t>(x);
   budget /= x;
-  const std::uint64_t y = std::min<std::uint64_t>(
-      {budget, global.dims == 3 ? std::uint64_t(4) : budget, std::uint64_t(info.max_work_item_sizes[1])});
+  const std::uint64_t y =
+      std::min<std::uint64_t>({budget, global.dims == 3 ? std::uint64_t(4) : budget,
+                               std::uint64_t(info.max_work_item_sizes[1])});
   local[1] = static_cast<std::uint32_t>(std::max<std::uint64_t>(1, y));
   if (global.dims == 3)
     local[2] = static_cast<std::uint32_t>(std::max<std::uint64_t>(
@@ -92,7 +97,8 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
     std::uint64_t total = 1;
     for (std::uint32_t d = 0; d < 3; ++d) {
       const std::uint64_t l = local->size[d];
-      if (l == 0 || (d < local->dims && info.max_work_item_sizes[d] && l > info.max_work_item_sizes[d]))
+      if (l == 0 ||
+          (d < local->dims && info.max_work_item_sizes[d] && l > info.max_work_item_sizes[d]))
         throw invalid_argument("kernel '" + k.name + "': work-group size " + std::to_string(l) +
                                " in dimension " + std::to_string(d) + " is outside 1.." +
                                std::to_string(info.max_work_item_sizes[d]) + " on " + k.dev->id);
@@ -101,8 +107,8 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
     }
     if (total > k.max_size)
       throw invalid_argument("kernel '" + k.name + "': work-group of " + std::to_string(total) +
-                             " items exceeds this kernel's limit of " +
-                             std::to_string(k.max_size) + " on " + k.dev->id);
+                             " items exceeds this kernel's limit of " + std::to_string(k.max_size) +
+                             " on " + k.dev->id);
   } else {
     default_local(k, global, dims.local);
   }
@@ -136,7 +142,8 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
     std::uint64_t n[3];
   } range_arg = {{global.size[0], global.size[1], global.size[2]}};
   kargs[n] = {&range_arg, sizeof range_arg, 0};
-  kiln_status s = k.api->launch(k.handle, q.handle, &dims, kargs, static_cast<std::uint32_t>(n + 1));
+  kiln_status s =
+      k.api->launch(k.handle, q.handle, &dims, kargs, static_cast<std::uint32_t>(n + 1));
   if (s != KILN_OK) throw_status(*k.api, s, "launching kernel '" + k.name + "'");
 }
 

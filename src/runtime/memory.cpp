@@ -1,8 +1,7 @@
-#include "runtime/runtime.hpp"
-
 #include <algorithm>
 
 #include "kiln/buffer.hpp"
+#include "runtime/runtime.hpp"
 
 namespace kiln::detail {
 
@@ -24,8 +23,10 @@ memory_impl::~memory_impl() {
   for (std::size_t i = 0; i + 1 < users.size(); ++i) {
     kiln_event_h e = nullptr;
     if (api.event_create(dev->handle(), &e) == KILN_OK) {
-      if (api.event_record(e, users[i]->handle) == KILN_OK) api.queue_wait_event(last.handle, e);
-      else api.queue_finish(users[i]->handle);
+      if (api.event_record(e, users[i]->handle) == KILN_OK)
+        api.queue_wait_event(last.handle, e);
+      else
+        api.queue_finish(users[i]->handle);
       api.event_destroy(e);
     } else {
       api.queue_finish(users[i]->handle);
@@ -62,7 +63,8 @@ void finish_users(memory_impl& m) {
     std::lock_guard lock(m.mu);
     users = m.users;
   }
-  for (auto& q : users) check(*q->dev->api, q->dev->api->queue_finish(q->handle), "finishing a queue");
+  for (auto& q : users)
+    check(*q->dev->api, q->dev->api->queue_finish(q->handle), "finishing a queue");
 }
 
 namespace {
@@ -102,7 +104,8 @@ void copy_d2d(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_imp
   same_device(q, src, "device copy (source)");
   note_queue_use(dst, q);
   note_queue_use(src, q);
-  check(*q.dev->api, q.dev->api->copy_d2d(q.handle, {dst.handle, dst_off}, {src.handle, src_off}, bytes),
+  check(*q.dev->api,
+        q.dev->api->copy_d2d(q.handle, {dst.handle, dst_off}, {src.handle, src_off}, bytes),
         "copying device to device");
 }
 

@@ -110,8 +110,10 @@ program program::compile(const device& dev, std::string_view source, std::string
     s = api.program_load(d.handle(), bytes->data(), bytes->size(), &p->handle);
   }
   detail::check(api, s, "loading a compiled program");
-  if (from_disk) detail::stats().disk_hits++;
-  else if (disk) disk->store(key, *bytes);
+  if (from_disk)
+    detail::stats().disk_hits++;
+  else if (disk)
+    disk->store(key, *bytes);
   d.programs().insert(source, options, p);
   return program(std::move(p));
 }

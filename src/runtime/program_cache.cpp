@@ -16,7 +16,8 @@ std::uint64_t program_cache::prehash(std::string_view s, std::string_view o) noe
   return h;
 }
 
-std::shared_ptr<program_impl> program_cache::find(std::string_view source, std::string_view options) {
+std::shared_ptr<program_impl> program_cache::find(std::string_view source,
+                                                  std::string_view options) {
   const std::uint64_t h = prehash(source, options);
   std::lock_guard lock(mu_);
   auto it = map_.find(h);

@@ -97,7 +97,8 @@ std::unique_ptr<backend> load_plugin(const std::string& path) {
     b->detail = std::string("cannot load plugin: ") + (e ? e : path);
     return b;
   }
-  auto entry = reinterpret_cast<kiln_backend_entry_fn>(dlsym(b->library, KILN_BACKEND_ENTRY_SYMBOL));
+  auto entry =
+      reinterpret_cast<kiln_backend_entry_fn>(dlsym(b->library, KILN_BACKEND_ENTRY_SYMBOL));
   if (!entry) {
     b->detail = "plugin " + path + " does not export " + KILN_BACKEND_ENTRY_SYMBOL;
     return b;
@@ -149,8 +150,9 @@ registry::registry() {
     b->name = name;
     std::string where;
     for (const auto& d : dirs) where += (where.empty() ? "" : ", ") + d;
-    b->detail = std::string("plugin ") + plugin_prefix + name + ".so not found (searched: " +
-                (where.empty() ? "nothing" : where) + "; set KILN_PLUGIN_PATH)";
+    b->detail = std::string("plugin ") + plugin_prefix + name +
+                ".so not found (searched: " + (where.empty() ? "nothing" : where) +
+                "; set KILN_PLUGIN_PATH)";
     backends.push_back(std::move(b));
   }
 }

@@ -96,7 +96,8 @@ struct program_impl : std::enable_shared_from_this<program_impl> {
   kiln_program_h handle = nullptr;
   kernel_lang::parsed_source parsed;
   std::mutex mu;
-  std::unordered_map<std::string, std::weak_ptr<kernel_impl>> kernels;  // weak: kernels own the program
+  std::unordered_map<std::string, std::weak_ptr<kernel_impl>>
+      kernels;  // weak: kernels own the program
   ~program_impl();
 };
 

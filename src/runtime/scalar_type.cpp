@@ -21,9 +21,14 @@ const char* type_name(scalar_type t) noexcept {
 
 std::size_t size_of(scalar_type t) noexcept {
   switch (t) {
-    case scalar_type::boolean: case scalar_type::i8: case scalar_type::u8: return 1;
-    case scalar_type::i16: case scalar_type::u16: return 2;
-    case scalar_type::i32: case scalar_type::u32: case scalar_type::f32: return 4;
+    case scalar_type::boolean:
+    case scalar_type::i8:
+    case scalar_type::u8: return 1;
+    case scalar_type::i16:
+    case scalar_type::u16: return 2;
+    case scalar_type::i32:
+    case scalar_type::u32:
+    case scalar_type::f32: return 4;
     default: return 8;
   }
 }

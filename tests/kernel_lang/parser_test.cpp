@@ -39,10 +39,11 @@ KILN_KERNEL void empty() { const char* s = "KILN_KERNEL void fake(int x)"; }
 
 TEST(Parser, MapsEveryScalarSpelling) {
   const std::pair<const char*, scalar_type> cases[] = {
-      {"int8_t", scalar_type::i8},   {"uint8_t", scalar_type::u8},   {"int16_t", scalar_type::i16},
-      {"uint16_t", scalar_type::u16}, {"int", scalar_type::i32},     {"unsigned int", scalar_type::u32},
-      {"long long", scalar_type::i64}, {"size_t", scalar_type::u64}, {"double", scalar_type::f64},
-      {"bool", scalar_type::boolean}};
+      {"int8_t", scalar_type::i8},     {"uint8_t", scalar_type::u8},
+      {"int16_t", scalar_type::i16},   {"uint16_t", scalar_type::u16},
+      {"int", scalar_type::i32},       {"unsigned int", scalar_type::u32},
+      {"long long", scalar_type::i64}, {"size_t", scalar_type::u64},
+      {"double", scalar_type::f64},    {"bool", scalar_type::boolean}};
   for (auto [spelling, type] : cases) {
     auto p = parse(std::string("KILN_KERNEL void k(") + spelling + " v) {}");
     ASSERT_EQ(p.kernels[0].params.size(), 1u) << spelling;
@@ -51,7 +52,9 @@ TEST(Parser, MapsEveryScalarSpelling) {
 }
 
 TEST(Parser, DetectsBarrierAndLocalMemoryOutsideComments) {
-  auto p = parse("KILN_KERNEL void k() {\n /* kiln_barrier() */\n KILN_LOCAL float t[4];\n kiln_barrier();\n}");
+  auto p = parse(
+      "KILN_KERNEL void k() {\n /* kiln_barrier() */\n KILN_LOCAL float t[4];\n "
+      "kiln_barrier();\n}");
   EXPECT_TRUE(p.uses_barrier);
   EXPECT_EQ(p.barrier_line, 4);
   EXPECT_TRUE(p.uses_local_memory);
@@ -98,7 +101,8 @@ TEST(Parser, BlankingKeepsLengthAndLines) {
 }
 
 TEST(Parser, ExcerptMarksLinesWithContext) {
-  const std::string ex = kiln::kernel_lang::excerpt("one\ntwo\nthree\nfour\nfive\nsix\nseven", {2, 6});
+  const std::string ex =
+      kiln::kernel_lang::excerpt("one\ntwo\nthree\nfour\nfive\nsix\nseven", {2, 6});
   EXPECT_THAT(ex, HasSubstr(">    2 | two"));
   EXPECT_THAT(ex, HasSubstr("     1 | one"));
   EXPECT_THAT(ex, HasSubstr("     3 | three"));

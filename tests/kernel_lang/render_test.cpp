@@ -10,7 +10,8 @@ using testing::HasSubstr;
 
 namespace {
 constexpr const char* source =
-    "// axpy\nKILN_KERNEL void axpy(KILN_GLOBAL float* y, float a) {\n  y[kiln_global_id(0)] *= a;\n}\n"
+    "// axpy\nKILN_KERNEL void axpy(KILN_GLOBAL float* y, float a) {\n  y[kiln_global_id(0)] *= "
+    "a;\n}\n"
     "KILN_KERNEL void none() {}\n";
 }
 
@@ -34,7 +35,8 @@ TEST(Render, CppEmitsVisibleEntriesWithHiddenItem) {
 
 TEST(Render, KeepsUserLineNumbers) {
   const std::string out = render(source, parse(source), KILN_DIALECT_CPP);
-  const auto start = out.find("#line 1 \"kernel.kiln\"\n") + std::string("#line 1 \"kernel.kiln\"\n").size();
+  const auto start =
+      out.find("#line 1 \"kernel.kiln\"\n") + std::string("#line 1 \"kernel.kiln\"\n").size();
   const auto end = out.find("#line 1 \"kiln_entry_points\"");
   const std::string user = out.substr(start, end - start);
   EXPECT_EQ(std::count(user.begin(), user.end(), '\n'),

@@ -28,7 +28,9 @@ int info(const std::vector<std::string>&) {
     const device_info& i = d.info();
     std::printf("  %s  %s\n", d.id().c_str(), i.name.c_str());
     std::printf("    type %s, vendor %s, arch %s, driver %s\n",
-                i.type == device_type::gpu ? "gpu" : i.type == device_type::cpu ? "cpu" : "accelerator",
+                i.type == device_type::gpu   ? "gpu"
+                : i.type == device_type::cpu ? "cpu"
+                                             : "accelerator",
                 i.vendor.c_str(), i.arch.c_str(), i.driver_version.c_str());
     if (i.compute_major)
       std::printf("    compute capability %u.%u\n", i.compute_major, i.compute_minor);
@@ -43,9 +45,12 @@ int info(const std::vector<std::string>&) {
                 (unsigned long long)i.max_groups[1], (unsigned long long)i.max_groups[2]);
     std::string feats;
     const std::pair<feature, const char*> names[] = {
-        {feature::barrier, "barrier+local-memory"}, {feature::atomics, "atomics"},
-        {feature::fp64, "fp64"}, {feature::float_atomics, "float-atomics"},
-        {feature::cooperative, "cooperative-launch"}, {feature::mapped_host, "mapped-host-memory"},
+        {feature::barrier, "barrier+local-memory"},
+        {feature::atomics, "atomics"},
+        {feature::fp64, "fp64"},
+        {feature::float_atomics, "float-atomics"},
+        {feature::cooperative, "cooperative-launch"},
+        {feature::mapped_host, "mapped-host-memory"},
         {feature::unified_address, "unified-addressing"}};
     for (auto [f, n] : names)
       if (d.supports(f)) feats += std::string(feats.empty() ? "" : ", ") + n;

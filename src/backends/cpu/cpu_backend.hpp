@@ -8,9 +8,9 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <string>
-#include <memory>
 #include <thread>
 #include <vector>
 
@@ -110,7 +110,8 @@ kiln_status mem_address(kiln_device_h, kiln_mem_ref mem, void** out);
 kiln_status copy_h2d(kiln_queue_h q, kiln_mem_ref dst, const void* src, uint64_t bytes);
 kiln_status copy_d2h(kiln_queue_h q, void* dst, kiln_mem_ref src, uint64_t bytes);
 kiln_status copy_d2d(kiln_queue_h q, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes);
-kiln_status fill(kiln_queue_h q, kiln_mem_ref dst, const void* pattern, uint32_t size, uint64_t count);
+kiln_status fill(kiln_queue_h q, kiln_mem_ref dst, const void* pattern, uint32_t size,
+                 uint64_t count);
 kiln_status queue_create(kiln_device_h, kiln_queue_h* out);
 void queue_destroy(kiln_queue_h q);
 kiln_status queue_finish(kiln_queue_h q);

@@ -23,10 +23,13 @@ const cpu_facts& facts() {
     for (std::string line; std::getline(in, line);) {
       auto value = [&] {
         auto c = line.find(':');
-        return c == std::string::npos ? std::string() : line.substr(line.find_first_not_of(" \t", c + 1));
+        return c == std::string::npos ? std::string()
+                                      : line.substr(line.find_first_not_of(" \t", c + 1));
       };
-      if (line.starts_with("model name") && r.model == "host CPU") r.model = value();
-      else if (line.starts_with("vendor_id") && r.vendor == "unknown") r.vendor = value();
+      if (line.starts_with("model name") && r.model == "host CPU")
+        r.model = value();
+      else if (line.starts_with("vendor_id") && r.vendor == "unknown")
+        r.vendor = value();
       else if (line.starts_with("flags") && r.flags.empty()) {
         r.flags = value();
         r.flags.insert(r.flags.begin(), ' ');

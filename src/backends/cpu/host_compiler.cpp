@@ -44,8 +44,8 @@ std::string read_file(const std::string& path) {
 
 // Flags every kernel is built with: part of the compiler identity, hence of the cache key.
 const std::vector<std::string>& base_flags() {
-  static const std::vector<std::string> f = {"-std=c++17", "-O3", "-march=native",
-                                             "-fno-math-errno", "-fPIC", "-shared",
+  static const std::vector<std::string> f = {"-std=c++17",         "-O3",   "-march=native",
+                                             "-fno-math-errno",    "-fPIC", "-shared",
                                              "-fvisibility=hidden"};
   return f;
 }
@@ -122,7 +122,8 @@ kiln_status compile(kiln_device_h, const char*, const char* source, const char* 
   const char* tmp = std::getenv("TMPDIR");
   std::string dir_tmpl = std::string(tmp && *tmp ? tmp : "/tmp") + "/kiln-build-XXXXXX";
   if (!mkdtemp(dir_tmpl.data()))
-    return fail(KILN_ERR_BACKEND, "cannot create a build directory: " + std::string(strerror(errno)));
+    return fail(KILN_ERR_BACKEND,
+                "cannot create a build directory: " + std::string(strerror(errno)));
   const std::string dir = dir_tmpl, src = dir + "/kernel.cpp", so = dir + "/kernel.so",
                     log_path = dir + "/log.txt";
   struct cleanup {
@@ -146,7 +147,8 @@ kiln_status compile(kiln_device_h, const char*, const char* source, const char* 
   compile_log = read_file(log_path);
   *log = compile_log.c_str();
   if (rc == -1) return fail(KILN_ERR_BACKEND, "cannot run the host compiler " + cxx);
-  if (rc != 0) return fail(KILN_ERR_COMPILE, "the host compiler failed (exit " + std::to_string(rc) + ")");
+  if (rc != 0)
+    return fail(KILN_ERR_COMPILE, "the host compiler failed (exit " + std::to_string(rc) + ")");
   std::string bytes = read_file(so);
   if (bytes.empty()) return fail(KILN_ERR_BACKEND, "the host compiler produced no output");
   out->data = std::malloc(bytes.size());

@@ -33,8 +33,10 @@ kiln_status mem_alloc(kiln_device_h, uint64_t bytes, kiln_queue_h, void** out) {
 }
 
 void mem_free(kiln_device_h, void* mem, kiln_queue_h queue) {
-  if (queue) queue->q.push([mem] { std::free(mem); });
-  else std::free(mem);
+  if (queue)
+    queue->q.push([mem] { std::free(mem); });
+  else
+    std::free(mem);
 }
 
 kiln_status host_alloc(kiln_device_h d, uint64_t bytes, void** out) {
@@ -67,7 +69,10 @@ kiln_status fill(kiln_queue_h q, kiln_mem_ref dst, const void* pattern, uint32_t
                  uint64_t count) {
   uint64_t v = 0;
   switch (size) {
-    case 1: case 2: case 4: case 8: std::memcpy(&v, pattern, size); break;
+    case 1:
+    case 2:
+    case 4:
+    case 8: std::memcpy(&v, pattern, size); break;
     default: return fail(KILN_ERR_INVALID_ARGUMENT, "fill pattern must be 1, 2, 4 or 8 bytes");
   }
   q->q.push([d = at(dst), v, size, count] {
