@@ -28,14 +28,14 @@ inline double median(std::vector<double> v) {
 
 // One measurement: Kiln's figure, optionally a baseline's, and how to judge it.
 struct row {
-  std::string device;     // "cuda:0", "cpu:0"
-  std::string metric;     // CSV key, e.g. "launch_async_us"
-  std::string what;       // human label
-  std::string unit;       // "us", "ms", "GB/s"
+  std::string device;  // "cuda:0", "cpu:0"
+  std::string metric;  // CSV key, e.g. "launch_async_us"
+  std::string what;    // human label
+  std::string unit;    // "us", "ms", "GB/s"
   std::optional<double> kiln, baseline;
-  std::string baseline_impl;  // CSV impl of the baseline: "cuda_driver", "libc"
-  std::string baseline_label; // shown next to the baseline value
-  std::string verdict;        // "ratio/target" column
+  std::string baseline_impl;   // CSV impl of the baseline: "cuda_driver", "libc"
+  std::string baseline_label;  // shown next to the baseline value
+  std::string verdict;         // "ratio/target" column
 };
 
 class report {
@@ -74,7 +74,11 @@ class report {
   static std::string fmt(double v) {
     char buf[64];
     const double a = v < 0 ? -v : v;
-    std::snprintf(buf, sizeof buf, a >= 100 ? "%.0f" : a >= 10 ? "%.1f" : a >= 1 ? "%.2f" : "%.3f",
+    std::snprintf(buf, sizeof buf,
+                  a >= 100  ? "%.0f"
+                  : a >= 10 ? "%.1f"
+                  : a >= 1  ? "%.2f"
+                            : "%.3f",
                   v);
     return buf;
   }

@@ -31,11 +31,11 @@ class raw_cuda {
 
   std::unique_ptr<api> api_;
   int device_ = 0;
-  void* ctx_ = nullptr;     // CUcontext: the device's primary context, as Kiln uses
-  void* module_ = nullptr;  // CUmodule
-  void* kernel_ = nullptr;  // CUfunction
-  void* stream_ = nullptr;  // CUstream, non-blocking like Kiln's queues
-  std::uint64_t arg_mem_ = 0;  // CUdeviceptr passed as the kernel's pointer argument
+  void* ctx_ = nullptr;             // CUcontext: the device's primary context, as Kiln uses
+  void* module_ = nullptr;          // CUmodule
+  void* kernel_ = nullptr;          // CUfunction
+  void* stream_ = nullptr;          // CUstream, non-blocking like Kiln's queues
+  unsigned long long arg_mem_ = 0;  // CUdeviceptr passed as the kernel's pointer argument
 };
 
 }  // namespace kiln_bench

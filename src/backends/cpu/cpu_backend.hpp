@@ -93,6 +93,9 @@ struct kiln_kernel_s {
 };
 struct kiln_program_s {
   void* library = nullptr;
+  // The memfd the library was loaded from stays open while it is loaded: glibc recognises
+  // loaded objects by path, and a reused "/proc/self/fd/N" would return the old library.
+  int fd = -1;
   std::mutex mu;
   std::vector<std::unique_ptr<kiln_kernel_s>> kernels;  // released with the program
 };

@@ -85,25 +85,21 @@ int run_process(const std::vector<std::string>& argv, const std::string& log_pat
 
 namespace abi {
 
+// Identity for the cache key: the compiler's resolved path, size and modification time (an
+// upgrade changes them) and the flags. Cheap: a stat, not a `--version` process per run.
 kiln_status compiler_id(char* out, size_t size) {
-  static std::once_flag once;
-  static std::string id;
-  std::call_once(once, [] {
+  static const std::string id = [] {
     const std::string& cxx = compiler_path();
-    if (cxx.empty()) return;
-    char tmpl[] = "/tmp/kiln-cxx-XXXXXX";
-    int fd = mkstemp(tmpl);
-    if (fd < 0) return;
-    close(fd);
-    std::string version;
-    if (run_process({cxx, "--version"}, tmpl) == 0) {
-      version = read_file(tmpl);
-      version = version.substr(0, version.find('\n'));
-    }
-    unlink(tmpl);
-    id = cxx + " " + version;
-    for (const auto& f : base_flags()) id += " " + f;
-  });
+    if (cxx.empty()) return std::string();
+    std::error_code ec;
+    const std::string real = std::filesystem::canonical(cxx, ec).string();
+    struct stat st {};
+    if (ec || stat(real.c_str(), &st) != 0) return cxx;
+    std::string r = real + " (" + std::to_string(st.st_size) + " bytes, mtime " +
+                    std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + ")";
+    for (const auto& f : base_flags()) r += " " + f;
+    return r;
+  }();
   if (id.empty())
     return fail(KILN_ERR_UNSUPPORTED,
                 "no host C++ compiler found for CPU kernels: install g++ or set KILN_CXX");

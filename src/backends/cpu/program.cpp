@@ -29,18 +29,20 @@ kiln_status program_load(kiln_device_h, const void* data, uint64_t size, kiln_pr
   }
   const std::string path = "/proc/self/fd/" + std::to_string(fd);
   void* lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  close(fd);
   if (!lib) {
+    close(fd);
     const char* e = dlerror();
     return fail(KILN_ERR_BACKEND, std::string("cannot load the kernel library: ") + (e ? e : "?"));
   }
   *out = new kiln_program_s;
   (*out)->library = lib;
+  (*out)->fd = fd;
   return KILN_OK;
 }
 
 void program_unload(kiln_program_h p) {
   if (p->library) dlclose(p->library);
+  if (p->fd >= 0) close(p->fd);
   delete p;
 }
 
