@@ -77,6 +77,9 @@ const std::map<std::string, scalar_type>& type_table() {
 
 kernel_param parse_param(std::string_view source, std::size_t begin, std::string_view text,
                          std::string& type_text) {
+  // Errors point at the parameter's own first character: it may sit on a continuation line.
+  const std::size_t first = text.find_first_not_of(" \t\r\n");
+  const std::size_t at = begin + (first == std::string_view::npos ? 0 : first);
   // Tokens: identifiers and '*'; anything else is not part of the language's parameters.
   std::vector<std::string> toks;
   for (std::size_t i = 0; i < text.size();) {
@@ -99,7 +102,7 @@ kernel_param parse_param(std::string_view source, std::size_t begin, std::string
     }
   }
   if (toks.size() < 2 || toks.back() == "*")
-    fail(source, begin, "kernel parameter '" + std::string(text) + "' needs a type and a name");
+    fail(source, at, "kernel parameter '" + std::string(text) + "' needs a type and a name");
   kernel_param p;
   p.name = toks.back();
   toks.pop_back();
@@ -107,14 +110,14 @@ kernel_param parse_param(std::string_view source, std::size_t begin, std::string
   std::string base;
   for (const std::string& t : toks) {
     if (t == "*") {
-      if (seen_star) fail(source, begin, "pointer to pointer parameters are not supported");
+      if (seen_star) fail(source, at, "pointer to pointer parameters are not supported");
       seen_star = true;
     } else if (t == "const") {
       if (!seen_star) p.is_const = true;
     } else if (t == "KILN_GLOBAL") {
       global = true;
     } else if (t == "KILN_LOCAL") {
-      fail(source, begin,
+      fail(source, at,
            "KILN_LOCAL pointer parameters are not supported: declare KILN_LOCAL "
            "arrays inside the kernel");
     } else if (t == "volatile" || t == "KILN_RESTRICT" || t == "restrict" || t == "__restrict__") {
@@ -124,15 +127,15 @@ kernel_param parse_param(std::string_view source, std::size_t begin, std::string
   }
   auto it = type_table().find(base);
   if (it == type_table().end())
-    fail(source, begin,
+    fail(source, at,
          "parameter '" + p.name + "' has type '" + base +
              "', not a scalar type (int8_t..uint64_t, float, double, bool)");
   p.type = it->second;
   p.is_pointer = seen_star;
   if (seen_star && !global)
-    fail(source, begin, "pointer parameter '" + p.name + "' must be declared KILN_GLOBAL");
+    fail(source, at, "pointer parameter '" + p.name + "' must be declared KILN_GLOBAL");
   if (!seen_star && global)
-    fail(source, begin, "KILN_GLOBAL parameter '" + p.name + "' must be a pointer");
+    fail(source, at, "KILN_GLOBAL parameter '" + p.name + "' must be a pointer");
   const std::size_t name_pos = text.rfind(p.name);
   type_text = std::string(text.substr(0, name_pos));
   while (!type_text.empty() && std::isspace(static_cast<unsigned char>(type_text.back())))

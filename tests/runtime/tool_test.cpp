@@ -103,3 +103,11 @@ TEST(Tool, UnknownCommandFails) {
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.output, HasSubstr("unknown command"));
 }
+
+TEST(Tool, CpuWithoutACompilerSaysSo) {
+  auto r = run("KILN_DEVICE=cpu KILN_CACHE=0 KILN_CXX=/nonexistent/c++", "demo");
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.output, HasSubstr("no host C++ compiler"));
+  r = run("KILN_CXX=/nonexistent/c++", "info");
+  EXPECT_THAT(r.output, HasSubstr("no host C++ compiler"));
+}
