@@ -15,7 +15,9 @@
 #pragma once
 
 #include <cstdint>
+#include <algorithm>
 #include <cstring>
+#include <string>
 #include <memory>
 #include <ranges>
 #include <span>
@@ -94,9 +96,15 @@ class buffer_view {
     q.finish();
   }
   std::vector<value_type> to_vector() const {
-    std::vector<value_type> out(size_);
-    copy_to(out);
-    return out;
+    if constexpr (std::is_same_v<value_type, bool>) {  // std::vector<bool> is not contiguous
+      std::unique_ptr<bool[]> tmp(new bool[size_]);
+      copy_to(std::span<bool>(tmp.get(), size_));
+      return std::vector<bool>(tmp.get(), tmp.get() + size_);
+    } else {
+      std::vector<value_type> out(size_);
+      copy_to(out);
+      return out;
+    }
   }
   void fill(value_type v) const requires(!std::is_const_v<T>) {
     if (empty()) return;
@@ -118,15 +126,25 @@ class buffer {
 
  public:
   buffer() = default;
-  buffer(const device& dev, std::uint64_t n) : view_(detail::allocate(dev, n * sizeof(T)), 0, n) {
-    if (n > UINT64_MAX / sizeof(T)) detail::throw_size_mismatch("buffer size overflow", n, 0);
-  }
+  buffer(const device& dev, std::uint64_t n) : view_(detail::allocate(dev, bytes_for(n)), 0, n) {}
   buffer(const device& dev, std::span<const T> init) : buffer(dev, init.size()) {
     view_.copy_from(init);
   }
-  buffer(const device& dev, const std::vector<T>& init) : buffer(dev, std::span<const T>(init)) {}
-  buffer(buffer&&) noexcept = default;
-  buffer& operator=(buffer&&) noexcept = default;
+  buffer(const device& dev, const std::vector<T>& init) : buffer(dev, init.size()) {
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is not contiguous
+      std::unique_ptr<bool[]> tmp(new bool[init.size()]);
+      std::copy(init.begin(), init.end(), tmp.get());
+      view_.copy_from(std::span<const bool>(tmp.get(), init.size()));
+    } else {
+      view_.copy_from(init);
+    }
+  }
+  // A moved-from buffer is empty.
+  buffer(buffer&& o) noexcept : view_(std::exchange(o.view_, {})) {}
+  buffer& operator=(buffer&& o) noexcept {
+    view_ = std::exchange(o.view_, {});
+    return *this;
+  }
   buffer(const buffer&) = delete;
   buffer& operator=(const buffer&) = delete;
 
@@ -146,6 +164,11 @@ class buffer {
   void fill(T v) const { view_.fill(v); }
 
  private:
+  static std::uint64_t bytes_for(std::uint64_t n) {
+    if (n > UINT64_MAX / sizeof(T))
+      throw invalid_argument("buffer of " + std::to_string(n) + " elements: size in bytes overflows");
+    return n * sizeof(T);
+  }
   buffer_view<T> view_;
 };
 

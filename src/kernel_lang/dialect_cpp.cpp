@@ -55,31 +55,35 @@ static inline double fma(double x, double y, double z) { return __builtin_fma(x,
 template <class T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <class T> static inline T max(T a, T b) { return a < b ? b : a; }
 static inline int abs(int x) { return x < 0 ? -x : x; }
+static inline long abs(long x) { return x < 0 ? -x : x; }
 static inline long long abs(long long x) { return x < 0 ? -x : x; }
 static inline float abs(float x) { return __builtin_fabsf(x); }
 static inline double abs(double x) { return __builtin_fabs(x); }
 }  // namespace kiln_math
 using namespace kiln_math;
 // Work-groups run in parallel on several threads: atomics are real (relaxed) atomics.
-template <class T> static inline T kiln_atomic_add(T* p, T v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-template <class T> static inline T kiln_atomic_sub(T* p, T v) { return __atomic_fetch_sub(p, v, __ATOMIC_RELAXED); }
-template <class T> static inline T kiln_atomic_and(T* p, T v) { return __atomic_fetch_and(p, v, __ATOMIC_RELAXED); }
-template <class T> static inline T kiln_atomic_or(T* p, T v) { return __atomic_fetch_or(p, v, __ATOMIC_RELAXED); }
-template <class T> static inline T kiln_atomic_xor(T* p, T v) { return __atomic_fetch_xor(p, v, __ATOMIC_RELAXED); }
-template <class T> static inline T kiln_atomic_xchg(T* p, T v) { return __atomic_exchange_n(p, v, __ATOMIC_RELAXED); }
-template <class T> static inline T kiln_atomic_cas(T* p, T e, T d) {
-  __atomic_compare_exchange_n(p, &e, d, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
-  return e;
+// The value converts to the pointee type, as with the GPU overloads (kiln_atomic_add(p, 1)).
+template <class T, class V> static inline T kiln_atomic_add(T* p, V v) { return __atomic_fetch_add(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class V> static inline T kiln_atomic_sub(T* p, V v) { return __atomic_fetch_sub(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class V> static inline T kiln_atomic_and(T* p, V v) { return __atomic_fetch_and(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class V> static inline T kiln_atomic_or(T* p, V v) { return __atomic_fetch_or(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class V> static inline T kiln_atomic_xor(T* p, V v) { return __atomic_fetch_xor(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class V> static inline T kiln_atomic_xchg(T* p, V v) { return __atomic_exchange_n(p, (T)v, __ATOMIC_RELAXED); }
+template <class T, class E, class D> static inline T kiln_atomic_cas(T* p, E e, D d) {
+  T old = (T)e;
+  __atomic_compare_exchange_n(p, &old, (T)d, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+  return old;
 }
 template <class T, class F> static inline T kiln__atomic_update(T* p, F f) {
   T old = __atomic_load_n(p, __ATOMIC_RELAXED);
   while (!__atomic_compare_exchange_n(p, &old, f(old), true, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
   return old;
 }
-template <class T> static inline T kiln_atomic_min(T* p, T v) { return kiln__atomic_update(p, [v](T o) { return v < o ? v : o; }); }
-template <class T> static inline T kiln_atomic_max(T* p, T v) { return kiln__atomic_update(p, [v](T o) { return o < v ? v : o; }); }
+template <class T, class V> static inline T kiln_atomic_min(T* p, V w) { const T v = (T)w; return kiln__atomic_update(p, [v](T o) { return v < o ? v : o; }); }
+template <class T, class V> static inline T kiln_atomic_max(T* p, V w) { const T v = (T)w; return kiln__atomic_update(p, [v](T o) { return o < v ? v : o; }); }
 #define KILN__ATOMIC_FLOAT(T, I)                                                      \
-  static inline T kiln_atomic_add(T* p, T v) {                                        \
+  template <class V> static inline T kiln_atomic_add(T* p, V w) {                    \
+    const T v = (T)w;                                                                 \
     I* q = reinterpret_cast<I*>(p);                                                   \
     I old = __atomic_load_n(q, __ATOMIC_RELAXED), want;                              \
     do { T f; __builtin_memcpy(&f, &old, sizeof f); f += v; __builtin_memcpy(&want, &f, sizeof f); } \

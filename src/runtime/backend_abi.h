@@ -182,6 +182,7 @@ typedef struct kiln_backend_v1 {
   kiln_status (*event_wait)(kiln_event_h event);
   /* KILN_OK when complete, KILN_ERR_NOT_FOUND when still pending. */
   kiln_status (*event_query)(kiln_event_h event);
+  /* KILN_ERR_INVALID_ARGUMENT when either event is pending or was never recorded. */
   kiln_status (*event_elapsed_ms)(kiln_event_h start, kiln_event_h end, float* out_ms);
 
   /* --- programs --- */

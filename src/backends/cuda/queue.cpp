@@ -94,7 +94,8 @@ kiln_status event_elapsed_ms(kiln_event_h start, kiln_event_h end, float* out_ms
   CUresult r = g_cu.cuEventElapsedTime(out_ms, start->event, end->event);
   if (r == CUDA_SUCCESS) return KILN_OK;
   if (r == CUDA_ERROR_NOT_READY)
-    return set_error(KILN_ERR_NOT_FOUND, "event_elapsed_ms: an event has not completed yet");
+    return set_error(KILN_ERR_INVALID_ARGUMENT,
+                     "event has not completed yet: wait for it first");
   return cu_fail(r, "cuEventElapsedTime");
 }
 
