@@ -259,7 +259,7 @@ TEST(CudaDevice, Events) {
   ASSERT_KILN_OK(g_be->event_record(e1, d.q));
   EXPECT_EQ(g_be->event_query(e1), KILN_ERR_NOT_FOUND);
   float ms = -1.f;
-  EXPECT_EQ(g_be->event_elapsed_ms(e0, e1, &ms), KILN_ERR_NOT_FOUND);
+  EXPECT_EQ(g_be->event_elapsed_ms(e0, e1, &ms), KILN_ERR_INVALID_ARGUMENT);
   // A second queue waits on the event.
   kiln_queue_h q2 = nullptr;
   ASSERT_KILN_OK(g_be->queue_create(d.h, &q2));
