@@ -16,8 +16,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <kiln/kiln.hpp>
 #include <optional>
 #include <sstream>
@@ -67,6 +67,20 @@ std::optional<std::string> run_child(const std::vector<std::string>& args) {
   if (waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
     return std::nullopt;
   return out;
+}
+
+// Median device time of `work` on q over `runs` runs, timed with events after 3 warm-ups.
+double event_median_ms(kiln::queue& q, int runs, const std::function<void()>& work) {
+  for (int i = 0; i < 3; ++i) work();
+  std::vector<double> ms;
+  for (int i = 0; i < runs; ++i) {
+    kiln::event start = q.record();
+    work();
+    kiln::event stop = q.record();
+    stop.wait();
+    ms.push_back(kiln::elapsed_ms(start, stop));
+  }
+  return median(ms);
 }
 
 void bench_vector_add_variants(const kiln::device& dev, double copy_gbs);
@@ -201,8 +215,8 @@ void bench_compile(const kiln::device& dev, const fs::path& root, report& rep, i
 
 void bench_launch(const kiln::device& dev, raw_cuda* raw, report& rep) {
   const std::string id = dev.id();
-  kiln::kernel k =
-      kiln::program::compile(dev, "KILN_KERNEL void empty(KILN_GLOBAL float* p) {}").get_kernel("empty");
+  kiln::kernel k = kiln::program::compile(dev, "KILN_KERNEL void empty(KILN_GLOBAL float* p) {}")
+                       .get_kernel("empty");
   kiln::buffer<float> p(dev, 1);
   kiln::queue q(dev);
   // Kiln's default work-group for range(1): the kernel's preferred size; the raw loop matches.
@@ -250,17 +264,8 @@ void bench_launch(const kiln::device& dev, raw_cuda* raw, report& rep) {
 void bench_bandwidth(const kiln::device& dev, int runs, report& rep, int& status) {
   const std::string id = dev.id();
   kiln::queue q(dev);
-  auto median_ms = [&](auto&& work) {
-    for (int i = 0; i < 3; ++i) work();  // warm-up
-    std::vector<double> ms;
-    for (int i = 0; i < runs; ++i) {
-      kiln::event start = q.record();
-      work();
-      kiln::event stop = q.record();
-      stop.wait();
-      ms.push_back(kiln::elapsed_ms(start, stop));
-    }
-    return median(ms);
+  auto median_ms = [&](const std::function<void()>& work) {
+    return event_median_ms(q, runs, work);
   };
 
   const std::uint64_t copy_n = (1ull << 30) / sizeof(float);
@@ -329,18 +334,7 @@ void bench_vector_add_variants(const kiln::device& dev, double copy_gbs) {
   kiln::buffer<float> a(dev, n), b(dev, n), c(dev, n);
   q.fill(a, 1.5f);
   q.fill(b, 2.25f);
-  auto median_ms = [&](const std::function<void()>& work) {
-    for (int i = 0; i < 3; ++i) work();  // warm-up
-    std::vector<double> ms;
-    for (int i = 0; i < 20; ++i) {
-      kiln::event start = q.record();
-      work();
-      kiln::event stop = q.record();
-      stop.wait();
-      ms.push_back(kiln::elapsed_ms(start, stop));
-    }
-    return median(ms);
-  };
+  auto median_ms = [&](const std::function<void()>& work) { return event_median_ms(q, 20, work); };
   kiln::program p = kiln::program::compile(dev, R"(
     KILN_KERNEL void plain(KILN_GLOBAL float* c, KILN_GLOBAL const float* a,
                            KILN_GLOBAL const float* b) {
@@ -361,8 +355,10 @@ void bench_vector_add_variants(const kiln::device& dev, double copy_gbs) {
       const float b0 = b[i], b1 = b[i + s], b2 = b[i + 2 * s], b3 = b[i + 3 * s];
       c[i] = a0 + b0; c[i + s] = a1 + b1; c[i + 2 * s] = a2 + b2; c[i + 3 * s] = a3 + b3;
     })");
-  std::printf("\n| %s vector add 256M variant | local size | GB/s | %% of copy |\n| --- | --- | --- | --- |\n",
-              dev.id().c_str());
+  std::printf(
+      "\n| %s vector add 256M variant | local size | GB/s | %% of copy |\n| --- | --- | --- | --- "
+      "|\n",
+      dev.id().c_str());
   auto row = [&](const char* name, std::uint32_t local, std::uint64_t items,
                  const std::function<void()>& launch) {
     const double ms = median_ms(launch);
@@ -380,7 +376,8 @@ void bench_vector_add_variants(const kiln::device& dev, double copy_gbs) {
   for (std::uint32_t l : {128u, 256u, 512u, 1024u})
     row("plain", l, n, [&] { plain.launch(q, kiln::range(n), kiln::local_size(l), c, a, b); });
   row("restrict", 0, n, [&] { restricted.launch(q, kiln::range(n), c, a, b); });
-  row("restrict", 256, n, [&] { restricted.launch(q, kiln::range(n), kiln::local_size(256), c, a, b); });
+  row("restrict", 256, n,
+      [&] { restricted.launch(q, kiln::range(n), kiln::local_size(256), c, a, b); });
   row("restrict, 4 per item", 0, n / 4, [&] { four.launch(q, kiln::range(n / 4), c, a, b); });
   row("restrict, 4 per item", 256, n / 4,
       [&] { four.launch(q, kiln::range(n / 4), kiln::local_size(256), c, a, b); });
