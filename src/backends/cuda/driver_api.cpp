@@ -147,7 +147,9 @@ bool load_nvrtc(std::string* why) {
   std::string first_error;
   for (const auto& name : candidates) {
     dlerror();
-    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    // NODELETE: NVRTC keeps process-wide state (its own C++ runtime's pools); reloading it after
+    // a dlclose is fragile, and leak checkers cannot attribute memory of an unmapped library.
+    void* lib = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE);
     if (!lib) {
       if (first_error.empty()) first_error = dl_error();
       continue;
