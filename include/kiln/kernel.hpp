@@ -59,7 +59,6 @@ struct arg_binding {
   scalar_type type = scalar_type::f32;
   bool is_mem = false;
   bool is_const = false;
-  bool is_empty_buffer = false;
 };
 
 template <class A>
@@ -73,7 +72,6 @@ arg_binding bind_arg(const A& a) {
     b.is_const = std::is_const_v<E>;
     b.mem = v.memory().get();
     b.byte_offset = v.offset() * sizeof(E);
-    b.is_empty_buffer = v.empty();
   } else if constexpr (scalar<A>) {
     b.type = scalar_type_of<A>;
     b.size = sizeof(A);
