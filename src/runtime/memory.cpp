@@ -5,12 +5,6 @@
 
 namespace kiln::detail {
 
-void memory_impl::note_use(const std::shared_ptr<queue_impl>& q) {
-  std::lock_guard lock(mu);
-  if (!users.empty() && users.back() == q) return;  // the common case: one queue
-  if (std::find(users.begin(), users.end(), q) == users.end()) users.push_back(q);
-}
-
 memory_impl::~memory_impl() {
   if (!handle) return;
   const kiln_backend_v1& api = *dev->api;
@@ -76,11 +70,11 @@ void same_device(const queue_impl& q, const memory_impl& m, const char* what) {
 }  // namespace
 
 void note_queue_use(memory_impl& m, queue_impl& q) {
-  {
-    std::lock_guard lock(m.mu);
-    if (!m.users.empty() && m.users.back().get() == &q) return;
-  }
-  m.note_use(q.shared_from_this());
+  std::lock_guard lock(m.mu);
+  if (!m.users.empty() && m.users.back().get() == &q) return;  // the common case: one queue
+  for (const auto& u : m.users)
+    if (u.get() == &q) return;
+  m.users.push_back(q.shared_from_this());
 }
 
 void copy_h2d(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* src,

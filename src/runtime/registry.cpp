@@ -87,10 +87,10 @@ void init_backend(backend& b) {
   }
 }
 
-std::unique_ptr<backend> load_plugin(const std::string& path) {
+std::unique_ptr<backend> load_plugin(const std::string& path, const std::string& name) {
   auto b = std::make_unique<backend>();
   b->path = path;
-  b->name = std::filesystem::path(path).stem().string().substr(std::string(plugin_prefix).size());
+  b->name = name;
   b->library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!b->library) {
     const char* e = dlerror();
@@ -141,7 +141,7 @@ registry::registry() {
       const std::string name =
           std::filesystem::path(f).stem().string().substr(std::string(plugin_prefix).size());
       if (!seen.insert(name).second) continue;  // earlier directories win
-      backends.push_back(load_plugin(f));
+      backends.push_back(load_plugin(f, name));
     }
   }
   for (const char* name : known_plugins) {

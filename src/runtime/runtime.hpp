@@ -75,7 +75,6 @@ struct memory_impl {
   std::uint64_t bytes = 0;
   std::mutex mu;
   std::vector<std::shared_ptr<queue_impl>> users;
-  void note_use(const std::shared_ptr<queue_impl>& q);
   ~memory_impl();
 };
 
