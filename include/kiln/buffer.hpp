@@ -119,6 +119,11 @@ class buffer_view {
   std::uint64_t offset_ = 0, size_ = 0;
 };
 
+namespace detail {
+struct adopt_t {};  // a buffer taking over an existing allocation (kiln::query results)
+}
+inline constexpr detail::adopt_t adopt{};
+
 // An owning, move-only array of n elements of T in one device's memory.
 template <class T>
 class buffer {
@@ -139,6 +144,8 @@ class buffer {
       view_.copy_from(init);
     }
   }
+  // Takes over the allocation behind v (which may be larger than v).
+  buffer(detail::adopt_t, buffer_view<T> v) : view_(std::move(v)) {}
   // A moved-from buffer is empty.
   buffer(buffer&& o) noexcept : view_(std::exchange(o.view_, {})) {}
   buffer& operator=(buffer&& o) noexcept {

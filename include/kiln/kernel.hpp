@@ -106,6 +106,7 @@ class kernel {
   std::uint32_t preferred_work_group_size() const;
 
   explicit kernel(std::shared_ptr<detail::kernel_impl> impl) : impl_(std::move(impl)) {}
+  const std::shared_ptr<detail::kernel_impl>& impl() const noexcept { return impl_; }
 
  private:
   std::shared_ptr<detail::kernel_impl> impl_;

@@ -6,4 +6,5 @@
 #include "kiln/kernel.hpp"
 #include "kiln/queue.hpp"
 #include "kiln/scalar_type.hpp"
+#include "kiln/query.hpp"
 #include "kiln/version.hpp"

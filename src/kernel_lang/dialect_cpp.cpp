@@ -24,6 +24,7 @@ struct kiln_cpu_launch { uint32_t dims; uint32_t local[3]; uint64_t groups[3]; }
 #define kiln_local_size(d) (kiln__it.lsz[d])
 #define kiln_num_groups(d) (kiln__it.ngr[d])
 #define kiln_global_size(d) (kiln__it.gsz[d])
+#define kiln_mem_fence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
 namespace kiln_math {
 #define KILN__F1(name, fb, db) \
   static inline float name(float x) { return fb(x); } \

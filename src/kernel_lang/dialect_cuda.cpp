@@ -29,6 +29,7 @@ struct kiln_range_t { unsigned long long n[3]; };
 #define kiln_global_id(d) (kiln_group_id(d) * kiln_local_size(d) + kiln_local_id(d))
 #define kiln_global_size(d) ((uint64_t)kiln__range.n[d])
 #define kiln_barrier() __syncthreads()
+#define kiln_mem_fence() __threadfence()
 __device__ __forceinline__ float rsqrt(float x) { return rsqrtf(x); }
 #define KILN__ATOMIC_INT(T, U)                                                                  \
   __device__ __forceinline__ T kiln_atomic_add(T* p, T v) { return (T)atomicAdd((U*)p, (U)v); } \

@@ -1,0 +1,130 @@
+// Terminals end a kiln::query and run it: collect (to_vector, to_buffer) or reduce (count,
+// sum, product, min, max, average, any, all, reduce, argmin, argmax).
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <vector>
+
+#include "kiln/query/pipeline.hpp"
+
+namespace kiln {
+
+// What the last query run by this thread did (debug counters).
+struct query_stats {
+  std::uint64_t kernel_launches = 0;  // generated kernels launched
+  std::uint64_t programs_compiled = 0;
+  std::uint64_t bytes_read = 0;     // device memory the kernels read (inputs)
+  std::uint64_t bytes_written = 0;  // device memory the kernels wrote (results)
+  std::uint64_t host_to_device_bytes = 0, device_to_host_bytes = 0;
+  std::string device;  // where it ran ("cuda:0")
+};
+query_stats last_query_stats();
+
+namespace detail::q {
+template <class T>
+T bits_as(std::uint64_t b) {
+  T v;
+  std::memcpy(&v, &b, sizeof(T));
+  return v;
+}
+
+struct to_vector_t : terminal_tag {
+  template <class... Ts>
+  auto apply(kiln::query<Ts...> q) const {
+    require_single<kiln::query<Ts...>>();
+    using T = only_t<kiln::query<Ts...>>;
+    collect_result r = collect(q.desc());
+    return buffer_view<T>(r.outputs[0], 0, r.count).to_vector();
+  }
+};
+struct to_buffer_t : terminal_tag {
+  template <class... Ts>
+  auto apply(kiln::query<Ts...> q) const {
+    require_single<kiln::query<Ts...>>();
+    using T = only_t<kiln::query<Ts...>>;
+    collect_result r = collect(q.desc());
+    return buffer<T>(adopt, buffer_view<T>(r.outputs[0], 0, r.count));
+  }
+};
+
+template <reduce_kind K>
+struct reduce_t : terminal_tag {
+  template <class... Ts>
+  auto apply(kiln::query<Ts...> q) const {
+    using Q = kiln::query<Ts...>;
+    if constexpr (K == reduce_kind::count) {
+      return reduce(q.desc(), reduce_spec{K, scalar_type::u64, {}, {}}).count;
+    } else {
+      require_single<Q>();
+      using T = only_t<Q>;
+      if constexpr (K == reduce_kind::sum || K == reduce_kind::product) {
+        using S = sum_t<T>;
+        return bits_as<S>(reduce(q.desc(), reduce_spec{K, scalar_type_of<S>, {}, {}}).value_bits);
+      } else if constexpr (K == reduce_kind::min || K == reduce_kind::max) {
+        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>, {}, {}});
+        return r.count ? std::optional<T>(bits_as<T>(r.value_bits)) : std::nullopt;
+      } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
+        return reduce(q.desc(), reduce_spec{K, scalar_type::boolean, {}, {}}).value_bits != 0;
+      } else if constexpr (K == reduce_kind::average) {
+        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type::f64, {}, {}});
+        return r.count ? std::optional<double>(bits_as<double>(r.value_bits) /
+                                               static_cast<double>(r.count))
+                       : std::nullopt;
+      } else {  // argmin, argmax
+        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>, {}, {}});
+        return r.count ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(r.index))
+                       : std::nullopt;
+      }
+    }
+  }
+};
+
+template <class I, class Op>
+struct custom_reduce_t : terminal_tag {
+  I init;
+  Op op;
+  template <class... Ts>
+  I apply(kiln::query<Ts...> q) const {
+    using Q = kiln::query<Ts...>;
+    require_single<Q>();
+    query_desc& d = q.desc();
+    render_ctx c{{"kq_a", "kq_b"}, "kq_i", &d.captures, &d.helpers, false};
+    const std::size_t ncap = d.captures.size();
+    reduce_spec s{reduce_kind::custom, scalar_type_of<I>,
+                  cast_to<I>(render_sub<std::tuple<I, I>>(op, c)), {}};
+    if (c.uses_index || d.captures.size() != ncap)
+      throw invalid_argument(
+          "kiln::reduce: the combine operation may use only _1 and _2 (no _i, no captured host "
+          "values)");
+    const I v = init;
+    s.init = c.add_capture(scalar_type_of<I>, &v, sizeof v);
+    // The kernels fold init in last: std::reduce's contract (op associative and commutative).
+    return bits_as<I>(reduce(d, s).value_bits);
+  }
+};
+}  // namespace detail::q
+
+inline auto to_vector() { return detail::q::to_vector_t{}; }
+// The result stays on the device. After a filter, its allocation may be larger than size().
+inline auto to_buffer() { return detail::q::to_buffer_t{}; }
+inline auto count() { return detail::q::reduce_t<detail::q::reduce_kind::count>{}; }
+inline auto sum() { return detail::q::reduce_t<detail::q::reduce_kind::sum>{}; }
+inline auto product() { return detail::q::reduce_t<detail::q::reduce_kind::product>{}; }
+inline auto min() { return detail::q::reduce_t<detail::q::reduce_kind::min>{}; }
+inline auto max() { return detail::q::reduce_t<detail::q::reduce_kind::max>{}; }
+inline auto average() { return detail::q::reduce_t<detail::q::reduce_kind::average>{}; }
+inline auto any() { return detail::q::reduce_t<detail::q::reduce_kind::any>{}; }
+inline auto all() { return detail::q::reduce_t<detail::q::reduce_kind::all>{}; }
+inline auto argmin() { return detail::q::reduce_t<detail::q::reduce_kind::argmin>{}; }
+inline auto argmax() { return detail::q::reduce_t<detail::q::reduce_kind::argmax>{}; }
+// std::reduce(init, op): op must be associative and commutative; _1 and _2 are two partial
+// results of init's type.
+template <scalar I, detail::q::expression Op>
+auto reduce(I init, const Op& op) {
+  return detail::q::custom_reduce_t<I, Op>{{}, init, op};
+}
+
+}  // namespace kiln

@@ -1,0 +1,180 @@
+// The backend-independent half of query code generation: helper functions, the element
+// function carrying the fused chain, and the accumulator/scan value types with their combines.
+#include "query/codegen.hpp"
+
+#include <stdexcept>
+
+#include "kiln/error.hpp"
+
+namespace kiln::detail::q {
+
+const char* c_type(scalar_type t) { return type_name(t); }
+
+namespace {
+
+std::string helper_def(const std::string& name) {
+  // name = kq_<fn>_<type>; types may contain '_' ("int32_t"), the function does not.
+  const std::string rest = name.substr(3);
+  const auto cut = rest.find('_');
+  const std::string fn = rest.substr(0, cut), t = rest.substr(cut + 1);
+  const bool is_float = t == "float" || t == "double";
+  std::string s = "KILN_FUNC " + t + " " + name;
+  if (fn == "abs")
+    return s + "(" + t + " x) { return " +
+           (is_float ? "fabs(x)" : "x < (" + t + ")0 ? (" + t + ")(-x) : x") + "; }\n";
+  if (fn == "min") return s + "(" + t + " a, " + t + " b) { return b < a ? b : a; }\n";
+  if (fn == "max") return s + "(" + t + " a, " + t + " b) { return a < b ? b : a; }\n";
+  if (fn == "clamp")
+    return s + "(" + t + " v, " + t + " lo, " + t + " hi) { return v < lo ? lo : hi < v ? hi : v; }\n";
+  throw std::logic_error("kiln::query: unknown helper " + name);
+}
+
+std::string stage_line(const stage& s) {
+  switch (s.kind) {
+    case stage_kind::map:
+    case stage_kind::enumerate:
+      return "  const " + std::string(c_type(s.type)) + " " + s.var + " = " + s.code + ";\n";
+    case stage_kind::filter:
+      return "  if (!(" + s.code + ")) return false;\n";
+    default:
+      throw std::logic_error("kiln::query: stage cannot be rendered in an element function");
+  }
+}
+
+// The reduce accumulator: value, count, index (reduce_result's layout).
+std::string reduce_code(const reduce_spec& r, scalar_type elem, bool has_value) {
+  const std::string A = c_type(r.acc), T = c_type(elem);
+  std::string s = "typedef struct { " + A + " v; uint64_t n; int64_t i; } kq_acc;\n";
+  std::string ident = "0";
+  if (r.kind == reduce_kind::product) ident = "1";
+  if (r.kind == reduce_kind::all) ident = "1";
+  s += "KILN_FUNC kq_acc kq_acc_id() { kq_acc a; a.v = (" + A + ")" + ident +
+       "; a.n = 0; a.i = -1; return a; }\n";
+  s += "KILN_FUNC kq_acc kq_lift(" + (has_value ? T + " x, " : std::string()) +
+       "uint64_t i) { kq_acc a; a.v = (" + A + ")" + (has_value ? "x" : "0") +
+       "; a.n = 1; a.i = (int64_t)i; return a; }\n";
+  if (r.kind == reduce_kind::custom)
+    s += "KILN_FUNC " + A + " kq_rop(" + A + " kq_a, " + A + " kq_b) { return " + r.op + "; }\n";
+  s += "KILN_FUNC kq_acc kq_acc_op(kq_acc a, kq_acc b) {\n  kq_acc r = a;\n  r.n = a.n + b.n;\n";
+  switch (r.kind) {
+    case reduce_kind::count: break;
+    case reduce_kind::sum:
+    case reduce_kind::average: s += "  r.v = a.v + b.v;\n"; break;
+    case reduce_kind::product: s += "  r.v = a.v * b.v;\n"; break;
+    case reduce_kind::any: s += "  r.v = a.v || b.v;\n"; break;
+    case reduce_kind::all: s += "  r.v = a.v && b.v;\n"; break;
+    case reduce_kind::min:
+    case reduce_kind::max:
+    case reduce_kind::custom: {
+      s += "  if (!b.n) return a;\n  if (!a.n) return b;\n";
+      if (r.kind == reduce_kind::min) s += "  r.v = b.v < a.v ? b.v : a.v;\n";
+      if (r.kind == reduce_kind::max) s += "  r.v = a.v < b.v ? b.v : a.v;\n";
+      if (r.kind == reduce_kind::custom) s += "  r.v = kq_rop(a.v, b.v);\n";
+      break;
+    }
+    case reduce_kind::argmin:
+    case reduce_kind::argmax: {
+      // Order-independent: the smaller index wins ties, so any grouping gives the first one.
+      const char* better = r.kind == reduce_kind::argmin ? "b.v < a.v" : "a.v < b.v";
+      const char* worse = r.kind == reduce_kind::argmin ? "a.v < b.v" : "b.v < a.v";
+      s += "  if (!b.n) return a;\n  if (!a.n) return b;\n  if (" + std::string(better) +
+           " || (!(" + worse + ") && b.i < a.i)) { r.v = b.v; r.i = b.i; }\n";
+      break;
+    }
+  }
+  return s + "  return r;\n}\n";
+}
+
+// Scan values carry a has-value flag, so no identity of the user's operation is needed.
+std::string scan_code(const stage& sc) {
+  const std::string A = c_type(sc.type);
+  return "KILN_FUNC " + A + " kq_sop(" + A + " kq_a, " + A + " kq_b) { return " + sc.code +
+         "; }\n"
+         "typedef struct { " + A + " v; uint32_t h; } kq_lb_t;\n"
+         "KILN_FUNC kq_lb_t kq_lb_id() { kq_lb_t r; r.v = (" + A + ")0; r.h = 0; return r; }\n"
+         "KILN_FUNC kq_lb_t kq_slift(" + A + " x) { kq_lb_t r; r.v = x; r.h = 1; return r; }\n"
+         "KILN_FUNC kq_lb_t kq_lb_op(kq_lb_t a, kq_lb_t b) {\n"
+         "  if (!b.h) return a;\n  if (!a.h) return b;\n"
+         "  kq_lb_t r; r.v = kq_sop(a.v, b.v); r.h = 1; return r;\n}\n"
+         "KILN_FUNC kq_lb_t kq_lb_load(KILN_GLOBAL volatile kq_lb_t* p) {\n"
+         "  kq_lb_t r; r.v = p->v; r.h = p->h; return r;\n}\n";
+}
+
+}  // namespace
+
+common_code render_common(const codegen_in& in) {
+  const segment& seg = in.seg;
+  common_code c;
+  for (const auto& h : in.helpers) c.text += helper_def(h);
+
+  // Parameters shared by every kernel: inputs, then every capture of the query.
+  std::string params, args;
+  for (std::size_t k = 0; k < seg.inputs.size(); ++k) {
+    params += std::string(k ? ", " : "") + "KILN_GLOBAL const " + c_type(seg.inputs[k].type) +
+              "* KILN_RESTRICT kq_in" + std::to_string(k);
+    args += std::string(k ? ", " : "") + "kq_in" + std::to_string(k);
+  }
+  for (std::size_t k = 0; k < in.captures.size(); ++k) {
+    params += std::string(params.empty() ? "" : ", ") + c_type(in.captures[k].type) + " kq_c" +
+              std::to_string(k);
+    args += std::string(args.empty() ? "" : ", ") + "kq_c" + std::to_string(k);
+  }
+  c.params = params;
+  c.args = args;
+
+  std::string loads;
+  for (std::size_t k = 0; k < seg.inputs.size(); ++k)
+    loads += "  const " + std::string(c_type(seg.inputs[k].type)) + " " + seg.inputs[k].name +
+             " = kq_in" + std::to_string(k) + "[kq_i];\n";
+
+  // Outputs of the element function.
+  std::vector<std::string> out_names = seg.out_names;
+  std::vector<scalar_type> out_types = seg.out_types;
+  if (seg.end == segment_end::reduce) {
+    if (in.reduce->kind == reduce_kind::count) {
+      out_names.clear();
+      out_types.clear();
+    } else {
+      out_names.resize(1);
+      out_types.resize(1);
+    }
+  }
+  std::string out_params;
+  for (std::size_t k = 0; k < out_names.size(); ++k) {
+    out_params += ", " + std::string(c_type(out_types[k])) + "* kq_o" + std::to_string(k);
+    c.out_decls += std::string(c_type(out_types[k])) + " o" + std::to_string(k) + "; ";
+    c.out_refs += std::string(k ? ", " : "") + "&o" + std::to_string(k);
+  }
+  std::string stores;
+  for (std::size_t k = 0; k < out_names.size(); ++k)
+    stores += "  *kq_o" + std::to_string(k) + " = " + out_names[k] + ";\n";
+  const std::string sep = params.empty() ? "" : ", ";
+
+  const int si = seg.scan_index();
+  if (si < 0) {
+    c.text += "KILN_FUNC bool kq_elem(uint64_t kq_i" + sep + params + out_params + ") {\n" +
+              loads;
+    for (const stage& s : seg.stages) c.text += stage_line(s);
+    c.text += stores + "  return true;\n}\n";
+  } else {
+    const stage& sc = seg.stages[si];
+    const std::string A = c_type(sc.type);
+    c.text += scan_code(sc);
+    // Before the scan: the value to scan. After: the stages that use the running value.
+    c.text += "KILN_FUNC " + A + " kq_pre(uint64_t kq_i" + sep + params + ") {\n" + loads;
+    for (int k = 0; k < si; ++k) c.text += stage_line(seg.stages[k]);
+    c.text += "  return (" + A + ")" + seg.stages[si].arg + ";\n}\n";
+    c.text += "KILN_FUNC void kq_post(uint64_t kq_i" + sep + params + ", " + A + " " + sc.var +
+              out_params + ") {\n";
+    for (std::size_t k = si + 1; k < seg.stages.size(); ++k)
+      c.text += stage_line(seg.stages[k]);
+    c.text += stores + "}\n";
+  }
+  if (seg.end == segment_end::reduce) {
+    const bool has_value = !out_types.empty();
+    c.text += reduce_code(*in.reduce, has_value ? out_types[0] : scalar_type::u8, has_value);
+  }
+  return c;
+}
+
+}  // namespace kiln::detail::q

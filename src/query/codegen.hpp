@@ -1,0 +1,44 @@
+// Renders a segment into portable-kernel-language source (docs/kernel_language.md). One
+// element function carries the fused chain; GPU and CPU kernel templates wrap it
+// (kernels_gpu.cpp, kernels_cpu.cpp). Kernel parameters, in order: inputs, captures, then the
+// template's own (outputs, scratch, sizes).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "query/segment.hpp"
+
+namespace kiln::detail::q {
+
+struct codegen_in {
+  const segment& seg;
+  const std::vector<capture>& captures;
+  const std::vector<std::string>& helpers;
+  const reduce_spec* reduce = nullptr;  // segment_end::reduce
+};
+
+// Common text: helpers, element function(s), accumulator and scan types.
+struct common_code {
+  std::string text;
+  std::string params;     // "KILN_GLOBAL const float* KILN_RESTRICT kq_in0, float kq_c0"
+  std::string args;       // "kq_in0, kq_c0"
+  std::string out_decls;  // "float o0; int32_t o1;"  (collect/reduce outputs, in registers)
+  std::string out_refs;   // "&o0, &o1"
+};
+
+common_code render_common(const codegen_in& in);
+const char* c_type(scalar_type t);
+
+// Full program source and the kernels it defines, in launch order.
+struct generated {
+  std::string source;
+  std::vector<std::string> kernels;
+};
+generated render_gpu(const codegen_in& in);
+generated render_cpu(const codegen_in& in);
+
+// Size in bytes of the accumulator struct the reduce kernels write (reduce_result layout).
+inline constexpr std::size_t acc_bytes = sizeof(reduce_result);
+
+}  // namespace kiln::detail::q

@@ -1,0 +1,310 @@
+// GPU kernel templates (work-groups of 256 with barriers and local memory): map, single-pass
+// reduce, and single-pass scan / order-preserving compaction by decoupled look-back.
+//
+// Look-back (as CUB's single-pass scan, Merrill & Garland 2016): tile t publishes its own
+// aggregate early (flag 1), then walks back over its predecessors 32 at a time, combining
+// aggregates until it meets an inclusive prefix (flag 2), and publishes its own inclusive
+// prefix. Memory ordering: a value is stored, then kiln_mem_fence() (__threadfence: device
+// scope), then the status word with a volatile store; readers load the status word with a
+// volatile load, fence, then load the value through a volatile pointer (bypassing L1). Status
+// words carry an epoch (status = epoch << 2 | flag) so the arrays never need clearing between
+// queries; tiles are taken in blockIdx order, which the hardware dispatches in increasing
+// order, so every predecessor a tile waits for is already running.
+#include <string>
+
+#include "query/codegen.hpp"
+
+namespace kiln::detail::q {
+namespace {
+
+constexpr const char* constants =
+    "#define KQ_B 256\n#define KQ_MAP_IT 4\n#define KQ_IT 8\n#define KQ_TILE (KQ_B * KQ_IT)\n"
+    "#define KQ_RED_IT 4\n";
+
+struct parts {
+  std::string P, AS;  // parameters ("" or "..., "), ", args" for calls
+};
+
+parts make_parts(const common_code& c) {
+  return {c.params.empty() ? "" : c.params + ", ", c.args.empty() ? "" : ", " + c.args};
+}
+
+std::string out_params(const segment& seg) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += "KILN_GLOBAL " + std::string(c_type(seg.out_types[k])) + "* KILN_RESTRICT kq_out" +
+         std::to_string(k) + ", ";
+  return s;
+}
+// "T0 o0[N]; T1 o1[N];"
+std::string out_arrays(const segment& seg, const char* n) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += std::string(c_type(seg.out_types[k])) + " o" + std::to_string(k) + "[" + n + "]; ";
+  return s;
+}
+std::string out_refs(const segment& seg, const char* idx) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += ", &o" + std::to_string(k) + "[" + idx + "]";
+  return s;
+}
+std::string out_stores(const segment& seg, const char* pos, const char* idx) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += "kq_out" + std::to_string(k) + "[" + pos + "] = o" + std::to_string(k) + "[" + idx +
+         "]; ";
+  return s;
+}
+
+std::string map_kernel(const segment& seg, const parts& p) {
+  return "KILN_KERNEL void kq_map(" + p.P + out_params(seg) +
+         "uint64_t kq_n) {\n"
+         "  const uint64_t kq_base = kiln_group_id(0) * (KQ_B * KQ_MAP_IT) + kiln_local_id(0);\n"
+         "  " + out_arrays(seg, "KQ_MAP_IT") +
+         "\n"
+         "  if (kq_base + (KQ_MAP_IT - 1) * KQ_B < kq_n) {  // full tile: loads issued together\n"
+         "    for (int k = 0; k < KQ_MAP_IT; ++k) kq_elem(kq_base + k * KQ_B" + p.AS +
+         out_refs(seg, "k") +
+         ");\n"
+         "    for (int k = 0; k < KQ_MAP_IT; ++k) { const uint64_t i = kq_base + k * KQ_B; " +
+         out_stores(seg, "i", "k") +
+         "}\n"
+         "  } else {\n"
+         "    for (int k = 0; k < KQ_MAP_IT; ++k) {\n"
+         "      const uint64_t i = kq_base + k * KQ_B;\n"
+         "      if (i < kq_n) { kq_elem(i" + p.AS + out_refs(seg, "k") + "); " +
+         out_stores(seg, "i", "k") +
+         "}\n"
+         "    }\n"
+         "  }\n}\n";
+}
+
+// Block-wide tree reduction of kq_acc in local memory; leaves the result in kq_sh[0].
+constexpr const char* block_reduce =
+    "  kq_sh[kq_t] = kq_a;\n  kiln_barrier();\n"
+    "  for (uint32_t s = KQ_B / 2; s > 0; s >>= 1) {\n"
+    "    if (kq_t < s) kq_sh[kq_t] = kq_acc_op(kq_sh[kq_t], kq_sh[kq_t + s]);\n"
+    "    kiln_barrier();\n  }\n";
+
+std::string reduce_kernel(const reduce_spec& r, const common_code& c, const parts& p) {
+  const bool has_value = !c.out_refs.empty();
+  const std::string lift = has_value ? "kq_lift(o0, i)" : "kq_lift(i)";
+  const std::string refs = has_value ? ", &o0" : "";
+  std::string fin;
+  if (r.kind == reduce_kind::custom)
+    fin = "      kq_r.v = kq_r.n ? kq_rop(" + r.init + ", kq_r.v) : " + r.init + "; kq_r.n = 1;\n";
+  // Deterministic: the grid depends only on n and the device; every block folds a fixed set
+  // of elements in a fixed order; the last block to finish folds the partials in order.
+  return "KILN_FUNC kq_acc kq_acc_load(KILN_GLOBAL volatile kq_acc* p) {\n"
+         "  kq_acc a; a.v = p->v; a.n = p->n; a.i = p->i; return a;\n}\n"
+         "KILN_KERNEL void kq_reduce(" + p.P +
+         "KILN_GLOBAL uint64_t* kq_partw, KILN_GLOBAL uint32_t* kq_ticket, "
+         "KILN_GLOBAL uint64_t* kq_resw, uint64_t kq_n) {\n"
+         "  KILN_LOCAL kq_acc kq_sh[KQ_B];\n  KILN_LOCAL uint32_t kq_last;\n"
+         "  KILN_GLOBAL kq_acc* kq_part = (KILN_GLOBAL kq_acc*)kq_partw;\n"
+         "  const uint32_t kq_t = (uint32_t)kiln_local_id(0);\n"
+         "  const uint64_t kq_g = kiln_group_id(0), kq_ng = kiln_num_groups(0);\n"
+         "  const uint64_t kq_stride = kq_ng * KQ_B;\n"
+         "  kq_acc kq_a = kq_acc_id();\n"
+         "  uint64_t i = kq_g * KQ_B + kq_t;\n"
+         "  for (; i + (KQ_RED_IT - 1) * kq_stride < kq_n; i += KQ_RED_IT * kq_stride) {\n"
+         "    " + c.out_decls + "\n"
+         "    bool kq_k[KQ_RED_IT];\n" +
+         (has_value ? "    " + c.out_decls.substr(0, c.out_decls.find(' ')) + " kq_v[KQ_RED_IT];\n"
+                    : std::string()) +
+         "    for (int k = 0; k < KQ_RED_IT; ++k) { kq_k[k] = kq_elem(i + k * kq_stride" + p.AS +
+         refs + ");" + (has_value ? " kq_v[k] = o0;" : "") +
+         " }\n"
+         "    for (int k = 0; k < KQ_RED_IT; ++k) if (kq_k[k]) kq_a = kq_acc_op(kq_a, " +
+         (has_value ? "kq_lift(kq_v[k], i + k * kq_stride)" : "kq_lift(i + k * kq_stride)") +
+         ");\n"
+         "  }\n"
+         "  for (; i < kq_n; i += kq_stride) {\n"
+         "    " + c.out_decls + "\n"
+         "    if (kq_elem(i" + p.AS + refs + ")) kq_a = kq_acc_op(kq_a, " + lift +
+         ");\n"
+         "  }\n" + block_reduce +
+         "  if (kq_t == 0) {\n"
+         "    KILN_GLOBAL volatile kq_acc* kq_dst = kq_part + kq_g;\n"
+         "    kq_dst->v = kq_sh[0].v; kq_dst->n = kq_sh[0].n; kq_dst->i = kq_sh[0].i;\n"
+         "    kiln_mem_fence();  // the partial is visible before the ticket is taken\n"
+         "    kq_last = kiln_atomic_add(kq_ticket, 1u) == (uint32_t)(kq_ng - 1);\n"
+         "  }\n"
+         "  kiln_barrier();\n"
+         "  if (kq_last) {  // uniform across the block\n"
+         "    kiln_mem_fence();\n"
+         "    kq_a = kq_acc_id();\n"
+         "    for (uint64_t j = kq_t; j < kq_ng; j += KQ_B) kq_a = kq_acc_op(kq_a, "
+         "kq_acc_load(kq_part + j));\n" +
+         block_reduce +
+         "    if (kq_t == 0) {\n"
+         "      kq_acc kq_r = kq_sh[0];\n" + fin +
+         "      KILN_GLOBAL kq_acc* kq_res = (KILN_GLOBAL kq_acc*)kq_resw;\n"
+         "      *kq_res = kq_r;\n"
+         "      *kq_ticket = 0;  // ready for the next query\n"
+         "    }\n"
+         "  }\n}\n";
+}
+
+// The look-back part shared by scan and compaction. Inputs: kq_run (the thread's fold),
+// kq_tile, kq_t. Outputs: kq_excl (thread exclusive within the tile), kq_total (tile
+// aggregate), kq_prefix (local: everything before the tile).
+constexpr const char* block_scan_and_lookback = R"(
+  kq_sh[kq_t] = kq_run;
+  kiln_barrier();
+  for (uint32_t off = 1; off < KQ_B; off <<= 1) {
+    const kq_lb_t other = kq_t >= off ? kq_sh[kq_t - off] : kq_lb_id();
+    kiln_barrier();
+    if (kq_t >= off) kq_sh[kq_t] = kq_lb_op(other, kq_sh[kq_t]);
+    kiln_barrier();
+  }
+  const kq_lb_t kq_excl = kq_t ? kq_sh[kq_t - 1] : kq_lb_id();
+  const kq_lb_t kq_total = kq_sh[KQ_B - 1];
+  KILN_GLOBAL volatile uint32_t* kq_st = (KILN_GLOBAL volatile uint32_t*)kq_status;
+  KILN_GLOBAL kq_lb_t* kq_agg = (KILN_GLOBAL kq_lb_t*)kq_aggw;
+  KILN_GLOBAL kq_lb_t* kq_incl = (KILN_GLOBAL kq_lb_t*)kq_inclw;
+  if (kq_t == 0) {
+    if (kq_tile == 0) {
+      kq_incl[0] = kq_total;
+      kiln_mem_fence();
+      kq_st[0] = (kq_epoch << 2) | 2u;
+      kq_prefix = kq_lb_id();
+    } else {
+      kq_agg[kq_tile] = kq_total;
+      kiln_mem_fence();
+      kq_st[kq_tile] = (kq_epoch << 2) | 1u;
+    }
+    kq_done = kq_tile == 0;
+  }
+  kq_lb_t kq_back = kq_lb_id();  // thread 0: combined aggregates of the tiles walked so far
+  int64_t kq_pos = (int64_t)kq_tile - 1;
+  kiln_barrier();
+  while (!kq_done) {
+    if (kq_t < 32) {
+      const int64_t t = kq_pos - (int64_t)kq_t;
+      uint32_t f = 2u;
+      kq_lb_t v = kq_lb_id();
+      if (t >= 0) {
+        uint32_t s;
+        do { s = kq_st[t]; } while ((s >> 2) != kq_epoch || (s & 3u) == 0u);
+        kiln_mem_fence();
+        f = s & 3u;
+        v = kq_lb_load((KILN_GLOBAL volatile kq_lb_t*)(f == 2u ? kq_incl + t : kq_agg + t));
+      }
+      kq_lbf[kq_t] = f;
+      kq_lbv[kq_t] = v;
+    }
+    kiln_barrier();
+    if (kq_t == 0) {
+      kq_lb_t w = kq_lb_id();
+      uint32_t found = 0;
+      for (int j = 0; j < 32; ++j) {  // lane j holds tile kq_pos - j: fold right to left
+        w = kq_lb_op(kq_lbv[j], w);
+        if (kq_lbf[j] == 2u) { found = 1; break; }
+      }
+      kq_back = kq_lb_op(w, kq_back);
+      kq_pos -= 32;
+      if (found) {
+        kq_prefix = kq_back;
+        kq_incl[kq_tile] = kq_lb_op(kq_back, kq_total);
+        kiln_mem_fence();
+        kq_st[kq_tile] = (kq_epoch << 2) | 2u;
+      }
+      kq_done = found;
+    }
+    kiln_barrier();
+  }
+)";
+
+constexpr const char* lookback_locals =
+    "  KILN_LOCAL kq_lb_t kq_sh[KQ_B];\n  KILN_LOCAL kq_lb_t kq_lbv[32];\n"
+    "  KILN_LOCAL uint32_t kq_lbf[32];\n  KILN_LOCAL kq_lb_t kq_prefix;\n"
+    "  KILN_LOCAL uint32_t kq_done;\n"
+    "  const uint64_t kq_tile = kiln_group_id(0);\n"
+    "  const uint32_t kq_t = (uint32_t)kiln_local_id(0);\n"
+    "  const uint64_t kq_first = kq_tile * KQ_TILE + (uint64_t)kq_t * KQ_IT;\n";
+
+constexpr const char* lookback_params =
+    "KILN_GLOBAL uint32_t* kq_status, KILN_GLOBAL uint64_t* kq_aggw, "
+    "KILN_GLOBAL uint64_t* kq_inclw, uint32_t kq_epoch, ";
+
+std::string compact_kernel(const segment& seg, const parts& p) {
+  // Counts are scanned as has-value pairs like any scan value; h is always set.
+  return std::string(
+             "typedef struct { uint64_t v; uint32_t h; } kq_lb_t;\n"
+             "KILN_FUNC kq_lb_t kq_lb_id() { kq_lb_t r; r.v = 0; r.h = 1; return r; }\n"
+             "KILN_FUNC kq_lb_t kq_lb_op(kq_lb_t a, kq_lb_t b) { a.v += b.v; return a; }\n"
+             "KILN_FUNC kq_lb_t kq_lb_load(KILN_GLOBAL volatile kq_lb_t* p) {\n"
+             "  kq_lb_t r; r.v = p->v; r.h = 1; return r;\n}\n") +
+         "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) + lookback_params +
+         "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals + "  " +
+         out_arrays(seg, "KQ_IT") +
+         "\n"
+         "  uint32_t kq_keep = 0;\n  kq_lb_t kq_run = kq_lb_id();\n"
+         "  for (int k = 0; k < KQ_IT; ++k) {\n"
+         "    const uint64_t i = kq_first + k;\n"
+         "    if (i < kq_n && kq_elem(i" + p.AS + out_refs(seg, "k") +
+         ")) { kq_keep |= 1u << k; kq_run.v += 1; }\n"
+         "  }\n" + block_scan_and_lookback +
+         "  uint64_t kq_o = kq_prefix.v + kq_excl.v;\n"
+         "  for (int k = 0; k < KQ_IT; ++k)\n"
+         "    if ((kq_keep >> k) & 1u) { " + out_stores(seg, "kq_o", "k") +
+         "++kq_o; }\n"
+         "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n}\n";
+}
+
+std::string scan_kernel(const segment& seg, const parts& p) {
+  const stage& sc = seg.stages[seg.scan_index()];
+  const std::string A = c_type(sc.type);
+  std::string value;
+  if (sc.exclusive)
+    value = "      const " + A + " kq_v = kq_p.h ? kq_sop(" + sc.init + ", kq_p.v) : " + sc.init +
+            ";\n      kq_p = kq_lb_op(kq_p, kq_x[k]);\n";
+  else
+    value = "      kq_p = kq_lb_op(kq_p, kq_x[k]);\n      const " + A + " kq_v = kq_p.v;\n";
+  std::string decls;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    decls += std::string(c_type(seg.out_types[k])) + " o" + std::to_string(k) + "[1]; ";
+  return "KILN_KERNEL void kq_scan(" + p.P + out_params(seg) + lookback_params +
+         "uint64_t kq_n) {\n" + lookback_locals +
+         "  kq_lb_t kq_x[KQ_IT];\n  kq_lb_t kq_run = kq_lb_id();\n"
+         "  for (int k = 0; k < KQ_IT; ++k) {\n"
+         "    const uint64_t i = kq_first + k;\n"
+         "    kq_x[k] = i < kq_n ? kq_slift(kq_pre(i" + p.AS +
+         ")) : kq_lb_id();\n"
+         "    kq_run = kq_lb_op(kq_run, kq_x[k]);\n"
+         "  }\n" + block_scan_and_lookback +
+         "  kq_lb_t kq_p = kq_lb_op(kq_prefix, kq_excl);\n"
+         "  for (int k = 0; k < KQ_IT; ++k) {\n"
+         "    const uint64_t i = kq_first + k;\n"
+         "    if (i < kq_n) {\n" + value + "      " + decls + "\n      kq_post(i" + p.AS +
+         ", kq_v" + out_refs(seg, "0") + ");\n      " + out_stores(seg, "i", "0") +
+         "\n    }\n  }\n}\n";
+}
+
+}  // namespace
+
+generated render_gpu(const codegen_in& in) {
+  const common_code c = render_common(in);
+  const parts p = make_parts(c);
+  generated g;
+  g.source = std::string(constants) + c.text;
+  const segment& seg = in.seg;
+  if (seg.end == segment_end::reduce) {
+    g.source += reduce_kernel(*in.reduce, c, p);
+    g.kernels = {"kq_reduce"};
+  } else if (seg.end == segment_end::scan) {
+    g.source += scan_kernel(seg, p);
+    g.kernels = {"kq_scan"};
+  } else if (seg.has_filter()) {
+    g.source += compact_kernel(seg, p);
+    g.kernels = {"kq_compact"};
+  } else {
+    g.source += map_kernel(seg, p);
+    g.kernels = {"kq_map"};
+  }
+  return g;
+}
+
+}  // namespace kiln::detail::q
