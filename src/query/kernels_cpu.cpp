@@ -47,11 +47,18 @@ generated render_cpu(const codegen_in& in) {
             "; kq_a.n = 1;\n";
     s += "KILN_KERNEL void kq_reduce_part(" + P +
          "KILN_GLOBAL uint64_t* kq_partw, uint64_t kq_n, uint64_t kq_cs) {\n" + chunk_bounds +
+         "  // Blocks of 1024 with 4 interleaved accumulators: float sums stay accurate and the\n"
+         "  // order (hence the bits) depends only on n and the device.\n"
          "  kq_acc kq_a = kq_acc_id();\n"
-         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " + c.out_decls +
-         "\n    if (kq_elem(i" + AS + refs + ")) kq_a = kq_acc_op(kq_a, " +
+         "  for (uint64_t b = kq_lo; b < kq_hi; b += 1024) {\n"
+         "    const uint64_t e = b + 1024 < kq_hi ? b + 1024 : kq_hi;\n"
+         "    kq_acc kq_l[4] = {kq_acc_id(), kq_acc_id(), kq_acc_id(), kq_acc_id()};\n"
+         "    for (uint64_t i = b; i < e; ++i) {\n      " + c.out_decls +
+         "\n      if (kq_elem(i" + AS + refs + ")) kq_l[i & 3] = kq_acc_op(kq_l[i & 3], " +
          (has_value ? "kq_lift(o0, i)" : "kq_lift(i)") +
-         ");\n  }\n"
+         ");\n    }\n"
+         "    kq_a = kq_acc_op(kq_a, kq_acc_op(kq_acc_op(kq_l[0], kq_l[1]), kq_acc_op(kq_l[2], kq_l[3])));\n"
+         "  }\n"
          "  ((KILN_GLOBAL kq_acc*)kq_partw)[kq_c] = kq_a;\n}\n"
          "KILN_KERNEL void kq_reduce_fin(" + P +
          "KILN_GLOBAL uint64_t* kq_partw, KILN_GLOBAL uint64_t* kq_resw, uint64_t kq_chunks) {\n"
@@ -65,16 +72,22 @@ generated render_cpu(const codegen_in& in) {
     const std::string A = c_type(sc.type);
     std::string value;
     if (sc.exclusive)
-      value = "    const " + A + " kq_v = kq_p.h ? kq_sop(" + sc.init + ", kq_p.v) : " + sc.init +
-              ";\n    kq_p = kq_lb_op(kq_p, kq_x);\n";
+      value = "      const kq_lb_t kq_q = kq_lb_op(kq_p, kq_r);\n      const " + A +
+              " kq_v = kq_q.h ? kq_sop(" + sc.init + ", kq_q.v) : " + sc.init +
+              ";\n      kq_r = kq_lb_op(kq_r, kq_x);\n";
     else
-      value = "    kq_p = kq_lb_op(kq_p, kq_x);\n    const " + A + " kq_v = kq_p.v;\n";
+      value = "      kq_r = kq_lb_op(kq_r, kq_x);\n      const " + A +
+              " kq_v = kq_lb_op(kq_p, kq_r).v;\n";
     s += "KILN_KERNEL void kq_scan_part(" + P +
          "KILN_GLOBAL uint64_t* kq_partw, uint64_t kq_n, uint64_t kq_cs) {\n" + chunk_bounds +
          "  kq_lb_t kq_a = kq_lb_id();\n"
-         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) kq_a = kq_lb_op(kq_a, kq_slift(kq_pre(i" +
-         AS +
+         "  for (uint64_t b = kq_lo; b < kq_hi; b += 1024) {  // the same blocks as kq_scan_write\n"
+         "    const uint64_t e = b + 1024 < kq_hi ? b + 1024 : kq_hi;\n"
+         "    kq_lb_t kq_r = kq_lb_id();\n"
+         "    for (uint64_t i = b; i < e; ++i) kq_r = kq_lb_op(kq_r, kq_slift(kq_pre(i" + AS +
          ")));\n"
+         "    kq_a = kq_lb_op(kq_a, kq_r);\n"
+         "  }\n"
          "  ((KILN_GLOBAL kq_lb_t*)kq_partw)[kq_c] = kq_a;\n}\n"
          "KILN_KERNEL void kq_scan_write(" + P + out_params(seg) +
          "KILN_GLOBAL const uint64_t* kq_partw, uint64_t kq_n, uint64_t kq_cs) {\n" +
@@ -82,12 +95,20 @@ generated render_cpu(const codegen_in& in) {
          "  kq_lb_t kq_p = kq_lb_id();\n"
          "  for (uint64_t j = 0; j < kq_c; ++j) kq_p = kq_lb_op(kq_p, "
          "((KILN_GLOBAL const kq_lb_t*)kq_partw)[j]);\n"
-         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n"
-         "    const kq_lb_t kq_x = kq_slift(kq_pre(i" + AS + "));\n" + value + "    " +
-         c.out_decls + "\n    kq_post(i" + AS + ", kq_v" + refs + ");\n    " +
-         out_stores(seg, "i") + "\n  }\n}\n";
+         "  // Running value within blocks of 1024, added to the blocks' prefix: one pass, and\n"
+         "  // float rounding grows with the block, not the chunk.\n"
+         "  for (uint64_t b = kq_lo; b < kq_hi; b += 1024) {\n"
+         "    const uint64_t e = b + 1024 < kq_hi ? b + 1024 : kq_hi;\n"
+         "    kq_lb_t kq_r = kq_lb_id();\n"
+         "    for (uint64_t i = b; i < e; ++i) {\n"
+         "      const kq_lb_t kq_x = kq_slift(kq_pre(i" + AS + "));\n" + value + "      " +
+         c.out_decls + "\n      kq_post(i" + AS + ", kq_v" + refs + ");\n      " +
+         out_stores(seg, "i") + "\n    }\n    kq_p = kq_lb_op(kq_p, kq_r);\n  }\n}\n";
     g.kernels = {"kq_scan_part", "kq_scan_write"};
   } else if (seg.has_filter()) {
+    std::string zeroed = c.out_decls;  // "T o0; " -> "T o0 = 0; "
+    for (std::size_t p = zeroed.find(';'); p != std::string::npos; p = zeroed.find(';', p + 6))
+      zeroed.replace(p, 1, " = 0;");
     s += "KILN_KERNEL void kq_count_part(" + P +
          "KILN_GLOBAL uint64_t* kq_part, uint64_t kq_n, uint64_t kq_cs) {\n" + chunk_bounds +
          "  uint64_t kq_k = 0;\n"
@@ -99,9 +120,14 @@ generated render_cpu(const codegen_in& in) {
          "uint64_t kq_cs, uint64_t kq_chunks) {\n" + chunk_bounds +
          "  uint64_t kq_o = 0;\n"
          "  for (uint64_t j = 0; j < kq_c; ++j) kq_o += kq_part[j];\n"
-         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " + c.out_decls +
-         "\n    if (kq_elem(i" + AS + refs + ")) { " + out_stores(seg, "kq_o") +
-         "++kq_o; }\n  }\n"
+         "  const uint64_t kq_e = kq_o + kq_part[kq_c];\n"
+         "  // Branch-free: every element is stored at the next free slot, which only a survivor\n"
+         "  // advances; the slot past this chunk's last survivor (the next chunk's) is never\n"
+         "  // written.\n"
+         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " + zeroed +
+         "\n    const bool kq_k = kq_elem(i" + AS + refs + ");\n"
+         "    if (kq_o < kq_e) { " + out_stores(seg, "kq_o") +
+         "}\n    kq_o += kq_k ? 1 : 0;\n  }\n"
          "  if (kq_c == kq_chunks - 1) *kq_count = kq_o;\n}\n";
     g.kernels = {"kq_count_part", "kq_compact_write"};
   } else {

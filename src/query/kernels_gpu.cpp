@@ -18,8 +18,8 @@ namespace kiln::detail::q {
 namespace {
 
 constexpr const char* constants =
-    "#define KQ_B 256\n#define KQ_MAP_IT 4\n#define KQ_IT 8\n#define KQ_TILE (KQ_B * KQ_IT)\n"
-    "#define KQ_RED_IT 4\n";
+    "#define KQ_B 256\n#define KQ_MAP_IT 4\n#define KQ_TILE (KQ_B * KQ_IT)\n"
+    "#define KQ_RED_IT 8\n";
 
 struct parts {
   std::string P, AS;  // parameters ("" or "..., "), ", args" for calls
@@ -151,6 +151,25 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
 // kq_tile, kq_t. Outputs: kq_excl (thread exclusive within the tile), kq_total (tile
 // aggregate), kq_prefix (local: everything before the tile).
 constexpr const char* block_scan_and_lookback = R"(
+#ifdef KILN_BACKEND_CUDA
+  // Warp scans by shuffles, then the warps' totals through local memory: two barriers.
+  const uint32_t kq_lane = kq_t & 31u, kq_warp = kq_t >> 5;
+  kq_lb_t kq_win = kq_run;
+  for (uint32_t d = 1; d < 32; d <<= 1) {
+    const kq_lb_t o = kq_lb_shfl_up(kq_win, d);
+    if (kq_lane >= d) kq_win = kq_lb_op(o, kq_win);
+  }
+  kq_lb_t kq_wex = kq_lb_shfl_up(kq_win, 1);
+  if (kq_lane == 0) kq_wex = kq_lb_id();
+  if (kq_lane == 31) kq_sh[kq_warp] = kq_win;
+  kiln_barrier();
+  kq_lb_t kq_wp = kq_lb_id(), kq_total = kq_lb_id();
+  for (uint32_t w = 0; w < KQ_B / 32; ++w) {
+    if (w == kq_warp) kq_wp = kq_total;
+    kq_total = kq_lb_op(kq_total, kq_sh[w]);
+  }
+  const kq_lb_t kq_excl = kq_lb_op(kq_wp, kq_wex);
+#else
   kq_sh[kq_t] = kq_run;
   kiln_barrier();
   for (uint32_t off = 1; off < KQ_B; off <<= 1) {
@@ -161,22 +180,42 @@ constexpr const char* block_scan_and_lookback = R"(
   }
   const kq_lb_t kq_excl = kq_t ? kq_sh[kq_t - 1] : kq_lb_id();
   const kq_lb_t kq_total = kq_sh[KQ_B - 1];
-  KILN_GLOBAL volatile uint32_t* kq_st = (KILN_GLOBAL volatile uint32_t*)kq_status;
-  KILN_GLOBAL kq_lb_t* kq_agg = (KILN_GLOBAL kq_lb_t*)kq_aggw;
-  KILN_GLOBAL kq_lb_t* kq_incl = (KILN_GLOBAL kq_lb_t*)kq_inclw;
-  if (kq_t == 0) {
-    if (kq_tile == 0) {
-      kq_incl[0] = kq_total;
-      kiln_mem_fence();
-      kq_st[0] = (kq_epoch << 2) | 2u;
-      kq_prefix = kq_lb_id();
-    } else {
-      kq_agg[kq_tile] = kq_total;
-      kiln_mem_fence();
-      kq_st[kq_tile] = (kq_epoch << 2) | 1u;
-    }
+#endif
+  if (kq_t == 0) {  // publish early: successors may use the aggregate before our prefix
+    if (kq_tile == 0) kq_prefix = kq_lb_id();
+    kq_lb_put(kq_status, kq_aggw, kq_inclw, kq_tile, kq_tile == 0 ? 2u : 1u, kq_total, kq_epoch);
     kq_done = kq_tile == 0;
   }
+#ifdef KILN_BACKEND_CUDA
+  // Warp 0 walks back 32 tiles per step: ballot finds the nearest inclusive prefix, a
+  // shuffle tree folds the window in sequence order (older tiles first).
+  if (kq_tile != 0 && kq_t < 32) {
+    const uint32_t kq_lane = kq_t;
+    kq_lb_t kq_back = kq_lb_id();
+    int64_t kq_pos = (int64_t)kq_tile - 1;
+    for (;;) {
+      const int64_t t = kq_pos - (int64_t)kq_lane;
+      uint32_t f = 2u;
+      kq_lb_t v = kq_lb_id();
+      if (t >= 0) v = kq_lb_get(kq_status, kq_aggw, kq_inclw, t, kq_epoch, &f);
+      const unsigned pm = __ballot_sync(0xffffffffu, f == 2u);
+      const uint32_t stop = pm ? (uint32_t)(__ffs(pm) - 1) : 31u;
+      if (kq_lane > stop) v = kq_lb_id();
+      for (uint32_t d = 1; d < 32; d <<= 1) {
+        const kq_lb_t o = kq_lb_shfl_down(v, d);
+        if (kq_lane + d < 32) v = kq_lb_op(o, v);
+      }
+      if (kq_lane == 0) kq_back = kq_lb_op(v, kq_back);
+      if (pm) break;
+      kq_pos -= 32;
+    }
+    if (kq_lane == 0) {
+      kq_prefix = kq_back;
+      kq_lb_put(kq_status, kq_aggw, kq_inclw, kq_tile, 2u, kq_lb_op(kq_back, kq_total), kq_epoch);
+    }
+  }
+  kiln_barrier();
+#else
   kq_lb_t kq_back = kq_lb_id();  // thread 0: combined aggregates of the tiles walked so far
   int64_t kq_pos = (int64_t)kq_tile - 1;
   kiln_barrier();
@@ -185,13 +224,7 @@ constexpr const char* block_scan_and_lookback = R"(
       const int64_t t = kq_pos - (int64_t)kq_t;
       uint32_t f = 2u;
       kq_lb_t v = kq_lb_id();
-      if (t >= 0) {
-        uint32_t s;
-        do { s = kq_st[t]; } while ((s >> 2) != kq_epoch || (s & 3u) == 0u);
-        kiln_mem_fence();
-        f = s & 3u;
-        v = kq_lb_load((KILN_GLOBAL volatile kq_lb_t*)(f == 2u ? kq_incl + t : kq_agg + t));
-      }
+      if (t >= 0) v = kq_lb_get(kq_status, kq_aggw, kq_inclw, t, kq_epoch, &f);
       kq_lbf[kq_t] = f;
       kq_lbv[kq_t] = v;
     }
@@ -204,17 +237,70 @@ constexpr const char* block_scan_and_lookback = R"(
         if (kq_lbf[j] == 2u) { found = 1; break; }
       }
       kq_back = kq_lb_op(w, kq_back);
-      kq_pos -= 32;
       if (found) {
         kq_prefix = kq_back;
-        kq_incl[kq_tile] = kq_lb_op(kq_back, kq_total);
-        kiln_mem_fence();
-        kq_st[kq_tile] = (kq_epoch << 2) | 2u;
+        kq_lb_put(kq_status, kq_aggw, kq_inclw, kq_tile, 2u, kq_lb_op(kq_back, kq_total), kq_epoch);
       }
       kq_done = found;
     }
+    kq_pos -= 32;  // every lane's next window
     kiln_barrier();
   }
+#endif
+)";
+
+// Shuffles a look-back value up the warp (CUDA); field by field, as shuffles move registers.
+constexpr const char* lb_shuffle =
+    "#ifdef KILN_BACKEND_CUDA\n"
+    "KILN_FUNC kq_lb_t kq_lb_shfl_up(kq_lb_t x, unsigned d) {\n"
+    "  kq_lb_t r; r.v = __shfl_up_sync(0xffffffffu, x.v, d); "
+    "r.h = __shfl_up_sync(0xffffffffu, x.h, d); return r;\n}\n"
+    "KILN_FUNC kq_lb_t kq_lb_shfl_down(kq_lb_t x, unsigned d) {\n"
+    "  kq_lb_t r; r.v = __shfl_down_sync(0xffffffffu, x.v, d); "
+    "r.h = __shfl_down_sync(0xffffffffu, x.h, d); return r;\n}\n#endif\n";
+
+// Publishing and reading tile states. General form: the value, a device-wide fence, then the
+// status word (epoch << 2 | flag); a reader spins on the status word, fences, then reads the
+// value through a volatile pointer.
+constexpr const char* lb_fenced = R"(
+KILN_FUNC void kq_lb_put(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                         KILN_GLOBAL uint64_t* inclw, uint64_t t, uint32_t flag, kq_lb_t v,
+                         uint32_t epoch) {
+  KILN_GLOBAL kq_lb_t* vals = (KILN_GLOBAL kq_lb_t*)(flag == 2u ? inclw : aggw);
+  vals[t] = v;
+  kiln_mem_fence();
+  *(KILN_GLOBAL volatile uint32_t*)(st + t) = (epoch << 2) | flag;
+}
+KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                            KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
+                            uint32_t* flag) {
+  uint32_t s;
+  do { s = *(KILN_GLOBAL volatile uint32_t*)(st + t); } while ((s >> 2) != epoch || (s & 3u) == 0u);
+  kiln_mem_fence();
+  *flag = s & 3u;
+  KILN_GLOBAL kq_lb_t* vals = (KILN_GLOBAL kq_lb_t*)(*flag == 2u ? inclw : aggw);
+  return kq_lb_load((KILN_GLOBAL volatile kq_lb_t*)(vals + t));
+}
+)";
+
+// Counts: flag (2 bits), epoch (14) and value (48) in one 64-bit word, stored and loaded
+// whole: no fence, one load per predecessor.
+constexpr const char* lb_packed = R"(
+KILN_FUNC void kq_lb_put(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                         KILN_GLOBAL uint64_t* inclw, uint64_t t, uint32_t flag, kq_lb_t v,
+                         uint32_t epoch) {
+  *(KILN_GLOBAL volatile uint64_t*)(inclw + t) =
+      ((uint64_t)flag << 62) | ((uint64_t)epoch << 48) | (v.v & 0xFFFFFFFFFFFFull);
+}
+KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                            KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
+                            uint32_t* flag) {
+  uint64_t w;
+  do { w = *(KILN_GLOBAL volatile uint64_t*)(inclw + t); }
+  while (((w >> 48) & 0x3FFFu) != epoch || (w >> 62) == 0u);
+  *flag = (uint32_t)(w >> 62);
+  kq_lb_t r; r.v = w & 0xFFFFFFFFFFFFull; r.h = 1; return r;
+}
 )";
 
 constexpr const char* lookback_locals =
@@ -229,7 +315,54 @@ constexpr const char* lookback_params =
     "KILN_GLOBAL uint32_t* kq_status, KILN_GLOBAL uint64_t* kq_aggw, "
     "KILN_GLOBAL uint64_t* kq_inclw, uint32_t kq_epoch, ";
 
+// Outputs are staged in local memory so that a tile's results leave in coalesced stores
+// (CUB's approach); done when a tile's outputs fit in 32 KiB.
+bool staged(const segment& seg) {
+  std::size_t bytes = 0;
+  for (scalar_type t : seg.out_types) bytes += size_of(t);
+  const std::size_t items = seg.end == segment_end::scan ? gpu_scan_items : gpu_compact_items;
+  return bytes * 256 * items <= 32768;
+}
+std::string stage_arrays(const segment& seg) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += "  KILN_LOCAL " + std::string(c_type(seg.out_types[k])) + " kq_s" + std::to_string(k) +
+         "[KQ_TILE];\n";
+  return s;
+}
+// kq_s<c>[pos] = o<c>[idx] for every component.
+std::string to_stage(const segment& seg, const char* pos, const char* idx) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += "kq_s" + std::to_string(k) + "[" + pos + "] = o" + std::to_string(k) + "[" + idx + "]; ";
+  return s;
+}
+std::string from_stage(const segment& seg, const char* pos, const char* j) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += "kq_out" + std::to_string(k) + "[" + pos + "] = kq_s" + std::to_string(k) + "[" + j +
+         "]; ";
+  return s;
+}
+
 std::string compact_kernel(const segment& seg, const parts& p) {
+  const bool st = staged(seg);
+  std::string tail;
+  if (st)
+    tail = "  uint32_t kq_lp = (uint32_t)kq_excl.v;\n"
+           "  for (int k = 0; k < KQ_IT; ++k)\n"
+           "    if ((kq_keep >> k) & 1u) { " + to_stage(seg, "kq_lp", "k") + "++kq_lp; }\n"
+           "  kiln_barrier();\n"
+           "  const uint32_t kq_tc = (uint32_t)kq_total.v;\n"
+           "  const uint64_t kq_ob = kq_prefix.v;\n"
+           "  for (uint32_t j = kq_t; j < kq_tc; j += KQ_B) { " + from_stage(seg, "kq_ob + j", "j") +
+           "}\n"
+           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;\n}\n";
+  else
+    tail = "  uint64_t kq_o = kq_prefix.v + kq_excl.v;\n"
+           "  for (int k = 0; k < KQ_IT; ++k)\n"
+           "    if ((kq_keep >> k) & 1u) { " + out_stores(seg, "kq_o", "k") + "++kq_o; }\n"
+           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n}\n";
   // Counts are scanned as has-value pairs like any scan value; h is always set.
   return std::string(
              "typedef struct { uint64_t v; uint32_t h; } kq_lb_t;\n"
@@ -237,26 +370,22 @@ std::string compact_kernel(const segment& seg, const parts& p) {
              "KILN_FUNC kq_lb_t kq_lb_op(kq_lb_t a, kq_lb_t b) { a.v += b.v; return a; }\n"
              "KILN_FUNC kq_lb_t kq_lb_load(KILN_GLOBAL volatile kq_lb_t* p) {\n"
              "  kq_lb_t r; r.v = p->v; r.h = 1; return r;\n}\n") +
-         "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) + lookback_params +
-         "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals + "  " +
-         out_arrays(seg, "KQ_IT") +
+         lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) + lookback_params +
+         "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals +
+         (st ? stage_arrays(seg) : std::string()) + "  " + out_arrays(seg, "KQ_IT") +
          "\n"
          "  uint32_t kq_keep = 0;\n  kq_lb_t kq_run = kq_lb_id();\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    if (i < kq_n && kq_elem(i" + p.AS + out_refs(seg, "k") +
          ")) { kq_keep |= 1u << k; kq_run.v += 1; }\n"
-         "  }\n" + block_scan_and_lookback +
-         "  uint64_t kq_o = kq_prefix.v + kq_excl.v;\n"
-         "  for (int k = 0; k < KQ_IT; ++k)\n"
-         "    if ((kq_keep >> k) & 1u) { " + out_stores(seg, "kq_o", "k") +
-         "++kq_o; }\n"
-         "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n}\n";
+         "  }\n" + block_scan_and_lookback + tail;
 }
 
 std::string scan_kernel(const segment& seg, const parts& p) {
   const stage& sc = seg.stages[seg.scan_index()];
   const std::string A = c_type(sc.type);
+  const bool st = staged(seg);
   std::string value;
   if (sc.exclusive)
     value = "      const " + A + " kq_v = kq_p.h ? kq_sop(" + sc.init + ", kq_p.v) : " + sc.init +
@@ -266,8 +395,18 @@ std::string scan_kernel(const segment& seg, const parts& p) {
   std::string decls;
   for (std::size_t k = 0; k < seg.out_types.size(); ++k)
     decls += std::string(c_type(seg.out_types[k])) + " o" + std::to_string(k) + "[1]; ";
-  return "KILN_KERNEL void kq_scan(" + p.P + out_params(seg) + lookback_params +
-         "uint64_t kq_n) {\n" + lookback_locals +
+  std::string tail =
+      st ? "      " + to_stage(seg, "kq_t * KQ_IT + k", "0") +
+               "\n    }\n  }\n"
+               "  kiln_barrier();\n"
+               "  const uint64_t kq_tb = kq_tile * KQ_TILE;\n"
+               "  const uint64_t kq_tn = kq_n - kq_tb < KQ_TILE ? kq_n - kq_tb : KQ_TILE;\n"
+               "  for (uint32_t j = kq_t; j < kq_tn; j += KQ_B) { " +
+               from_stage(seg, "kq_tb + j", "j") + "}\n}\n"
+         : "      " + out_stores(seg, "i", "0") + "\n    }\n  }\n}\n";
+  return std::string(lb_shuffle) + lb_fenced + "KILN_KERNEL void kq_scan(" + p.P + out_params(seg) +
+         lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
+         (st ? stage_arrays(seg) : std::string()) +
          "  kq_lb_t kq_x[KQ_IT];\n  kq_lb_t kq_run = kq_lb_id();\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
@@ -279,8 +418,7 @@ std::string scan_kernel(const segment& seg, const parts& p) {
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    if (i < kq_n) {\n" + value + "      " + decls + "\n      kq_post(i" + p.AS +
-         ", kq_v" + out_refs(seg, "0") + ");\n      " + out_stores(seg, "i", "0") +
-         "\n    }\n  }\n}\n";
+         ", kq_v" + out_refs(seg, "0") + ");\n" + tail;
 }
 
 }  // namespace
@@ -291,6 +429,8 @@ generated render_gpu(const codegen_in& in) {
   generated g;
   g.source = std::string(constants) + c.text;
   const segment& seg = in.seg;
+  const std::size_t items = seg.end == segment_end::scan ? gpu_scan_items : gpu_compact_items;
+  g.source = "#define KQ_IT " + std::to_string(items) + "\n" + g.source;
   if (seg.end == segment_end::reduce) {
     g.source += reduce_kernel(*in.reduce, c, p);
     g.kernels = {"kq_reduce"};

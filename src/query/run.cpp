@@ -3,6 +3,7 @@
 // (cached), launches them on the device's default queue and reads the result.
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <list>
 #include <map>
@@ -51,12 +52,35 @@ void dump(const generated& g) {
   std::ofstream(std::filesystem::path(dir) / name) << g.source;
 }
 
-std::vector<kernel> kernels_for(const device& dev, const generated& g, query_stats& st) {
-  dump(g);
+// The shape of a segment: everything its generated source depends on, much shorter than the
+// source, so a repeated query skips rendering.
+std::string shape_key(const segment& seg, const query_desc& d, const reduce_spec* r, bool gpu) {
+  std::string k = gpu ? "g" : "c";
+  k += std::to_string(static_cast<int>(seg.end));
+  for (const auto& in : seg.inputs) k += "|i" + in.name + ":" + type_name(in.type);
+  for (const auto& st : seg.stages)
+    k += "|s" + std::to_string(static_cast<int>(st.kind)) + st.var + ":" + type_name(st.type) +
+         "=" + st.code + (st.exclusive ? "x" + st.init : "") + "@" + st.arg;
+  for (std::size_t i = 0; i < seg.out_names.size(); ++i)
+    k += "|o" + seg.out_names[i] + ":" + type_name(seg.out_types[i]);
+  for (const auto& c : d.captures) k += std::string("|c") + type_name(c.type);
+  for (const auto& h : d.helpers) k += "|h" + h;
+  if (r) k += "|r" + std::to_string(static_cast<int>(r->kind)) + type_name(r->acc) + r->op + r->init;
+  return k;
+}
+
+const std::vector<kernel>& kernels_for(const device& dev, const std::string& shape,
+                                       const std::function<generated()>& render,
+                                       query_stats& st) {
   kernel_cache& c = kcache();
   std::lock_guard lock(c.mu);
-  auto key = std::make_pair(dev.impl().get(), g.source);
-  if (auto it = c.entries.find(key); it != c.entries.end()) return it->second;
+  auto key = std::make_pair(dev.impl().get(), shape);
+  if (auto it = c.entries.find(key); it != c.entries.end()) {
+    if (std::getenv("KILN_DUMP_KERNELS")) dump(render());
+    return it->second;
+  }
+  const generated g = render();
+  dump(g);
   const auto before = cache_stats().compiles;
   program p = program::compile(dev, g.source);
   if (cache_stats().compiles > before) st.programs_compiled++;
@@ -66,9 +90,9 @@ std::vector<kernel> kernels_for(const device& dev, const generated& g, query_sta
     c.entries.erase(c.order.front());
     c.order.pop_front();
   }
-  auto [it, ok] = c.entries.emplace(std::move(key), ks);
+  auto [it, ok] = c.entries.emplace(std::move(key), std::move(ks));
   c.order.push_back(it);
-  return ks;
+  return it->second;
 }
 
 // ---- argument lists ---------------------------------------------------------------------
@@ -146,8 +170,8 @@ struct runner {
     for (scalar_type t : s.out_types)
       r.outputs.push_back(allocate(dev, std::max<std::uint64_t>(s.n, 1) * size_of(t)));
     if (s.n == 0) return r;
-    const generated g = render(s, nullptr);
-    const std::vector<kernel> ks = kernels_for(dev, g, st);
+    const std::vector<kernel> ks = kernels_for(
+        dev, shape_key(s, d, nullptr, gpu), [&] { return render(s, nullptr); }, st);
     args a = common(s);
     const bool filtered = s.has_filter() && s.end != segment_end::scan;
     sc.prepare_small(dev, q);
@@ -157,7 +181,9 @@ struct runner {
         a.val(s.n);
         launch(ks[0], ((s.n + 1023) / 1024) * 256, 256, a);
       } else {
-        const std::uint64_t tiles = (s.n + 2047) / 2048;
+        const std::uint64_t tile =
+            gpu_group * (s.end == segment_end::scan ? gpu_scan_items : gpu_compact_items);
+        const std::uint64_t tiles = (s.n + tile - 1) / tile;
         const std::uint32_t epoch = sc.prepare_lookback(dev, q, tiles);
         a.mem(sc.status, 0, scalar_type::u32);
         a.mem(sc.agg, 0, scalar_type::u64);
@@ -200,8 +226,8 @@ struct runner {
   }
 
   reduce_result reduce_segment(const segment& s, const reduce_spec& spec) {
-    const generated g = render(s, &spec);
-    const std::vector<kernel> ks = kernels_for(dev, g, st);
+    const std::vector<kernel> ks = kernels_for(
+        dev, shape_key(s, d, &spec, gpu), [&] { return render(s, &spec); }, st);
     args a = common(s);
     sc.prepare_small(dev, q);
     if (gpu) {

@@ -20,11 +20,13 @@ std::uint32_t scratch::prepare_lookback(const device& dev, queue& q, std::uint64
     agg = detail::allocate(dev, cap * lb_value_bytes);
     incl = detail::allocate(dev, cap * lb_value_bytes);
     zero(q, *status, cap * 4);
+    zero(q, *incl, cap * lb_value_bytes);  // packed status words live here
     tiles = cap;
     epoch = 0;
   }
   if (epoch >= max_epoch) {  // epochs wrapped: clear, so no stale word matches a new epoch
     zero(q, *status, tiles * 4);
+    zero(q, *incl, tiles * lb_value_bytes);
     epoch = 0;
   }
   return ++epoch;

@@ -22,7 +22,7 @@ struct scratch {
   std::uint32_t epoch = 0;
 
   static constexpr std::uint64_t result_offset = 64, count_offset = 128, lb_value_bytes = 16;
-  static constexpr std::uint32_t max_epoch = (1u << 30) - 1;
+  static constexpr std::uint32_t max_epoch = (1u << 14) - 1;  // packed words hold 14 bits
 
   // Makes room for `tiles` look-back tiles and returns the epoch for the next launch.
   std::uint32_t prepare_lookback(const device& dev, queue& q, std::uint64_t tiles);

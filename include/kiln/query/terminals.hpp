@@ -67,7 +67,7 @@ struct reduce_t : terminal_tag {
         reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>, {}, {}});
         return r.count ? std::optional<T>(bits_as<T>(r.value_bits)) : std::nullopt;
       } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
-        return reduce(q.desc(), reduce_spec{K, scalar_type::boolean, {}, {}}).value_bits != 0;
+        return bits_as<bool>(reduce(q.desc(), reduce_spec{K, scalar_type::boolean, {}, {}}).value_bits);
       } else if constexpr (K == reduce_kind::average) {
         reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type::f64, {}, {}});
         return r.count ? std::optional<double>(bits_as<double>(r.value_bits) /
