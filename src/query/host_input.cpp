@@ -82,6 +82,7 @@ void stage_host_inputs(query_desc& d, query_stats& st) {
     in.offset = 0;
     if (b) copy_in(d.dev, *in.mem, in.host, b);
     in.host = nullptr;
+    in.on_host = false;
   }
   st.host_to_device_bytes += bytes;
 }

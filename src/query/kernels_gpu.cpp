@@ -150,7 +150,7 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
 // The look-back part shared by scan and compaction. Inputs: kq_run (the thread's fold),
 // kq_tile, kq_t. Outputs: kq_excl (thread exclusive within the tile), kq_total (tile
 // aggregate), kq_prefix (local: everything before the tile).
-constexpr const char* block_scan_and_lookback = R"(
+constexpr const char* block_scan = R"(
 #ifdef KILN_BACKEND_CUDA
   // Warp scans by shuffles, then the warps' totals through local memory: two barriers.
   const uint32_t kq_lane = kq_t & 31u, kq_warp = kq_t >> 5;
@@ -181,6 +181,10 @@ constexpr const char* block_scan_and_lookback = R"(
   const kq_lb_t kq_excl = kq_t ? kq_sh[kq_t - 1] : kq_lb_id();
   const kq_lb_t kq_total = kq_sh[KQ_B - 1];
 #endif
+)";
+
+// Inputs: kq_total (the tile's aggregate). Output: kq_prefix (local: all tiles before).
+constexpr const char* lookback = R"(
   if (kq_t == 0) {  // publish early: successors may use the aggregate before our prefix
     if (kq_tile == 0) kq_prefix = kq_lb_id();
     kq_lb_put(kq_status, kq_aggw, kq_inclw, kq_tile, kq_tile == 0 ? 2u : 1u, kq_total, kq_epoch);
@@ -345,6 +349,53 @@ std::string from_stage(const segment& seg, const char* pos, const char* j) {
   return s;
 }
 
+// CUDA: warp-striped tiles (coalesced loads); ranks from ballots and one scan of the
+// (row, warp) counts; outputs staged for coalesced stores.
+std::string striped_compact(const segment& seg, const parts& p) {
+  return std::string(R"(  KILN_LOCAL uint32_t kq_wc[KQ_IT * (KQ_B / 32)];
+  KILN_LOCAL uint32_t kq_tcs;
+  const uint32_t kq_lane = kq_t & 31u, kq_warp = kq_t >> 5;
+  const uint64_t kq_tb = kq_tile * KQ_TILE;
+  uint32_t kq_keep = 0, kq_wr[KQ_IT];
+  for (int k = 0; k < KQ_IT; ++k) {
+    const uint64_t i = kq_tb + (uint64_t)k * KQ_B + kq_t;
+    const bool kq_k = i < kq_n && kq_elem(i)") +
+         p.AS + out_refs(seg, "k") + R"();
+    const unsigned b = __ballot_sync(0xffffffffu, kq_k);
+    kq_wr[k] = __popc(b & ((1u << kq_lane) - 1u));
+    if (kq_lane == 0) kq_wc[k * (KQ_B / 32) + kq_warp] = __popc(b);
+    kq_keep |= (uint32_t)kq_k << k;
+  }
+  kiln_barrier();
+  if (kq_t < 32) {  // exclusive scan of the (row, warp) counts: element order is row-major
+    const uint32_t per = KQ_IT * (KQ_B / 32) / 32;
+    uint32_t c[KQ_IT * (KQ_B / 32) / 32], s = 0;
+    for (uint32_t j = 0; j < per; ++j) { c[j] = kq_wc[kq_t * per + j]; s += c[j]; }
+    uint32_t x = s;
+    for (uint32_t d = 1; d < 32; d <<= 1) {
+      const uint32_t o = __shfl_up_sync(0xffffffffu, x, d);
+      if (kq_lane >= d) x += o;
+    }
+    uint32_t run = x - s;
+    for (uint32_t j = 0; j < per; ++j) { kq_wc[kq_t * per + j] = run; run += c[j]; }
+    if (kq_t == 31) kq_tcs = x;
+  }
+  kiln_barrier();
+  kq_lb_t kq_total; kq_total.v = kq_tcs; kq_total.h = 1;
+)" + lookback + R"(
+  for (int k = 0; k < KQ_IT; ++k)
+    if ((kq_keep >> k) & 1u) {
+      const uint32_t kq_lp = kq_wc[k * (KQ_B / 32) + kq_warp] + kq_wr[k];
+      )" + to_stage(seg, "kq_lp", "k") + R"(
+    }
+  kiln_barrier();
+  const uint32_t kq_tc = kq_tcs;
+  const uint64_t kq_ob = kq_prefix.v;
+  for (uint32_t j = kq_t; j < kq_tc; j += KQ_B) { )" + from_stage(seg, "kq_ob + j", "j") + R"(}
+  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;
+)";
+}
+
 std::string compact_kernel(const segment& seg, const parts& p) {
   const bool st = staged(seg);
   std::string tail;
@@ -357,12 +408,12 @@ std::string compact_kernel(const segment& seg, const parts& p) {
            "  const uint64_t kq_ob = kq_prefix.v;\n"
            "  for (uint32_t j = kq_t; j < kq_tc; j += KQ_B) { " + from_stage(seg, "kq_ob + j", "j") +
            "}\n"
-           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;\n}\n";
+           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;\n";
   else
     tail = "  uint64_t kq_o = kq_prefix.v + kq_excl.v;\n"
            "  for (int k = 0; k < KQ_IT; ++k)\n"
            "    if ((kq_keep >> k) & 1u) { " + out_stores(seg, "kq_o", "k") + "++kq_o; }\n"
-           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n}\n";
+           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n";
   // Counts are scanned as has-value pairs like any scan value; h is always set.
   return std::string(
              "typedef struct { uint64_t v; uint32_t h; } kq_lb_t;\n"
@@ -372,14 +423,63 @@ std::string compact_kernel(const segment& seg, const parts& p) {
              "  kq_lb_t r; r.v = p->v; r.h = 1; return r;\n}\n") +
          lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) + lookback_params +
          "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals +
-         (st ? stage_arrays(seg) : std::string()) + "  " + out_arrays(seg, "KQ_IT") +
-         "\n"
+         (st ? stage_arrays(seg) : std::string()) + "  " + out_arrays(seg, "KQ_IT") + "\n" +
+         (st ? "#ifdef KILN_BACKEND_CUDA\n" + striped_compact(seg, p) + "#else\n"
+             : std::string()) +
          "  uint32_t kq_keep = 0;\n  kq_lb_t kq_run = kq_lb_id();\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    if (i < kq_n && kq_elem(i" + p.AS + out_refs(seg, "k") +
          ")) { kq_keep |= 1u << k; kq_run.v += 1; }\n"
-         "  }\n" + block_scan_and_lookback + tail;
+         "  }\n" + block_scan + lookback + tail + (st ? "#endif\n}\n" : "}\n");
+}
+
+// Scan values of 4 bytes: flag and epoch in the high half of one 64-bit word, the value in
+// the low half. Published values always hold an element (h = 1).
+std::string lb_packed32(const std::string& A) {
+  return "typedef union { " + A + " v; uint32_t u; } kq_pun;\n" + R"(
+KILN_FUNC void kq_lb_put(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                         KILN_GLOBAL uint64_t* inclw, uint64_t t, uint32_t flag, kq_lb_t v,
+                         uint32_t epoch) {
+  kq_pun p; p.u = 0; p.v = v.v;
+  *(KILN_GLOBAL volatile uint64_t*)(inclw + 2 * t) =
+      ((uint64_t)((epoch << 2) | flag) << 32) | (uint64_t)p.u;
+}
+KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                            KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
+                            uint32_t* flag) {
+  uint64_t w;
+  do { w = *(KILN_GLOBAL volatile uint64_t*)(inclw + 2 * t); }
+  while ((uint32_t)(w >> 34) != epoch || ((w >> 32) & 3u) == 0u);
+  *flag = (uint32_t)(w >> 32) & 3u;
+  kq_pun p; p.u = (uint32_t)w;
+  kq_lb_t r; r.v = p.v; r.h = 1; return r;
+}
+)";
+}
+
+// Scan values of 8 bytes on CUDA: status and value in one 16-byte word, moved by single
+// 16-byte L2 accesses (as CUB does).
+std::string lb_packed128(const std::string& A) {
+  return "typedef union { " + A + " v; unsigned long long u; } kq_pun;\n" + R"(
+KILN_FUNC void kq_lb_put(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                         KILN_GLOBAL uint64_t* inclw, uint64_t t, uint32_t flag, kq_lb_t v,
+                         uint32_t epoch) {
+  kq_pun p; p.v = v.v;
+  ulonglong2 w; w.x = (epoch << 2) | flag; w.y = p.u;
+  __stcg((ulonglong2*)(inclw + 2 * t), w);
+}
+KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
+                            KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
+                            uint32_t* flag) {
+  ulonglong2 w;
+  do { w = __ldcg((const ulonglong2*)(inclw + 2 * t)); }
+  while ((uint32_t)(w.x >> 2) != epoch || (w.x & 3u) == 0u);
+  *flag = (uint32_t)(w.x & 3u);
+  kq_pun p; p.u = w.y;
+  kq_lb_t r; r.v = p.v; r.h = 1; return r;
+}
+)";
 }
 
 std::string scan_kernel(const segment& seg, const parts& p) {
@@ -404,7 +504,11 @@ std::string scan_kernel(const segment& seg, const parts& p) {
                "  for (uint32_t j = kq_t; j < kq_tn; j += KQ_B) { " +
                from_stage(seg, "kq_tb + j", "j") + "}\n}\n"
          : "      " + out_stores(seg, "i", "0") + "\n    }\n  }\n}\n";
-  return std::string(lb_shuffle) + lb_fenced + "KILN_KERNEL void kq_scan(" + p.P + out_params(seg) +
+  const std::string protocol =
+      size_of(sc.type) <= 4
+          ? lb_packed32(A)
+          : "#ifdef KILN_BACKEND_CUDA\n" + lb_packed128(A) + "#else\n" + lb_fenced + "#endif\n";
+  return std::string(lb_shuffle) + protocol + "KILN_KERNEL void kq_scan(" + p.P + out_params(seg) +
          lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) +
          "  kq_lb_t kq_x[KQ_IT];\n  kq_lb_t kq_run = kq_lb_id();\n"
@@ -413,7 +517,7 @@ std::string scan_kernel(const segment& seg, const parts& p) {
          "    kq_x[k] = i < kq_n ? kq_slift(kq_pre(i" + p.AS +
          ")) : kq_lb_id();\n"
          "    kq_run = kq_lb_op(kq_run, kq_x[k]);\n"
-         "  }\n" + block_scan_and_lookback +
+         "  }\n" + block_scan + lookback +
          "  kq_lb_t kq_p = kq_lb_op(kq_prefix, kq_excl);\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"

@@ -303,7 +303,8 @@ segment plan(runner& run, bool no_filter_at_end, bool no_scan_at_end) {
         (scanned && s.kind != stage_kind::map && s.kind != stage_kind::enumerate))
       materialize();
     if (s.kind == stage_kind::take || s.kind == stage_kind::skip) {
-      if (indexed) materialize();  // earlier stages saw positions before the slice
+      // take keeps earlier positions; skip would shift the ones earlier stages saw.
+      if (indexed && s.kind == stage_kind::skip) materialize();
       if (s.kind == stage_kind::skip) {
         const std::uint64_t k = std::min(s.count, seg.n);
         for (auto& in : seg.inputs) in.offset += k;

@@ -99,6 +99,8 @@ kiln::program compile(const kiln::device& dev, std::string_view source, std::str
   return kiln::program::compile(dev, source, options);
 }
 
+// Other suites reuse the fixture machinery without the coverage tests.
+#ifndef KILN_FIXTURE_ONLY
 namespace {
 
 class BackendCoverage : public ::testing::TestWithParam<std::string> {};
@@ -170,4 +172,5 @@ KILN_KERNEL void cpu_only(KILN_GLOBAL uint64_t* out) {
 }
 
 }  // namespace
+#endif  // KILN_FIXTURE_ONLY
 }  // namespace conformance

@@ -45,7 +45,8 @@ inline stage make_stage(stage_kind k, std::string var, std::string code, scalar_
 struct input {
   std::shared_ptr<memory_impl> mem;  // device inputs
   std::uint64_t offset = 0;          // in elements
-  const void* host = nullptr;        // host inputs (kiln::on)
+  const void* host = nullptr;        // host inputs (kiln::on); null for an empty range
+  bool on_host = false;
   scalar_type type = scalar_type::f32;
 };
 
@@ -63,8 +64,12 @@ struct query_desc {
   std::vector<scalar_type> types;
   int next_var = 0;
 
-  bool host_input() const { return !inputs.empty() && inputs[0].host != nullptr; }
-  std::string new_var() { return "v" + std::to_string(next_var++); }
+  bool host_input() const { return !inputs.empty() && inputs[0].on_host; }
+  std::string new_var() {
+    std::string v = std::to_string(next_var++);
+    v.insert(v.begin(), 'v');  // not "v" + ...: GCC 12 warns falsely there (bug 105329)
+    return v;
+  }
   render_ctx ctx() { return render_ctx{names, "kq_i", &captures, &helpers, false}; }
 };
 

@@ -50,7 +50,7 @@ using as_view_t = decltype(detail::as_view(std::declval<const B&>()));
 template <class V>
 input device_input(const V& v) {
   using E = typename V::value_type;
-  return input{v.memory(), v.offset(), nullptr, scalar_type_of<E>};
+  return input{v.memory(), v.offset(), nullptr, false, scalar_type_of<E>};
 }
 
 template <class B>
@@ -136,7 +136,7 @@ requires(!detail::is_device_side<R> && scalar<std::ranges::range_value_t<R>>) au
   d.dev = o.dev;
   d.where = o.automatic ? detail::q::placement::automatic : detail::q::placement::fixed;
   d.n = std::ranges::size(r);
-  d.inputs.push_back(detail::q::input{nullptr, 0, std::ranges::data(r), scalar_type_of<T>});
+  d.inputs.push_back(detail::q::input{nullptr, 0, std::ranges::data(r), true, scalar_type_of<T>});
   d.names.push_back(d.new_var());
   d.types.push_back(scalar_type_of<T>);
   return query<T>(std::move(d));

@@ -28,6 +28,8 @@ class work_queue {
   ~work_queue();
   void push(std::function<void()> task);
   void finish();  // blocks until every task pushed so far has run
+  // Runs task now when nothing is queued or running, else queues it.
+  void run_or_push(std::function<void()> task);
 
  private:
   void loop();

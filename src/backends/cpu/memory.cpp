@@ -100,8 +100,10 @@ kiln_status mem_alloc(kiln_device_h, uint64_t bytes, kiln_queue_h, void** out) {
 }
 
 void mem_free(kiln_device_h, void* mem, kiln_queue_h queue) {
+  // An idle queue has no work left that could touch mem: release it now, so that the next
+  // allocation of the same size finds it in the pool.
   if (queue)
-    queue->q.push([mem] { release(mem); });
+    queue->q.run_or_push([mem] { release(mem); });
   else
     release(mem);
 }

@@ -16,6 +16,18 @@ work_queue::~work_queue() {
   thread_.join();  // the loop drains the queue before it stops
 }
 
+void work_queue::run_or_push(std::function<void()> task) {
+  bool idle;
+  {
+    std::lock_guard lock(mu_);
+    idle = tasks_.empty() && !busy_;
+  }
+  if (idle)
+    task();
+  else
+    push(std::move(task));
+}
+
 void work_queue::push(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
