@@ -19,7 +19,7 @@ std::optional<kiln::backend_status> find_backend(std::string_view name) {
 
 // KILN_CONFORMANCE_REQUIRE="cuda" turns "no device" from a skip into a failure, so a GPU
 // machine cannot silently run the suite on the CPU alone (e.g. when the plugin was not built).
-bool required(const std::string& backend) {
+[[maybe_unused]] bool required(const std::string& backend) {
   const char* env = std::getenv("KILN_CONFORMANCE_REQUIRE");
   if (!env) return false;
   std::stringstream list(env);
@@ -51,7 +51,7 @@ class BackendReport : public ::testing::Environment {
 [[maybe_unused]] ::testing::Environment* const report =
     ::testing::AddGlobalTestEnvironment(new BackendReport);
 
-std::vector<std::string> backend_names() {
+[[maybe_unused]] std::vector<std::string> backend_names() {
   std::vector<std::string> names;
   for (const kiln::backend_status& b : kiln::backends()) names.push_back(b.name);
   return names;
