@@ -325,7 +325,7 @@ bool staged(const segment& seg) {
   std::size_t bytes = 0;
   for (scalar_type t : seg.out_types) bytes += size_of(t);
   const std::size_t items = seg.end == segment_end::scan ? gpu_scan_items : gpu_compact_items;
-  return bytes * 256 * items <= 32768;
+  return bytes * 256 * items <= 40960;  // of the 48 KiB of static local memory
 }
 std::string stage_arrays(const segment& seg) {
   std::string s;
@@ -458,30 +458,6 @@ KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw
 )";
 }
 
-// Scan values of 8 bytes on CUDA: status and value in one 16-byte word, moved by single
-// 16-byte L2 accesses (as CUB does).
-std::string lb_packed128(const std::string& A) {
-  return "typedef union { " + A + " v; unsigned long long u; } kq_pun;\n" + R"(
-KILN_FUNC void kq_lb_put(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
-                         KILN_GLOBAL uint64_t* inclw, uint64_t t, uint32_t flag, kq_lb_t v,
-                         uint32_t epoch) {
-  kq_pun p; p.v = v.v;
-  ulonglong2 w; w.x = (epoch << 2) | flag; w.y = p.u;
-  __stcg((ulonglong2*)(inclw + 2 * t), w);
-}
-KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw,
-                            KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
-                            uint32_t* flag) {
-  ulonglong2 w;
-  do { w = __ldcg((const ulonglong2*)(inclw + 2 * t)); }
-  while ((uint32_t)(w.x >> 2) != epoch || (w.x & 3u) == 0u);
-  *flag = (uint32_t)(w.x & 3u);
-  kq_pun p; p.u = w.y;
-  kq_lb_t r; r.v = p.v; r.h = 1; return r;
-}
-)";
-}
-
 std::string scan_kernel(const segment& seg, const parts& p) {
   const stage& sc = seg.stages[seg.scan_index()];
   const std::string A = c_type(sc.type);
@@ -504,10 +480,9 @@ std::string scan_kernel(const segment& seg, const parts& p) {
                "  for (uint32_t j = kq_t; j < kq_tn; j += KQ_B) { " +
                from_stage(seg, "kq_tb + j", "j") + "}\n}\n"
          : "      " + out_stores(seg, "i", "0") + "\n    }\n  }\n}\n";
-  const std::string protocol =
-      size_of(sc.type) <= 4
-          ? lb_packed32(A)
-          : "#ifdef KILN_BACKEND_CUDA\n" + lb_packed128(A) + "#else\n" + lb_fenced + "#endif\n";
+  // 8-byte values use the fenced protocol. (A 16-byte packed word, as CUB uses, lost
+  // prefixes in testing on the H100; left out until understood.)
+  const std::string protocol = size_of(sc.type) <= 4 ? lb_packed32(A) : std::string(lb_fenced);
   return std::string(lb_shuffle) + protocol + "KILN_KERNEL void kq_scan(" + p.P + out_params(seg) +
          lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) +
