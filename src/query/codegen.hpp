@@ -39,7 +39,7 @@ generated render_gpu(const codegen_in& in);
 generated render_cpu(const codegen_in& in);
 
 // GPU tile shapes: 256 work-items, each taking this many consecutive elements.
-inline constexpr std::size_t gpu_group = 256, gpu_compact_items = 32, gpu_scan_items = 16;
+inline constexpr std::size_t gpu_group = 256, gpu_compact_items = 16, gpu_scan_items = 16;
 
 // Size in bytes of the accumulator struct the reduce kernels write (reduce_result layout).
 inline constexpr std::size_t acc_bytes = sizeof(reduce_result);

@@ -64,13 +64,16 @@ std::string map_kernel(const segment& seg, const parts& p) {
          "  " + out_arrays(seg, "KQ_MAP_IT") +
          "\n"
          "  if (kq_base + (KQ_MAP_IT - 1) * KQ_B < kq_n) {  // full tile: loads issued together\n"
+         "#pragma unroll\n"
          "    for (int k = 0; k < KQ_MAP_IT; ++k) kq_elem(kq_base + k * KQ_B" + p.AS +
          out_refs(seg, "k") +
          ");\n"
+         "#pragma unroll\n"
          "    for (int k = 0; k < KQ_MAP_IT; ++k) { const uint64_t i = kq_base + k * KQ_B; " +
          out_stores(seg, "i", "k") +
          "}\n"
          "  } else {\n"
+         "#pragma unroll\n"
          "    for (int k = 0; k < KQ_MAP_IT; ++k) {\n"
          "      const uint64_t i = kq_base + k * KQ_B;\n"
          "      if (i < kq_n) { kq_elem(i" + p.AS + out_refs(seg, "k") + "); " +
@@ -113,9 +116,11 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
          "    bool kq_k[KQ_RED_IT];\n" +
          (has_value ? "    " + c.out_decls.substr(0, c.out_decls.find(' ')) + " kq_v[KQ_RED_IT];\n"
                     : std::string()) +
+         "#pragma unroll\n"
          "    for (int k = 0; k < KQ_RED_IT; ++k) { kq_k[k] = kq_elem(i + k * kq_stride" + p.AS +
          refs + ");" + (has_value ? " kq_v[k] = o0;" : "") +
          " }\n"
+         "#pragma unroll\n"
          "    for (int k = 0; k < KQ_RED_IT; ++k) if (kq_k[k]) kq_a = kq_acc_op(kq_a, " +
          (has_value ? "kq_lift(kq_v[k], i + k * kq_stride)" : "kq_lift(i + k * kq_stride)") +
          ");\n"
@@ -349,58 +354,12 @@ std::string from_stage(const segment& seg, const char* pos, const char* j) {
   return s;
 }
 
-// CUDA: warp-striped tiles (coalesced loads); ranks from ballots and one scan of the
-// (row, warp) counts; outputs staged for coalesced stores.
-std::string striped_compact(const segment& seg, const parts& p) {
-  return std::string(R"(  KILN_LOCAL uint32_t kq_wc[KQ_IT * (KQ_B / 32)];
-  KILN_LOCAL uint32_t kq_tcs;
-  const uint32_t kq_lane = kq_t & 31u, kq_warp = kq_t >> 5;
-  const uint64_t kq_tb = kq_tile * KQ_TILE;
-  uint32_t kq_keep = 0, kq_wr[KQ_IT];
-  for (int k = 0; k < KQ_IT; ++k) {
-    const uint64_t i = kq_tb + (uint64_t)k * KQ_B + kq_t;
-    const bool kq_k = i < kq_n && kq_elem(i)") +
-         p.AS + out_refs(seg, "k") + R"();
-    const unsigned b = __ballot_sync(0xffffffffu, kq_k);
-    kq_wr[k] = __popc(b & ((1u << kq_lane) - 1u));
-    if (kq_lane == 0) kq_wc[k * (KQ_B / 32) + kq_warp] = __popc(b);
-    kq_keep |= (uint32_t)kq_k << k;
-  }
-  kiln_barrier();
-  if (kq_t < 32) {  // exclusive scan of the (row, warp) counts: element order is row-major
-    const uint32_t per = KQ_IT * (KQ_B / 32) / 32;
-    uint32_t c[KQ_IT * (KQ_B / 32) / 32], s = 0;
-    for (uint32_t j = 0; j < per; ++j) { c[j] = kq_wc[kq_t * per + j]; s += c[j]; }
-    uint32_t x = s;
-    for (uint32_t d = 1; d < 32; d <<= 1) {
-      const uint32_t o = __shfl_up_sync(0xffffffffu, x, d);
-      if (kq_lane >= d) x += o;
-    }
-    uint32_t run = x - s;
-    for (uint32_t j = 0; j < per; ++j) { kq_wc[kq_t * per + j] = run; run += c[j]; }
-    if (kq_t == 31) kq_tcs = x;
-  }
-  kiln_barrier();
-  kq_lb_t kq_total; kq_total.v = kq_tcs; kq_total.h = 1;
-)" + lookback + R"(
-  for (int k = 0; k < KQ_IT; ++k)
-    if ((kq_keep >> k) & 1u) {
-      const uint32_t kq_lp = kq_wc[k * (KQ_B / 32) + kq_warp] + kq_wr[k];
-      )" + to_stage(seg, "kq_lp", "k") + R"(
-    }
-  kiln_barrier();
-  const uint32_t kq_tc = kq_tcs;
-  const uint64_t kq_ob = kq_prefix.v;
-  for (uint32_t j = kq_t; j < kq_tc; j += KQ_B) { )" + from_stage(seg, "kq_ob + j", "j") + R"(}
-  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;
-)";
-}
-
 std::string compact_kernel(const segment& seg, const parts& p) {
   const bool st = staged(seg);
   std::string tail;
   if (st)
     tail = "  uint32_t kq_lp = (uint32_t)kq_excl.v;\n"
+           "#pragma unroll\n"
            "  for (int k = 0; k < KQ_IT; ++k)\n"
            "    if ((kq_keep >> k) & 1u) { " + to_stage(seg, "kq_lp", "k") + "++kq_lp; }\n"
            "  kiln_barrier();\n"
@@ -411,6 +370,7 @@ std::string compact_kernel(const segment& seg, const parts& p) {
            "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;\n";
   else
     tail = "  uint64_t kq_o = kq_prefix.v + kq_excl.v;\n"
+           "#pragma unroll\n"
            "  for (int k = 0; k < KQ_IT; ++k)\n"
            "    if ((kq_keep >> k) & 1u) { " + out_stores(seg, "kq_o", "k") + "++kq_o; }\n"
            "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n";
@@ -424,14 +384,14 @@ std::string compact_kernel(const segment& seg, const parts& p) {
          lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) + lookback_params +
          "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) + "  " + out_arrays(seg, "KQ_IT") + "\n" +
-         (st ? "#ifdef KILN_BACKEND_CUDA\n" + striped_compact(seg, p) + "#else\n"
-             : std::string()) +
+
          "  uint32_t kq_keep = 0;\n  kq_lb_t kq_run = kq_lb_id();\n"
+         "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    if (i < kq_n && kq_elem(i" + p.AS + out_refs(seg, "k") +
          ")) { kq_keep |= 1u << k; kq_run.v += 1; }\n"
-         "  }\n" + block_scan + lookback + tail + (st ? "#endif\n}\n" : "}\n");
+         "  }\n" + block_scan + lookback + tail + "}\n";
 }
 
 // Scan values of 4 bytes: flag and epoch in the high half of one 64-bit word, the value in
@@ -487,6 +447,7 @@ std::string scan_kernel(const segment& seg, const parts& p) {
          lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) +
          "  kq_lb_t kq_x[KQ_IT];\n  kq_lb_t kq_run = kq_lb_id();\n"
+         "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    kq_x[k] = i < kq_n ? kq_slift(kq_pre(i" + p.AS +
@@ -494,6 +455,7 @@ std::string scan_kernel(const segment& seg, const parts& p) {
          "    kq_run = kq_lb_op(kq_run, kq_x[k]);\n"
          "  }\n" + block_scan + lookback +
          "  kq_lb_t kq_p = kq_lb_op(kq_prefix, kq_excl);\n"
+         "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    if (i < kq_n) {\n" + value + "      " + decls + "\n      kq_post(i" + p.AS +
