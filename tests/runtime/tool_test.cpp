@@ -111,3 +111,18 @@ TEST(Tool, CpuWithoutACompilerSaysSo) {
   r = run("KILN_CXX=/nonexistent/c++", "info");
   EXPECT_THAT(r.output, HasSubstr("no host C++ compiler"));
 }
+
+// Without a GPU there is nothing to measure; with one, the crossover lands in the cache dir.
+TEST(Tool, CalibrateStoresTheGpuCrossover) {
+  const auto dir = std::filesystem::temp_directory_path() / "kiln_calibrate_test";
+  std::filesystem::remove_all(dir);
+  auto r = run("KILN_CACHE_DIR=" + dir.string(), "calibrate");
+  ASSERT_EQ(r.status, 0) << r.output;
+  if (r.output.find("no GPU") != std::string::npos) {
+    EXPECT_FALSE(std::filesystem::exists(dir / "placement.txt"));
+  } else {
+    EXPECT_THAT(r.output, HasSubstr("crossover"));
+    ASSERT_TRUE(std::filesystem::exists(dir / "placement.txt")) << r.output;
+  }
+  std::filesystem::remove_all(dir);
+}

@@ -16,6 +16,7 @@ void usage() {
       "  demo [device]   compile a kernel, run it over 16M elements, check it, report GB/s\n"
       "  cache           kernel-cache location, entries and size\n"
       "  cache clear     remove every cached kernel\n"
+      "  calibrate       measure where GPUs beat the CPU on host data (kiln::automatic)\n"
       "  version         print Kiln's version\n"
       "environment: KILN_DEVICE (e.g. cuda:0, cpu), KILN_PLUGIN_PATH, KILN_CACHE_DIR,\n"
       "             KILN_CACHE=0, KILN_CXX, KILN_CPU_THREADS");
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return kiln::tool::info(args);
     if (cmd == "demo") return kiln::tool::demo(args);
     if (cmd == "cache") return kiln::tool::cache(args);
+    if (cmd == "calibrate") return kiln::tool::calibrate(args);
     if (cmd == "version") {
       std::printf("kiln %s\n", kiln::version_string);
       return 0;

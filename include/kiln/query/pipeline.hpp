@@ -99,11 +99,12 @@ requires(detail::is_device_side<B>&&...) auto zip(const B&... bs) {
       d.n = v.size();
     } else {
       if (v.size() != d.n)
-        throw invalid_argument("kiln::zip: inputs differ in length (" + std::to_string(d.n) +
-                               " and " + std::to_string(v.size()) + " elements)");
+        throw invalid_argument(detail::q::cat("kiln::zip: inputs differ in length (",
+                                              std::to_string(d.n), " and ",
+                                              std::to_string(v.size()), " elements)"));
       if (!(v.get_device() == d.dev))
-        throw invalid_argument("kiln::zip: inputs live on different devices (" + d.dev.id() +
-                               " and " + v.get_device().id() + ")");
+        throw invalid_argument(detail::q::cat("kiln::zip: inputs live on different devices (",
+                                              d.dev.id(), " and ", v.get_device().id(), ")"));
     }
     first = false;
     d.inputs.push_back(detail::q::device_input(v));
@@ -224,7 +225,7 @@ struct scan_t : stage_tag {
     render_ctx c{{"kq_a", "kq_b"}, "kq_i", &d.captures, &d.helpers, false};
     const std::size_t ncap = d.captures.size();
     if constexpr (std::is_same_v<Op, void*>)
-      s.code = "(" + cast_to<Acc>("kq_a") + " + " + cast_to<Acc>("kq_b") + ")";
+      s.code = cat("(", cast_to<Acc>("kq_a"), " + ", cast_to<Acc>("kq_b"), ")");
     else
       s.code = cast_to<Acc>(render_sub<std::tuple<Acc, Acc>>(op, c));
     if (c.uses_index || d.captures.size() != ncap)
