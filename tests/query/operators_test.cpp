@@ -379,7 +379,8 @@ TEST_P(OperatorsTest, PositionsAfterFilterCountSurvivors) {
       std::copy_if(x.begin(), x.end(), std::back_inserter(kept), [&](T v) { return v > t; });
       const std::uint64_t m = kept.size(), k = m / 2 + 1;
       auto check_launches = [&] {
-        if (n > 0) {
+        // With no survivors the work after the materialised prefix is empty and not launched.
+        if (m > 0) {
           EXPECT_GE(stats().kernel_launches, 2u) << "positions after a filter";
         }
       };
