@@ -25,7 +25,8 @@ std::string helper_def(const std::string& name) {
   if (fn == "min") return s + "(" + t + " a, " + t + " b) { return b < a ? b : a; }\n";
   if (fn == "max") return s + "(" + t + " a, " + t + " b) { return a < b ? b : a; }\n";
   if (fn == "clamp")
-    return s + "(" + t + " v, " + t + " lo, " + t + " hi) { return v < lo ? lo : hi < v ? hi : v; }\n";
+    return s + "(" + t + " v, " + t + " lo, " + t +
+           " hi) { return v < lo ? lo : hi < v ? hi : v; }\n";
   throw std::logic_error("kiln::query: unknown helper " + name);
 }
 
@@ -34,10 +35,8 @@ std::string stage_line(const stage& s) {
     case stage_kind::map:
     case stage_kind::enumerate:
       return "  const " + std::string(c_type(s.type)) + " " + s.var + " = " + s.code + ";\n";
-    case stage_kind::filter:
-      return "  if (!(" + s.code + ")) return false;\n";
-    default:
-      throw std::logic_error("kiln::query: stage cannot be rendered in an element function");
+    case stage_kind::filter: return "  if (!(" + s.code + ")) return false;\n";
+    default: throw std::logic_error("kiln::query: stage cannot be rendered in an element function");
   }
 }
 
@@ -90,9 +89,15 @@ std::string scan_code(const stage& sc) {
   const std::string A = c_type(sc.type);
   return "KILN_FUNC " + A + " kq_sop(" + A + " kq_a, " + A + " kq_b) { return " + sc.code +
          "; }\n"
-         "typedef struct { " + A + " v; uint32_t h; } kq_lb_t;\n"
-         "KILN_FUNC kq_lb_t kq_lb_id() { kq_lb_t r; r.v = (" + A + ")0; r.h = 0; return r; }\n"
-         "KILN_FUNC kq_lb_t kq_slift(" + A + " x) { kq_lb_t r; r.v = x; r.h = 1; return r; }\n"
+         "typedef struct { " +
+         A +
+         " v; uint32_t h; } kq_lb_t;\n"
+         "KILN_FUNC kq_lb_t kq_lb_id() { kq_lb_t r; r.v = (" +
+         A +
+         ")0; r.h = 0; return r; }\n"
+         "KILN_FUNC kq_lb_t kq_slift(" +
+         A +
+         " x) { kq_lb_t r; r.v = x; r.h = 1; return r; }\n"
          "KILN_FUNC kq_lb_t kq_lb_op(kq_lb_t a, kq_lb_t b) {\n"
          "  if (!b.h) return a;\n  if (!a.h) return b;\n"
          "  kq_lb_t r; r.v = kq_sop(a.v, b.v); r.h = 1; return r;\n}\n"
@@ -152,8 +157,7 @@ common_code render_common(const codegen_in& in) {
 
   const int si = seg.scan_index();
   if (si < 0) {
-    c.text += "KILN_FUNC bool kq_elem(uint64_t kq_i" + sep + params + out_params + ") {\n" +
-              loads;
+    c.text += "KILN_FUNC bool kq_elem(uint64_t kq_i" + sep + params + out_params + ") {\n" + loads;
     for (const stage& s : seg.stages) c.text += stage_line(s);
     c.text += stores + "  return true;\n}\n";
   } else {
@@ -166,8 +170,7 @@ common_code render_common(const codegen_in& in) {
     c.text += "  return (" + A + ")" + seg.stages[si].arg + ";\n}\n";
     c.text += "KILN_FUNC void kq_post(uint64_t kq_i" + sep + params + ", " + A + " " + sc.var +
               out_params + ") {\n";
-    for (std::size_t k = si + 1; k < seg.stages.size(); ++k)
-      c.text += stage_line(seg.stages[k]);
+    for (std::size_t k = si + 1; k < seg.stages.size(); ++k) c.text += stage_line(seg.stages[k]);
     c.text += stores + "}\n";
   }
   if (seg.end == segment_end::reduce) {

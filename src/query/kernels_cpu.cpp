@@ -53,19 +53,22 @@ generated render_cpu(const codegen_in& in) {
          "  for (uint64_t b = kq_lo; b < kq_hi; b += 1024) {\n"
          "    const uint64_t e = b + 1024 < kq_hi ? b + 1024 : kq_hi;\n"
          "    kq_acc kq_l[4] = {kq_acc_id(), kq_acc_id(), kq_acc_id(), kq_acc_id()};\n"
-         "    for (uint64_t i = b; i < e; ++i) {\n      " + c.out_decls +
-         "\n      if (kq_elem(i" + AS + refs + ")) kq_l[i & 3] = kq_acc_op(kq_l[i & 3], " +
+         "    for (uint64_t i = b; i < e; ++i) {\n      " +
+         c.out_decls + "\n      if (kq_elem(i" + AS + refs +
+         ")) kq_l[i & 3] = kq_acc_op(kq_l[i & 3], " +
          (has_value ? "kq_lift(o0, i)" : "kq_lift(i)") +
          ");\n    }\n"
-         "    kq_a = kq_acc_op(kq_a, kq_acc_op(kq_acc_op(kq_l[0], kq_l[1]), kq_acc_op(kq_l[2], kq_l[3])));\n"
+         "    kq_a = kq_acc_op(kq_a, kq_acc_op(kq_acc_op(kq_l[0], kq_l[1]), kq_acc_op(kq_l[2], "
+         "kq_l[3])));\n"
          "  }\n"
          "  ((KILN_GLOBAL kq_acc*)kq_partw)[kq_c] = kq_a;\n}\n"
-         "KILN_KERNEL void kq_reduce_fin(" + P +
+         "KILN_KERNEL void kq_reduce_fin(" +
+         P +
          "KILN_GLOBAL uint64_t* kq_partw, KILN_GLOBAL uint64_t* kq_resw, uint64_t kq_chunks) {\n"
          "  kq_acc kq_a = kq_acc_id();\n"
          "  for (uint64_t j = 0; j < kq_chunks; ++j)\n"
-         "    kq_a = kq_acc_op(kq_a, ((KILN_GLOBAL kq_acc*)kq_partw)[j]);\n" + fin +
-         "  *(KILN_GLOBAL kq_acc*)kq_resw = kq_a;\n}\n";
+         "    kq_a = kq_acc_op(kq_a, ((KILN_GLOBAL kq_acc*)kq_partw)[j]);\n" +
+         fin + "  *(KILN_GLOBAL kq_acc*)kq_resw = kq_a;\n}\n";
     g.kernels = {"kq_reduce_part", "kq_reduce_fin"};
   } else if (seg.end == segment_end::scan) {
     const stage& sc = seg.stages[seg.scan_index()];
@@ -84,14 +87,15 @@ generated render_cpu(const codegen_in& in) {
          "  for (uint64_t b = kq_lo; b < kq_hi; b += 1024) {  // the same blocks as kq_scan_write\n"
          "    const uint64_t e = b + 1024 < kq_hi ? b + 1024 : kq_hi;\n"
          "    kq_lb_t kq_r = kq_lb_id();\n"
-         "    for (uint64_t i = b; i < e; ++i) kq_r = kq_lb_op(kq_r, kq_slift(kq_pre(i" + AS +
+         "    for (uint64_t i = b; i < e; ++i) kq_r = kq_lb_op(kq_r, kq_slift(kq_pre(i" +
+         AS +
          ")));\n"
          "    kq_a = kq_lb_op(kq_a, kq_r);\n"
          "  }\n"
          "  ((KILN_GLOBAL kq_lb_t*)kq_partw)[kq_c] = kq_a;\n}\n"
-         "KILN_KERNEL void kq_scan_write(" + P + out_params(seg) +
-         "KILN_GLOBAL const uint64_t* kq_partw, uint64_t kq_n, uint64_t kq_cs) {\n" +
-         chunk_bounds +
+         "KILN_KERNEL void kq_scan_write(" +
+         P + out_params(seg) +
+         "KILN_GLOBAL const uint64_t* kq_partw, uint64_t kq_n, uint64_t kq_cs) {\n" + chunk_bounds +
          "  kq_lb_t kq_p = kq_lb_id();\n"
          "  for (uint64_t j = 0; j < kq_c; ++j) kq_p = kq_lb_op(kq_p, "
          "((KILN_GLOBAL const kq_lb_t*)kq_partw)[j]);\n"
@@ -101,9 +105,10 @@ generated render_cpu(const codegen_in& in) {
          "    const uint64_t e = b + 1024 < kq_hi ? b + 1024 : kq_hi;\n"
          "    kq_lb_t kq_r = kq_lb_id();\n"
          "    for (uint64_t i = b; i < e; ++i) {\n"
-         "      const kq_lb_t kq_x = kq_slift(kq_pre(i" + AS + "));\n" + value + "      " +
-         c.out_decls + "\n      kq_post(i" + AS + ", kq_v" + refs + ");\n      " +
-         out_stores(seg, "i") + "\n    }\n    kq_p = kq_lb_op(kq_p, kq_r);\n  }\n}\n";
+         "      const kq_lb_t kq_x = kq_slift(kq_pre(i" +
+         AS + "));\n" + value + "      " + c.out_decls + "\n      kq_post(i" + AS + ", kq_v" +
+         refs + ");\n      " + out_stores(seg, "i") +
+         "\n    }\n    kq_p = kq_lb_op(kq_p, kq_r);\n  }\n}\n";
     g.kernels = {"kq_scan_part", "kq_scan_write"};
   } else if (seg.has_filter()) {
     std::string zeroed = c.out_decls;  // "T o0; " -> "T o0 = 0; "
@@ -112,29 +117,34 @@ generated render_cpu(const codegen_in& in) {
     s += "KILN_KERNEL void kq_count_part(" + P +
          "KILN_GLOBAL uint64_t* kq_part, uint64_t kq_n, uint64_t kq_cs) {\n" + chunk_bounds +
          "  uint64_t kq_k = 0;\n"
-         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " + c.out_decls +
-         "\n    kq_k += kq_elem(i" + AS + refs + ") ? 1 : 0;\n  }\n"
+         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " +
+         c.out_decls + "\n    kq_k += kq_elem(i" + AS + refs +
+         ") ? 1 : 0;\n  }\n"
          "  kq_part[kq_c] = kq_k;\n}\n"
-         "KILN_KERNEL void kq_compact_write(" + P + out_params(seg) +
+         "KILN_KERNEL void kq_compact_write(" +
+         P + out_params(seg) +
          "KILN_GLOBAL const uint64_t* kq_part, KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n, "
-         "uint64_t kq_cs, uint64_t kq_chunks) {\n" + chunk_bounds +
+         "uint64_t kq_cs, uint64_t kq_chunks) {\n" +
+         chunk_bounds +
          "  uint64_t kq_o = 0;\n"
          "  for (uint64_t j = 0; j < kq_c; ++j) kq_o += kq_part[j];\n"
          "  const uint64_t kq_e = kq_o + kq_part[kq_c];\n"
          "  // Branch-free: every element is stored at the next free slot, which only a survivor\n"
          "  // advances; the slot past this chunk's last survivor (the next chunk's) is never\n"
          "  // written.\n"
-         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " + zeroed +
-         "\n    const bool kq_k = kq_elem(i" + AS + refs + ");\n"
-         "    if (kq_o < kq_e) { " + out_stores(seg, "kq_o") +
+         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " +
+         zeroed + "\n    const bool kq_k = kq_elem(i" + AS + refs +
+         ");\n"
+         "    if (kq_o < kq_e) { " +
+         out_stores(seg, "kq_o") +
          "}\n    kq_o += kq_k ? 1 : 0;\n  }\n"
          "  if (kq_c == kq_chunks - 1) *kq_count = kq_o;\n}\n";
     g.kernels = {"kq_count_part", "kq_compact_write"};
   } else {
     s += "KILN_KERNEL void kq_map(" + P + out_params(seg) +
          "uint64_t kq_n) {\n"
-         "  const uint64_t i = kiln_global_id(0);\n  " + c.out_decls +
-         "\n  kq_elem(i" + AS + refs + ");\n  " + out_stores(seg, "i") + "\n}\n";
+         "  const uint64_t i = kiln_global_id(0);\n  " +
+         c.out_decls + "\n  kq_elem(i" + AS + refs + ");\n  " + out_stores(seg, "i") + "\n}\n";
     g.kernels = {"kq_map"};
   }
   return g;

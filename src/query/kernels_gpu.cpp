@@ -52,8 +52,7 @@ std::string out_refs(const segment& seg, const char* idx) {
 std::string out_stores(const segment& seg, const char* pos, const char* idx) {
   std::string s;
   for (std::size_t k = 0; k < seg.out_types.size(); ++k)
-    s += "kq_out" + std::to_string(k) + "[" + pos + "] = o" + std::to_string(k) + "[" + idx +
-         "]; ";
+    s += "kq_out" + std::to_string(k) + "[" + pos + "] = o" + std::to_string(k) + "[" + idx + "]; ";
   return s;
 }
 
@@ -61,12 +60,13 @@ std::string map_kernel(const segment& seg, const parts& p) {
   return "KILN_KERNEL void kq_map(" + p.P + out_params(seg) +
          "uint64_t kq_n) {\n"
          "  const uint64_t kq_base = kiln_group_id(0) * (KQ_B * KQ_MAP_IT) + kiln_local_id(0);\n"
-         "  " + out_arrays(seg, "KQ_MAP_IT") +
+         "  " +
+         out_arrays(seg, "KQ_MAP_IT") +
          "\n"
          "  if (kq_base + (KQ_MAP_IT - 1) * KQ_B < kq_n) {  // full tile: loads issued together\n"
          "#pragma unroll\n"
-         "    for (int k = 0; k < KQ_MAP_IT; ++k) kq_elem(kq_base + k * KQ_B" + p.AS +
-         out_refs(seg, "k") +
+         "    for (int k = 0; k < KQ_MAP_IT; ++k) kq_elem(kq_base + k * KQ_B" +
+         p.AS + out_refs(seg, "k") +
          ");\n"
          "#pragma unroll\n"
          "    for (int k = 0; k < KQ_MAP_IT; ++k) { const uint64_t i = kq_base + k * KQ_B; " +
@@ -76,8 +76,8 @@ std::string map_kernel(const segment& seg, const parts& p) {
          "#pragma unroll\n"
          "    for (int k = 0; k < KQ_MAP_IT; ++k) {\n"
          "      const uint64_t i = kq_base + k * KQ_B;\n"
-         "      if (i < kq_n) { kq_elem(i" + p.AS + out_refs(seg, "k") + "); " +
-         out_stores(seg, "i", "k") +
+         "      if (i < kq_n) { kq_elem(i" +
+         p.AS + out_refs(seg, "k") + "); " + out_stores(seg, "i", "k") +
          "}\n"
          "    }\n"
          "  }\n}\n";
@@ -101,7 +101,8 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
   // of elements in a fixed order; the last block to finish folds the partials in order.
   return "KILN_FUNC kq_acc kq_acc_load(KILN_GLOBAL volatile kq_acc* p) {\n"
          "  kq_acc a; a.v = p->v; a.n = p->n; a.i = p->i; return a;\n}\n"
-         "KILN_KERNEL void kq_reduce(" + p.P +
+         "KILN_KERNEL void kq_reduce(" +
+         p.P +
          "KILN_GLOBAL uint64_t* kq_partw, KILN_GLOBAL uint32_t* kq_ticket, "
          "KILN_GLOBAL uint64_t* kq_resw, uint64_t kq_n) {\n"
          "  KILN_LOCAL kq_acc kq_sh[KQ_B];\n  KILN_LOCAL uint32_t kq_last;\n"
@@ -112,13 +113,15 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
          "  kq_acc kq_a = kq_acc_id();\n"
          "  uint64_t i = kq_g * KQ_B + kq_t;\n"
          "  for (; i + (KQ_RED_IT - 1) * kq_stride < kq_n; i += KQ_RED_IT * kq_stride) {\n"
-         "    " + c.out_decls + "\n"
+         "    " +
+         c.out_decls +
+         "\n"
          "    bool kq_k[KQ_RED_IT];\n" +
          (has_value ? "    " + c.out_decls.substr(0, c.out_decls.find(' ')) + " kq_v[KQ_RED_IT];\n"
                     : std::string()) +
          "#pragma unroll\n"
-         "    for (int k = 0; k < KQ_RED_IT; ++k) { kq_k[k] = kq_elem(i + k * kq_stride" + p.AS +
-         refs + ");" + (has_value ? " kq_v[k] = o0;" : "") +
+         "    for (int k = 0; k < KQ_RED_IT; ++k) { kq_k[k] = kq_elem(i + k * kq_stride" +
+         p.AS + refs + ");" + (has_value ? " kq_v[k] = o0;" : "") +
          " }\n"
          "#pragma unroll\n"
          "    for (int k = 0; k < KQ_RED_IT; ++k) if (kq_k[k]) kq_a = kq_acc_op(kq_a, " +
@@ -126,10 +129,14 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
          ");\n"
          "  }\n"
          "  for (; i < kq_n; i += kq_stride) {\n"
-         "    " + c.out_decls + "\n"
-         "    if (kq_elem(i" + p.AS + refs + ")) kq_a = kq_acc_op(kq_a, " + lift +
+         "    " +
+         c.out_decls +
+         "\n"
+         "    if (kq_elem(i" +
+         p.AS + refs + ")) kq_a = kq_acc_op(kq_a, " + lift +
          ");\n"
-         "  }\n" + block_reduce +
+         "  }\n" +
+         block_reduce +
          "  if (kq_t == 0) {\n"
          "    KILN_GLOBAL volatile kq_acc* kq_dst = kq_part + kq_g;\n"
          "    kq_dst->v = kq_sh[0].v; kq_dst->n = kq_sh[0].n; kq_dst->i = kq_sh[0].i;\n"
@@ -144,7 +151,8 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
          "kq_acc_load(kq_part + j));\n" +
          block_reduce +
          "    if (kq_t == 0) {\n"
-         "      kq_acc kq_r = kq_sh[0];\n" + fin +
+         "      kq_acc kq_r = kq_sh[0];\n" +
+         fin +
          "      KILN_GLOBAL kq_acc* kq_res = (KILN_GLOBAL kq_acc*)kq_resw;\n"
          "      *kq_res = kq_r;\n"
          "      *kq_ticket = 0;  // ready for the next query\n"
@@ -349,8 +357,8 @@ std::string to_stage(const segment& seg, const char* pos, const char* idx) {
 std::string from_stage(const segment& seg, const char* pos, const char* j) {
   std::string s;
   for (std::size_t k = 0; k < seg.out_types.size(); ++k)
-    s += "kq_out" + std::to_string(k) + "[" + pos + "] = kq_s" + std::to_string(k) + "[" + j +
-         "]; ";
+    s +=
+        "kq_out" + std::to_string(k) + "[" + pos + "] = kq_s" + std::to_string(k) + "[" + j + "]; ";
   return s;
 }
 
@@ -358,22 +366,29 @@ std::string compact_kernel(const segment& seg, const parts& p) {
   const bool st = staged(seg);
   std::string tail;
   if (st)
-    tail = "  uint32_t kq_lp = (uint32_t)kq_excl.v;\n"
-           "#pragma unroll\n"
-           "  for (int k = 0; k < KQ_IT; ++k)\n"
-           "    if ((kq_keep >> k) & 1u) { " + to_stage(seg, "kq_lp", "k") + "++kq_lp; }\n"
-           "  kiln_barrier();\n"
-           "  const uint32_t kq_tc = (uint32_t)kq_total.v;\n"
-           "  const uint64_t kq_ob = kq_prefix.v;\n"
-           "  for (uint32_t j = kq_t; j < kq_tc; j += KQ_B) { " + from_stage(seg, "kq_ob + j", "j") +
-           "}\n"
-           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;\n";
+    tail =
+        "  uint32_t kq_lp = (uint32_t)kq_excl.v;\n"
+        "#pragma unroll\n"
+        "  for (int k = 0; k < KQ_IT; ++k)\n"
+        "    if ((kq_keep >> k) & 1u) { " +
+        to_stage(seg, "kq_lp", "k") +
+        "++kq_lp; }\n"
+        "  kiln_barrier();\n"
+        "  const uint32_t kq_tc = (uint32_t)kq_total.v;\n"
+        "  const uint64_t kq_ob = kq_prefix.v;\n"
+        "  for (uint32_t j = kq_t; j < kq_tc; j += KQ_B) { " +
+        from_stage(seg, "kq_ob + j", "j") +
+        "}\n"
+        "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == 0) *kq_count = kq_ob + kq_tc;\n";
   else
-    tail = "  uint64_t kq_o = kq_prefix.v + kq_excl.v;\n"
-           "#pragma unroll\n"
-           "  for (int k = 0; k < KQ_IT; ++k)\n"
-           "    if ((kq_keep >> k) & 1u) { " + out_stores(seg, "kq_o", "k") + "++kq_o; }\n"
-           "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n";
+    tail =
+        "  uint64_t kq_o = kq_prefix.v + kq_excl.v;\n"
+        "#pragma unroll\n"
+        "  for (int k = 0; k < KQ_IT; ++k)\n"
+        "    if ((kq_keep >> k) & 1u) { " +
+        out_stores(seg, "kq_o", "k") +
+        "++kq_o; }\n"
+        "  if (kq_tile == kiln_num_groups(0) - 1 && kq_t == KQ_B - 1) *kq_count = kq_o;\n";
   // Counts are scanned as has-value pairs like any scan value; h is always set.
   return std::string(
              "typedef struct { uint64_t v; uint32_t h; } kq_lb_t;\n"
@@ -381,17 +396,19 @@ std::string compact_kernel(const segment& seg, const parts& p) {
              "KILN_FUNC kq_lb_t kq_lb_op(kq_lb_t a, kq_lb_t b) { a.v += b.v; return a; }\n"
              "KILN_FUNC kq_lb_t kq_lb_load(KILN_GLOBAL volatile kq_lb_t* p) {\n"
              "  kq_lb_t r; r.v = p->v; r.h = 1; return r;\n}\n") +
-         lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) + lookback_params +
-         "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals +
+         lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) +
+         lookback_params + "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) + "  " + out_arrays(seg, "KQ_IT") + "\n" +
 
          "  uint32_t kq_keep = 0;\n  kq_lb_t kq_run = kq_lb_id();\n"
          "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
-         "    if (i < kq_n && kq_elem(i" + p.AS + out_refs(seg, "k") +
+         "    if (i < kq_n && kq_elem(i" +
+         p.AS + out_refs(seg, "k") +
          ")) { kq_keep |= 1u << k; kq_run.v += 1; }\n"
-         "  }\n" + block_scan + lookback + tail + "}\n";
+         "  }\n" +
+         block_scan + lookback + tail + "}\n";
 }
 
 // Scan values of 4 bytes: flag and epoch in the high half of one 64-bit word, the value in
@@ -450,16 +467,19 @@ std::string scan_kernel(const segment& seg, const parts& p) {
          "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
-         "    kq_x[k] = i < kq_n ? kq_slift(kq_pre(i" + p.AS +
+         "    kq_x[k] = i < kq_n ? kq_slift(kq_pre(i" +
+         p.AS +
          ")) : kq_lb_id();\n"
          "    kq_run = kq_lb_op(kq_run, kq_x[k]);\n"
-         "  }\n" + block_scan + lookback +
+         "  }\n" +
+         block_scan + lookback +
          "  kq_lb_t kq_p = kq_lb_op(kq_prefix, kq_excl);\n"
          "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
-         "    if (i < kq_n) {\n" + value + "      " + decls + "\n      kq_post(i" + p.AS +
-         ", kq_v" + out_refs(seg, "0") + ");\n" + tail;
+         "    if (i < kq_n) {\n" +
+         value + "      " + decls + "\n      kq_post(i" + p.AS + ", kq_v" + out_refs(seg, "0") +
+         ");\n" + tail;
 }
 
 }  // namespace

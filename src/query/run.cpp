@@ -3,8 +3,8 @@
 // (cached), launches them on the device's default queue and reads the result.
 #include <cstdlib>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <list>
 #include <map>
 #include <mutex>
@@ -65,13 +65,13 @@ std::string shape_key(const segment& seg, const query_desc& d, const reduce_spec
     k += "|o" + seg.out_names[i] + ":" + type_name(seg.out_types[i]);
   for (const auto& c : d.captures) k += std::string("|c") + type_name(c.type);
   for (const auto& h : d.helpers) k += "|h" + h;
-  if (r) k += "|r" + std::to_string(static_cast<int>(r->kind)) + type_name(r->acc) + r->op + r->init;
+  if (r)
+    k += "|r" + std::to_string(static_cast<int>(r->kind)) + type_name(r->acc) + r->op + r->init;
   return k;
 }
 
 const std::vector<kernel>& kernels_for(const device& dev, const std::string& shape,
-                                       const std::function<generated()>& render,
-                                       query_stats& st) {
+                                       const std::function<generated()>& render, query_stats& st) {
   kernel_cache& c = kcache();
   std::lock_guard lock(c.mu);
   auto key = std::make_pair(dev.impl().get(), shape);
@@ -148,7 +148,9 @@ struct runner {
     codegen_in in{s, d.captures, d.helpers, r};
     return gpu ? render_gpu(in) : render_cpu(in);
   }
-  std::uint32_t compute_units() const { return std::max<std::uint32_t>(dev.info().compute_units, 1); }
+  std::uint32_t compute_units() const {
+    return std::max<std::uint32_t>(dev.info().compute_units, 1);
+  }
   // CPU chunking: depends on n and the device only.
   std::pair<std::uint64_t, std::uint64_t> chunks(std::uint64_t n) const {
     std::uint64_t c = std::clamp<std::uint64_t>((n + 16383) / 16384, 1, compute_units() * 4ull);
@@ -325,8 +327,7 @@ segment plan(runner& run, bool no_filter_at_end, bool no_scan_at_end) {
         names.insert(names.begin(), s.var);
         types.insert(types.begin(), s.type);
         break;
-      default:
-        break;
+      default: break;
     }
     filtered |= s.kind == stage_kind::filter;
     scanned |= s.kind == stage_kind::scan;
@@ -345,10 +346,12 @@ struct session {
   std::unique_lock<std::recursive_mutex> lock;
   runner run;
   session(query_desc& d, const device& dv)
-      : dev(dv),
-        sc(scratch_for(dev)),
-        lock(sc.mu),
-        run{d, dev, dev.default_queue(), sc, t_stats, dev.info().type != device_type::cpu} {}
+      : dev(dv), sc(scratch_for(dev)), lock(sc.mu), run{d,
+                                                        dev,
+                                                        dev.default_queue(),
+                                                        sc,
+                                                        t_stats,
+                                                        dev.info().type != device_type::cpu} {}
 };
 
 device prepare(query_desc& d) {

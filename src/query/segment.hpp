@@ -27,7 +27,7 @@ struct segment_input {
 struct segment {
   std::vector<segment_input> inputs;
   std::uint64_t n = 0;
-  std::vector<stage> stages;  // map, filter, enumerate, at most one scan
+  std::vector<stage> stages;           // map, filter, enumerate, at most one scan
   std::vector<std::string> out_names;  // components at the end
   std::vector<scalar_type> out_types;
   segment_end end = segment_end::collect;

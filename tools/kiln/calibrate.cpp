@@ -19,8 +19,8 @@ double query_ms(const kiln::device& dev, const std::vector<float>& host) {
   std::vector<double> t;
   for (int r = 0; r < 7; ++r) {
     const auto a = std::chrono::steady_clock::now();
-    volatile float s = host | kiln::on(dev) | kiln::transform(_1 * 2.f) |
-                       kiln::filter(_1 > 1.f) | kiln::sum();
+    volatile float s =
+        host | kiln::on(dev) | kiln::transform(_1 * 2.f) | kiln::filter(_1 > 1.f) | kiln::sum();
     (void)s;
     const auto b = std::chrono::steady_clock::now();
     if (r >= 2) t.push_back(std::chrono::duration<double, std::milli>(b - a).count());

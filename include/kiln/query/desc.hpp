@@ -74,7 +74,17 @@ struct query_desc {
 };
 
 enum class reduce_kind : std::uint8_t {
-  count, sum, product, min, max, any, all, average, argmin, argmax, custom
+  count,
+  sum,
+  product,
+  min,
+  max,
+  any,
+  all,
+  average,
+  argmin,
+  argmax,
+  custom
 };
 
 struct reduce_spec {

@@ -127,22 +127,25 @@ template <class E, class In>
 using type_t = typename E::template type<In>;
 
 // ---- operators ----------------------------------------------------------------------------
-#define KILN_Q_BINOPS(X)                                                                      \
-  X(add, +, arith) X(sub, -, arith) X(mul, *, arith) X(div, /, arith) X(mod, %, arith)        \
-  X(lt, <, compare) X(le, <=, compare) X(gt, >, compare) X(ge, >=, compare) X(eq, ==, compare) \
-  X(ne, !=, compare) X(land, &&, logical) X(lor, ||, logical) X(band, &, arith)               \
-  X(bor, |, arith) X(bxor, ^, arith) X(shl, <<, shift) X(shr, >>, shift)
+#define KILN_Q_BINOPS(X)                                                                \
+  X(add, +, arith)                                                                      \
+  X(sub, -, arith) X(mul, *, arith) X(div, /, arith) X(mod, %, arith) X(lt, <, compare) \
+      X(le, <=, compare) X(gt, >, compare) X(ge, >=, compare) X(eq, ==, compare)        \
+          X(ne, !=, compare) X(land, &&, logical) X(lor, ||, logical) X(band, &, arith) \
+              X(bor, |, arith) X(bxor, ^, arith) X(shl, <<, shift) X(shr, >>, shift)
 
 enum class op_class { arith, compare, logical, shift };
 
-#define KILN_Q_OPTAG(name, sym, cls)                                                          \
-  struct op_##name {                                                                          \
-    static constexpr const char* spelling = #sym;                                             \
-    static constexpr op_class kind = op_class::cls;                                           \
-    template <class A, class B>                                                               \
-    static constexpr bool valid = requires(A a, B b) { a sym b; };                            \
-    template <class A, class B>                                                               \
-    static auto result(A a, B b) -> decltype(a sym b);                                        \
+#define KILN_Q_OPTAG(name, sym, cls)                   \
+  struct op_##name {                                   \
+    static constexpr const char* spelling = #sym;      \
+    static constexpr op_class kind = op_class::cls;    \
+    template <class A, class B>                        \
+    static constexpr bool valid = requires(A a, B b) { \
+      a sym b;                                         \
+    };                                                 \
+    template <class A, class B>                        \
+    static auto result(A a, B b) -> decltype(a sym b); \
   };
 KILN_Q_BINOPS(KILN_Q_OPTAG)
 #undef KILN_Q_OPTAG
@@ -227,8 +230,8 @@ struct select_node : expr_base {
   template <class In>
   std::string render(render_ctx& ctx) const {
     using R = type<In>;
-    return cat("((bool)", render_sub<In>(c, ctx), " ? ", cast_to<R>(render_sub<In>(a, ctx)),
-               " : ", cast_to<R>(render_sub<In>(b, ctx)), ")");
+    return cat("((bool)", render_sub<In>(c, ctx), " ? ", cast_to<R>(render_sub<In>(a, ctx)), " : ",
+               cast_to<R>(render_sub<In>(b, ctx)), ")");
   }
 };
 
@@ -250,10 +253,11 @@ template <class... T>
 using math_t = std::conditional_t<(std::is_same_v<T, float> && ...), float, double>;
 
 enum class fn_kind { real, abs, minmax, clamp };
-#define KILN_Q_FUNCS(X)                                                                       \
-  X(sqrt, real, 1) X(rsqrt, real, 1) X(exp, real, 1) X(log, real, 1) X(sin, real, 1)          \
-  X(cos, real, 1) X(tanh, real, 1) X(floor, real, 1) X(ceil, real, 1) X(pow, real, 2)         \
-  X(fma, real, 3) X(abs, abs, 1) X(min, minmax, 2) X(max, minmax, 2) X(clamp, clamp, 3)
+#define KILN_Q_FUNCS(X)                                                                   \
+  X(sqrt, real, 1)                                                                        \
+  X(rsqrt, real, 1) X(exp, real, 1) X(log, real, 1) X(sin, real, 1) X(cos, real, 1)       \
+      X(tanh, real, 1) X(floor, real, 1) X(ceil, real, 1) X(pow, real, 2) X(fma, real, 3) \
+          X(abs, abs, 1) X(min, minmax, 2) X(max, minmax, 2) X(clamp, clamp, 3)
 
 template <class Fn, class... A>
 struct call : expr_base {
@@ -294,10 +298,10 @@ struct call : expr_base {
   }
 };
 
-#define KILN_Q_FNTAG(fname, k, arity)                 \
-  struct fn_##fname {                                 \
-    static constexpr const char* name = #fname;       \
-    static constexpr fn_kind kind = fn_kind::k;       \
+#define KILN_Q_FNTAG(fname, k, arity)           \
+  struct fn_##fname {                           \
+    static constexpr const char* name = #fname; \
+    static constexpr fn_kind kind = fn_kind::k; \
   };
 KILN_Q_FUNCS(KILN_Q_FNTAG)
 #undef KILN_Q_FNTAG
@@ -314,12 +318,11 @@ template <class A, class B>
 concept one_expr = (expression<A> || expression<B>);
 
 // Operators live here so that argument-dependent lookup finds them for any expression.
-#define KILN_Q_DEFINE_OP(name, sym, cls)                                                     \
-  template <class A, class B>                                                                \
-  requires one_expr<A, B> auto operator sym(const A& a, const B& b) {             \
-    return binary<op_##name, expr_of<A>,                    \
-                             expr_of<B>>(as_expr(a),                   \
-                                                    as_expr(b));                  \
+#define KILN_Q_DEFINE_OP(name, sym, cls)                                      \
+  template <class A, class B>                                                 \
+  requires one_expr<A, B>                                                     \
+  auto operator sym(const A& a, const B& b) {                                 \
+    return binary<op_##name, expr_of<A>, expr_of<B>>(as_expr(a), as_expr(b)); \
   }
 KILN_Q_BINOPS(KILN_Q_DEFINE_OP)
 #undef KILN_Q_DEFINE_OP
@@ -352,8 +355,8 @@ inline constexpr detail::q::index_leaf _i{};  // the element's position in the s
 template <class C, class A, class B>
 auto select(const C& c, const A& a, const B& b) {
   return detail::q::select_node<detail::q::expr_of<C>, detail::q::expr_of<A>,
-                                detail::q::expr_of<B>>(
-      detail::q::as_expr(c), detail::q::as_expr(a), detail::q::as_expr(b));
+                                detail::q::expr_of<B>>(detail::q::as_expr(c), detail::q::as_expr(a),
+                                                       detail::q::as_expr(b));
 }
 
 // Conversion to scalar type T, as static_cast<T>.
@@ -363,25 +366,25 @@ auto cast(const A& a) {
 }
 
 #define KILN_Q_DEFINE_FN(fname, k, arity) KILN_Q_DEFINE_FN_##arity(fname)
-#define KILN_Q_DEFINE_FN_1(fname)                                                         \
-  template <detail::q::expression A>                                                      \
-  auto fname(const A& a) {                                                                \
-    return detail::q::call<detail::q::fn_##fname, A>(a);                                  \
+#define KILN_Q_DEFINE_FN_1(fname)                        \
+  template <detail::q::expression A>                     \
+  auto fname(const A& a) {                               \
+    return detail::q::call<detail::q::fn_##fname, A>(a); \
   }
-#define KILN_Q_DEFINE_FN_2(fname)                                                         \
-  template <class A, class B>                                                             \
-  requires detail::q::one_expr<A, B> auto fname(const A& a, const B& b) {                 \
-    return detail::q::call<detail::q::fn_##fname, detail::q::expr_of<A>,                  \
-                           detail::q::expr_of<B>>(detail::q::as_expr(a),                  \
-                                                  detail::q::as_expr(b));                 \
+#define KILN_Q_DEFINE_FN_2(fname)                                                                \
+  template <class A, class B>                                                                    \
+  requires detail::q::one_expr<A, B>                                                             \
+  auto fname(const A& a, const B& b) {                                                           \
+    return detail::q::call<detail::q::fn_##fname, detail::q::expr_of<A>, detail::q::expr_of<B>>( \
+        detail::q::as_expr(a), detail::q::as_expr(b));                                           \
   }
-#define KILN_Q_DEFINE_FN_3(fname)                                                         \
-  template <class A, class B, class C>                                                    \
-  requires(detail::q::expression<A> || detail::q::expression<B> ||                        \
-           detail::q::expression<C>) auto fname(const A& a, const B& b, const C& c) {     \
-    return detail::q::call<detail::q::fn_##fname, detail::q::expr_of<A>,                  \
-                           detail::q::expr_of<B>, detail::q::expr_of<C>>(                 \
-        detail::q::as_expr(a), detail::q::as_expr(b), detail::q::as_expr(c));             \
+#define KILN_Q_DEFINE_FN_3(fname)                                                                 \
+  template <class A, class B, class C>                                                            \
+  requires(detail::q::expression<A> || detail::q::expression<B> || detail::q::expression<C>) auto \
+  fname(const A& a, const B& b, const C& c) {                                                     \
+    return detail::q::call<detail::q::fn_##fname, detail::q::expr_of<A>, detail::q::expr_of<B>,   \
+                           detail::q::expr_of<C>>(detail::q::as_expr(a), detail::q::as_expr(b),   \
+                                                  detail::q::as_expr(c));                         \
   }
 KILN_Q_FUNCS(KILN_Q_DEFINE_FN)
 #undef KILN_Q_DEFINE_FN

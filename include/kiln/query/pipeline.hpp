@@ -67,10 +67,10 @@ auto source(const B& b) {
 }
 
 template <class T>
-using sum_t = std::conditional_t<
-    std::is_floating_point_v<T>, T,
-    std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>, std::uint64_t,
-                       std::int64_t>>;
+using sum_t =
+    std::conditional_t<std::is_floating_point_v<T>, T,
+                       std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>,
+                                          std::uint64_t, std::int64_t>>;
 
 template <class Q>
 using only_t = std::tuple_element_t<0, typename Q::element>;
@@ -93,7 +93,8 @@ requires(detail::is_device_side<B>&&...) auto zip(const B&... bs) {
   auto add = [&](const auto& b) {
     auto v = detail::as_view(b);
     using T = typename decltype(v)::value_type;
-    if (!v.memory() && v.size() == 0) throw invalid_argument("kiln::zip: an input is empty (moved-from buffer?)");
+    if (!v.memory() && v.size() == 0)
+      throw invalid_argument("kiln::zip: an input is empty (moved-from buffer?)");
     if (first) {
       d.dev = v.get_device();
       d.n = v.size();
@@ -145,9 +146,8 @@ requires(!detail::is_device_side<R> && scalar<std::ranges::range_value_t<R>>) au
 
 // Any buffer or view starts a query when piped into a step.
 template <class B, detail::q::pipe_step S>
-requires detail::is_device_side<B> auto operator|(const B& b, const S& s) {
-  return detail::q::source(b) | s;
-}
+requires detail::is_device_side<B>
+auto operator|(const B& b, const S& s) { return detail::q::source(b) | s; }
 template <class... Ts, detail::q::pipe_step S>
 auto operator|(query<Ts...> q, const S& s) {
   return s.apply(std::move(q));
@@ -163,7 +163,8 @@ struct transform_t : stage_tag {
     using R = type_t<E, std::tuple<Ts...>>;
     query_desc& d = q.desc();
     render_ctx c = d.ctx();
-    stage s = make_stage(stage_kind::map, d.new_var(), render_sub<std::tuple<Ts...>>(e, c), scalar_type_of<R>);
+    stage s = make_stage(stage_kind::map, d.new_var(), render_sub<std::tuple<Ts...>>(e, c),
+                         scalar_type_of<R>);
     s.uses_index = c.uses_index;
     d.names = {s.var};
     d.types = {s.type};
@@ -180,7 +181,8 @@ struct filter_t : stage_tag {
                   "kiln::filter: the predicate must give a value convertible to bool");
     query_desc& d = q.desc();
     render_ctx c = d.ctx();
-    stage s = make_stage(stage_kind::filter, {}, render_sub<std::tuple<Ts...>>(e, c), scalar_type::boolean);
+    stage s = make_stage(stage_kind::filter, {}, render_sub<std::tuple<Ts...>>(e, c),
+                         scalar_type::boolean);
     s.uses_index = c.uses_index;
     d.stages.push_back(std::move(s));
     return q;
@@ -218,7 +220,9 @@ struct scan_t : stage_tag {
     using Q = kiln::query<Ts...>;
     require_single<Q>();
     using T = only_t<Q>;
-    using Acc = std::conditional_t<std::is_void_v<Init>, std::conditional_t<std::is_same_v<Op, void*>, sum_t<T>, T>, Init>;
+    using Acc =
+        std::conditional_t<std::is_void_v<Init>,
+                           std::conditional_t<std::is_same_v<Op, void*>, sum_t<T>, T>, Init>;
     query_desc& d = q.desc();
     stage s = make_stage(stage_kind::scan, d.new_var(), {}, scalar_type_of<Acc>);
     s.arg = d.names[0];

@@ -67,7 +67,8 @@ struct reduce_t : terminal_tag {
         reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>, {}, {}});
         return r.count ? std::optional<T>(bits_as<T>(r.value_bits)) : std::nullopt;
       } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
-        return bits_as<bool>(reduce(q.desc(), reduce_spec{K, scalar_type::boolean, {}, {}}).value_bits);
+        return bits_as<bool>(
+            reduce(q.desc(), reduce_spec{K, scalar_type::boolean, {}, {}}).value_bits);
       } else if constexpr (K == reduce_kind::average) {
         reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type::f64, {}, {}});
         return r.count ? std::optional<double>(bits_as<double>(r.value_bits) /
@@ -93,8 +94,10 @@ struct custom_reduce_t : terminal_tag {
     query_desc& d = q.desc();
     render_ctx c{{"kq_a", "kq_b"}, "kq_i", &d.captures, &d.helpers, false};
     const std::size_t ncap = d.captures.size();
-    reduce_spec s{reduce_kind::custom, scalar_type_of<I>,
-                  cast_to<I>(render_sub<std::tuple<I, I>>(op, c)), {}};
+    reduce_spec s{reduce_kind::custom,
+                  scalar_type_of<I>,
+                  cast_to<I>(render_sub<std::tuple<I, I>>(op, c)),
+                  {}};
     if (c.uses_index || d.captures.size() != ncap)
       throw invalid_argument(
           "kiln::reduce: the combine operation may use only _1 and _2 (no _i, no captured host "
