@@ -105,6 +105,18 @@ std::string scan_code(const stage& sc) {
          "  kq_lb_t r; r.v = p->v; r.h = p->h; return r;\n}\n";
 }
 
+// True when every stage after the first filter is safe to run on a dropped element.
+bool speculate(const segment& seg) {
+  bool after_filter = false;
+  for (const stage& s : seg.stages) {
+    if (after_filter && (s.code.find('/') != std::string::npos ||
+                         s.code.find('%') != std::string::npos))
+      return false;
+    after_filter |= s.kind == stage_kind::filter;
+  }
+  return true;
+}
+
 }  // namespace
 
 common_code render_common(const codegen_in& in) {
@@ -158,8 +170,20 @@ common_code render_common(const codegen_in& in) {
   const int si = seg.scan_index();
   if (si < 0) {
     c.text += "KILN_FUNC bool kq_elem(uint64_t kq_i" + sep + params + out_params + ") {\n" + loads;
-    for (const stage& s : seg.stages) c.text += stage_line(s);
-    c.text += stores + "  return true;\n}\n";
+    if (speculate(seg)) {
+      // Branch-free: every stage runs for every element and the filters only clear the flag,
+      // so loops over elements vectorise and never mispredict. Done only when nothing after
+      // the first filter divides (an integer division by zero would trap on a dropped
+      // element); other values computed for dropped elements are discarded.
+      c.text += "  bool kq_keep = true;\n";
+      for (const stage& s : seg.stages)
+        c.text += s.kind == stage_kind::filter ? "  kq_keep = kq_keep & (bool)(" + s.code + ");\n"
+                                               : stage_line(s);
+      c.text += stores + "  return kq_keep;\n}\n";
+    } else {
+      for (const stage& s : seg.stages) c.text += stage_line(s);
+      c.text += stores + "  return true;\n}\n";
+    }
   } else {
     const stage& sc = seg.stages[si];
     const std::string A = c_type(sc.type);

@@ -45,6 +45,10 @@ generated render_cpu(const codegen_in& in) {
     if (in.reduce->kind == reduce_kind::custom)
       fin = "  kq_a.v = kq_a.n ? kq_rop(" + in.reduce->init + ", kq_a.v) : " + in.reduce->init +
             "; kq_a.n = 1;\n";
+    // One element into accumulator acc (named registers: an indexed array would live in memory).
+    s += "#define KQ_STEP(acc, idx) { " + c.out_decls + "if (kq_elem((idx)" + AS + refs +
+         ")) acc = kq_acc_op(acc, " + (has_value ? "kq_lift(o0, (idx))" : "kq_lift((idx))") +
+         "); }\n";
     s += "KILN_KERNEL void kq_reduce_part(" + P +
          "KILN_GLOBAL uint64_t* kq_partw, uint64_t kq_n, uint64_t kq_cs) {\n" + chunk_bounds +
          "  // Blocks of 1024 with 4 interleaved accumulators: float sums stay accurate and the\n"
@@ -52,14 +56,13 @@ generated render_cpu(const codegen_in& in) {
          "  kq_acc kq_a = kq_acc_id();\n"
          "  for (uint64_t b = kq_lo; b < kq_hi; b += 1024) {\n"
          "    const uint64_t e = b + 1024 < kq_hi ? b + 1024 : kq_hi;\n"
-         "    kq_acc kq_l[4] = {kq_acc_id(), kq_acc_id(), kq_acc_id(), kq_acc_id()};\n"
-         "    for (uint64_t i = b; i < e; ++i) {\n      " +
-         c.out_decls + "\n      if (kq_elem(i" + AS + refs +
-         ")) kq_l[i & 3] = kq_acc_op(kq_l[i & 3], " +
-         (has_value ? "kq_lift(o0, i)" : "kq_lift(i)") +
-         ");\n    }\n"
-         "    kq_a = kq_acc_op(kq_a, kq_acc_op(kq_acc_op(kq_l[0], kq_l[1]), kq_acc_op(kq_l[2], "
-         "kq_l[3])));\n"
+         "    kq_acc l0 = kq_acc_id(), l1 = kq_acc_id(), l2 = kq_acc_id(), l3 = kq_acc_id();\n"
+         "    uint64_t i = b;\n"
+         "    for (; i + 3 < e; i += 4) {\n"
+         "      KQ_STEP(l0, i) KQ_STEP(l1, i + 1) KQ_STEP(l2, i + 2) KQ_STEP(l3, i + 3)\n"
+         "    }\n"
+         "    for (; i < e; ++i) KQ_STEP(l0, i)\n"
+         "    kq_a = kq_acc_op(kq_a, kq_acc_op(kq_acc_op(l0, l1), kq_acc_op(l2, l3)));\n"
          "  }\n"
          "  ((KILN_GLOBAL kq_acc*)kq_partw)[kq_c] = kq_a;\n}\n"
          "KILN_KERNEL void kq_reduce_fin(" +
