@@ -407,6 +407,21 @@ TEST_P(FusionTest, ZipAcrossDevicesIsAnError) {
 }
 
 }  // namespace
+// Filters are branch-free only when nothing after them divides: an integer division by zero on
+// a dropped element would trap (SIGFPE on x86). Here every dropped element is a zero divisor.
+TEST_P(FusionTest, DivisionAfterAFilterRunsOnlyOnSurvivors) {
+  const std::uint64_t n = 10007;
+  std::vector<std::int32_t> x(n);
+  for (std::uint64_t i = 0; i < n; ++i) x[i] = static_cast<std::int32_t>(i % 5);  // 0 every 5th
+  const kiln::buffer<std::int32_t> xs = upload(dev(), x);
+  std::vector<std::int32_t> want;
+  std::int64_t want_sum = 0;
+  for (auto v : x)
+    if (v != 0) want.push_back(100 / v), want_sum += 100 % v;
+  EXPECT_EQ(xs | kiln::filter(_1 != 0) | kiln::transform(100 / _1) | kiln::to_vector(), want);
+  EXPECT_EQ(xs | kiln::filter(_1 != 0) | kiln::transform(100 % _1) | kiln::sum(), want_sum);
+}
+
 // Queries from several host threads on one device share its scratch memory and kernel cache:
 // every thread gets its own right answers (and TSan sees the locking: "Concurrent").
 TEST_P(FusionTest, ConcurrentQueriesFromSeveralThreads) {
