@@ -109,8 +109,8 @@ std::string scan_code(const stage& sc) {
 bool speculate(const segment& seg) {
   bool after_filter = false;
   for (const stage& s : seg.stages) {
-    if (after_filter && (s.code.find('/') != std::string::npos ||
-                         s.code.find('%') != std::string::npos))
+    if (after_filter &&
+        (s.code.find('/') != std::string::npos || s.code.find('%') != std::string::npos))
       return false;
     after_filter |= s.kind == stage_kind::filter;
   }
@@ -118,6 +118,23 @@ bool speculate(const segment& seg) {
 }
 
 }  // namespace
+
+std::string out_params(const segment& seg) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
+    s += "KILN_GLOBAL " + std::string(c_type(seg.out_types[k])) + "* KILN_RESTRICT kq_out" +
+         std::to_string(k) + ", ";
+  return s;
+}
+
+std::string out_stores(const segment& seg, const char* pos, const char* idx) {
+  std::string s;
+  for (std::size_t k = 0; k < seg.out_types.size(); ++k) {
+    const std::string o = cat("o", std::to_string(k));
+    s += cat("kq_out", std::to_string(k), "[", pos, "] = ", idx ? cat(o, "[", idx, "]") : o, "; ");
+  }
+  return s;
+}
 
 common_code render_common(const codegen_in& in) {
   const segment& seg = in.seg;
@@ -138,6 +155,8 @@ common_code render_common(const codegen_in& in) {
   }
   c.params = params;
   c.args = args;
+  c.lead = params.empty() ? "" : cat(params, ", ");
+  c.call_args = args.empty() ? "" : cat(", ", args);
 
   std::string loads;
   for (std::size_t k = 0; k < seg.inputs.size(); ++k)

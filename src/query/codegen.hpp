@@ -25,7 +25,14 @@ struct common_code {
   std::string args;       // "kq_in0, kq_c0"
   std::string out_decls;  // "float o0; int32_t o1;"  (collect/reduce outputs, in registers)
   std::string out_refs;   // "&o0, &o1"
+  std::string lead;       // params followed by ", ", or "" (a kernel's first parameters)
+  std::string call_args;  // ", " followed by args, or "" (after kq_i in element calls)
 };
+
+// "KILN_GLOBAL T0* KILN_RESTRICT kq_out0, ...": the collect outputs, each followed by ", ".
+std::string out_params(const segment& seg);
+// "kq_out0[pos] = o0[idx]; ..." (idx null: the outputs are scalars o0, o1 ...).
+std::string out_stores(const segment& seg, const char* pos, const char* idx);
 
 common_code render_common(const codegen_in& in);
 const char* c_type(scalar_type t);
@@ -40,8 +47,5 @@ generated render_cpu(const codegen_in& in);
 
 // GPU tile shapes: 256 work-items, each taking this many consecutive elements.
 inline constexpr std::size_t gpu_group = 256, gpu_compact_items = 16, gpu_scan_items = 16;
-
-// Size in bytes of the accumulator struct the reduce kernels write (reduce_result layout).
-inline constexpr std::size_t acc_bytes = sizeof(reduce_result);
 
 }  // namespace kiln::detail::q

@@ -9,20 +9,6 @@
 namespace kiln::detail::q {
 namespace {
 
-std::string out_params(const segment& seg) {
-  std::string s;
-  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
-    s += "KILN_GLOBAL " + std::string(c_type(seg.out_types[k])) + "* KILN_RESTRICT kq_out" +
-         std::to_string(k) + ", ";
-  return s;
-}
-std::string out_stores(const segment& seg, const char* pos) {
-  std::string s;
-  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
-    s += "kq_out" + std::to_string(k) + "[" + pos + "] = o" + std::to_string(k) + "; ";
-  return s;
-}
-
 constexpr const char* chunk_bounds =
     "  const uint64_t kq_c = kiln_global_id(0);\n"
     "  const uint64_t kq_lo = kq_c * kq_cs;\n"
@@ -32,8 +18,8 @@ constexpr const char* chunk_bounds =
 
 generated render_cpu(const codegen_in& in) {
   const common_code c = render_common(in);
-  const std::string P = c.params.empty() ? "" : c.params + ", ";
-  const std::string AS = c.args.empty() ? "" : ", " + c.args;
+  const std::string& P = c.lead;
+  const std::string& AS = c.call_args;
   const std::string refs = c.out_refs.empty() ? "" : ", " + c.out_refs;
   const segment& seg = in.seg;
   generated g;
@@ -110,7 +96,7 @@ generated render_cpu(const codegen_in& in) {
          "    for (uint64_t i = b; i < e; ++i) {\n"
          "      const kq_lb_t kq_x = kq_slift(kq_pre(i" +
          AS + "));\n" + value + "      " + c.out_decls + "\n      kq_post(i" + AS + ", kq_v" +
-         refs + ");\n      " + out_stores(seg, "i") +
+         refs + ");\n      " + out_stores(seg, "i", nullptr) +
          "\n    }\n    kq_p = kq_lb_op(kq_p, kq_r);\n  }\n}\n";
     g.kernels = {"kq_scan_part", "kq_scan_write"};
   } else if (seg.has_filter()) {
@@ -139,7 +125,7 @@ generated render_cpu(const codegen_in& in) {
          zeroed + "\n    const bool kq_k = kq_elem(i" + AS + refs +
          ");\n"
          "    if (kq_o < kq_e) { " +
-         out_stores(seg, "kq_o") +
+         out_stores(seg, "kq_o", nullptr) +
          "}\n    kq_o += kq_k ? 1 : 0;\n  }\n"
          "  if (kq_c == kq_chunks - 1) *kq_count = kq_o;\n}\n";
     g.kernels = {"kq_count_part", "kq_compact_write"};
@@ -147,7 +133,8 @@ generated render_cpu(const codegen_in& in) {
     s += "KILN_KERNEL void kq_map(" + P + out_params(seg) +
          "uint64_t kq_n) {\n"
          "  const uint64_t i = kiln_global_id(0);\n  " +
-         c.out_decls + "\n  kq_elem(i" + AS + refs + ");\n  " + out_stores(seg, "i") + "\n}\n";
+         c.out_decls + "\n  kq_elem(i" + AS + refs + ");\n  " + out_stores(seg, "i", nullptr) +
+         "\n}\n";
     g.kernels = {"kq_map"};
   }
   return g;

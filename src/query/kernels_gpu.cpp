@@ -21,21 +21,6 @@ constexpr const char* constants =
     "#define KQ_B 256\n#define KQ_MAP_IT 4\n#define KQ_TILE (KQ_B * KQ_IT)\n"
     "#define KQ_RED_IT 8\n";
 
-struct parts {
-  std::string P, AS;  // parameters ("" or "..., "), ", args" for calls
-};
-
-parts make_parts(const common_code& c) {
-  return {c.params.empty() ? "" : c.params + ", ", c.args.empty() ? "" : ", " + c.args};
-}
-
-std::string out_params(const segment& seg) {
-  std::string s;
-  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
-    s += "KILN_GLOBAL " + std::string(c_type(seg.out_types[k])) + "* KILN_RESTRICT kq_out" +
-         std::to_string(k) + ", ";
-  return s;
-}
 // "T0 o0[N]; T1 o1[N];"
 std::string out_arrays(const segment& seg, const char* n) {
   std::string s;
@@ -49,15 +34,8 @@ std::string out_refs(const segment& seg, const char* idx) {
     s += ", &o" + std::to_string(k) + "[" + idx + "]";
   return s;
 }
-std::string out_stores(const segment& seg, const char* pos, const char* idx) {
-  std::string s;
-  for (std::size_t k = 0; k < seg.out_types.size(); ++k)
-    s += "kq_out" + std::to_string(k) + "[" + pos + "] = o" + std::to_string(k) + "[" + idx + "]; ";
-  return s;
-}
-
-std::string map_kernel(const segment& seg, const parts& p) {
-  return "KILN_KERNEL void kq_map(" + p.P + out_params(seg) +
+std::string map_kernel(const segment& seg, const common_code& p) {
+  return "KILN_KERNEL void kq_map(" + p.lead + out_params(seg) +
          "uint64_t kq_n) {\n"
          "  const uint64_t kq_base = kiln_group_id(0) * (KQ_B * KQ_MAP_IT) + kiln_local_id(0);\n"
          "  " +
@@ -66,7 +44,7 @@ std::string map_kernel(const segment& seg, const parts& p) {
          "  if (kq_base + (KQ_MAP_IT - 1) * KQ_B < kq_n) {  // full tile: loads issued together\n"
          "#pragma unroll\n"
          "    for (int k = 0; k < KQ_MAP_IT; ++k) kq_elem(kq_base + k * KQ_B" +
-         p.AS + out_refs(seg, "k") +
+         p.call_args + out_refs(seg, "k") +
          ");\n"
          "#pragma unroll\n"
          "    for (int k = 0; k < KQ_MAP_IT; ++k) { const uint64_t i = kq_base + k * KQ_B; " +
@@ -77,7 +55,7 @@ std::string map_kernel(const segment& seg, const parts& p) {
          "    for (int k = 0; k < KQ_MAP_IT; ++k) {\n"
          "      const uint64_t i = kq_base + k * KQ_B;\n"
          "      if (i < kq_n) { kq_elem(i" +
-         p.AS + out_refs(seg, "k") + "); " + out_stores(seg, "i", "k") +
+         p.call_args + out_refs(seg, "k") + "); " + out_stores(seg, "i", "k") +
          "}\n"
          "    }\n"
          "  }\n}\n";
@@ -90,7 +68,7 @@ constexpr const char* block_reduce =
     "    if (kq_t < s) kq_sh[kq_t] = kq_acc_op(kq_sh[kq_t], kq_sh[kq_t + s]);\n"
     "    kiln_barrier();\n  }\n";
 
-std::string reduce_kernel(const reduce_spec& r, const common_code& c, const parts& p) {
+std::string reduce_kernel(const reduce_spec& r, const common_code& c, const common_code& p) {
   const bool has_value = !c.out_refs.empty();
   const std::string lift = has_value ? "kq_lift(o0, i)" : "kq_lift(i)";
   const std::string refs = has_value ? ", &o0" : "";
@@ -102,7 +80,7 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
   return "KILN_FUNC kq_acc kq_acc_load(KILN_GLOBAL volatile kq_acc* p) {\n"
          "  kq_acc a; a.v = p->v; a.n = p->n; a.i = p->i; return a;\n}\n"
          "KILN_KERNEL void kq_reduce(" +
-         p.P +
+         p.lead +
          "KILN_GLOBAL uint64_t* kq_partw, KILN_GLOBAL uint32_t* kq_ticket, "
          "KILN_GLOBAL uint64_t* kq_resw, uint64_t kq_n) {\n"
          "  KILN_LOCAL kq_acc kq_sh[KQ_B];\n  KILN_LOCAL uint32_t kq_last;\n"
@@ -121,7 +99,7 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
                     : std::string()) +
          "#pragma unroll\n"
          "    for (int k = 0; k < KQ_RED_IT; ++k) { kq_k[k] = kq_elem(i + k * kq_stride" +
-         p.AS + refs + ");" + (has_value ? " kq_v[k] = o0;" : "") +
+         p.call_args + refs + ");" + (has_value ? " kq_v[k] = o0;" : "") +
          " }\n"
          "#pragma unroll\n"
          "    for (int k = 0; k < KQ_RED_IT; ++k) if (kq_k[k]) kq_a = kq_acc_op(kq_a, " +
@@ -133,7 +111,7 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const part
          c.out_decls +
          "\n"
          "    if (kq_elem(i" +
-         p.AS + refs + ")) kq_a = kq_acc_op(kq_a, " + lift +
+         p.call_args + refs + ")) kq_a = kq_acc_op(kq_a, " + lift +
          ");\n"
          "  }\n" +
          block_reduce +
@@ -362,7 +340,7 @@ std::string from_stage(const segment& seg, const char* pos, const char* j) {
   return s;
 }
 
-std::string compact_kernel(const segment& seg, const parts& p) {
+std::string compact_kernel(const segment& seg, const common_code& p) {
   const bool st = staged(seg);
   std::string tail;
   if (st)
@@ -396,7 +374,7 @@ std::string compact_kernel(const segment& seg, const parts& p) {
              "KILN_FUNC kq_lb_t kq_lb_op(kq_lb_t a, kq_lb_t b) { a.v += b.v; return a; }\n"
              "KILN_FUNC kq_lb_t kq_lb_load(KILN_GLOBAL volatile kq_lb_t* p) {\n"
              "  kq_lb_t r; r.v = p->v; r.h = 1; return r;\n}\n") +
-         lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.P + out_params(seg) +
+         lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.lead + out_params(seg) +
          lookback_params + "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) + "  " + out_arrays(seg, "KQ_IT") + "\n" +
 
@@ -405,7 +383,7 @@ std::string compact_kernel(const segment& seg, const parts& p) {
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    if (i < kq_n && kq_elem(i" +
-         p.AS + out_refs(seg, "k") +
+         p.call_args + out_refs(seg, "k") +
          ")) { kq_keep |= 1u << k; kq_run.v += 1; }\n"
          "  }\n" +
          block_scan + lookback + tail + "}\n";
@@ -435,7 +413,7 @@ KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw
 )";
 }
 
-std::string scan_kernel(const segment& seg, const parts& p) {
+std::string scan_kernel(const segment& seg, const common_code& p) {
   const stage& sc = seg.stages[seg.scan_index()];
   const std::string A = c_type(sc.type);
   const bool st = staged(seg);
@@ -460,15 +438,15 @@ std::string scan_kernel(const segment& seg, const parts& p) {
   // 8-byte values use the fenced protocol. (A 16-byte packed word, as CUB uses, lost
   // prefixes in testing on the H100; left out until understood.)
   const std::string protocol = size_of(sc.type) <= 4 ? lb_packed32(A) : std::string(lb_fenced);
-  return std::string(lb_shuffle) + protocol + "KILN_KERNEL void kq_scan(" + p.P + out_params(seg) +
-         lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
+  return std::string(lb_shuffle) + protocol + "KILN_KERNEL void kq_scan(" + p.lead +
+         out_params(seg) + lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) +
          "  kq_lb_t kq_x[KQ_IT];\n  kq_lb_t kq_run = kq_lb_id();\n"
          "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    kq_x[k] = i < kq_n ? kq_slift(kq_pre(i" +
-         p.AS +
+         p.call_args +
          ")) : kq_lb_id();\n"
          "    kq_run = kq_lb_op(kq_run, kq_x[k]);\n"
          "  }\n" +
@@ -478,15 +456,15 @@ std::string scan_kernel(const segment& seg, const parts& p) {
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
          "    const uint64_t i = kq_first + k;\n"
          "    if (i < kq_n) {\n" +
-         value + "      " + decls + "\n      kq_post(i" + p.AS + ", kq_v" + out_refs(seg, "0") +
-         ");\n" + tail;
+         value + "      " + decls + "\n      kq_post(i" + p.call_args + ", kq_v" +
+         out_refs(seg, "0") + ");\n" + tail;
 }
 
 }  // namespace
 
 generated render_gpu(const codegen_in& in) {
   const common_code c = render_common(in);
-  const parts p = make_parts(c);
+  const common_code& p = c;
   generated g;
   g.source = std::string(constants) + c.text;
   const segment& seg = in.seg;

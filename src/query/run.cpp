@@ -120,10 +120,11 @@ struct runner {
   query_stats& st;
   bool gpu;
 
+  // local 0: the backend's default work-group (lets the CPU backend vectorise a map).
   void launch(const kernel& k, std::uint64_t global, std::uint32_t local, args& a) {
     const range g(global);
-    const local_size l(local);
-    detail::launch(*k.impl(), *q.impl(), g, &l, a.v.data(), a.v.size());
+    const local_size l(local ? local : 1);
+    detail::launch(*k.impl(), *q.impl(), g, local ? &l : nullptr, a.v.data(), a.v.size());
     st.kernel_launches++;
   }
   // Inputs and captures: the parameters every kernel of a segment starts with.
@@ -200,9 +201,7 @@ struct runner {
       if (s.end == segment_end::collect && !filtered) {
         for (std::size_t k = 0; k < r.outputs.size(); ++k) a.mem(r.outputs[k], 0, s.out_types[k]);
         a.val(s.n);
-        const range g(s.n);
-        detail::launch(*ks[0].impl(), *q.impl(), g, nullptr, a.v.data(), a.v.size());
-        st.kernel_launches++;
+        launch(ks[0], s.n, 0, a);
       } else {
         sc.prepare_parts(dev, nc);
         args a1 = a;

@@ -44,9 +44,4 @@ struct segment {
   }
 };
 
-// Names of the generated kernels, by the end they implement and the backend class.
-struct kernel_set {
-  std::vector<std::string> names;
-};
-
 }  // namespace kiln::detail::q
