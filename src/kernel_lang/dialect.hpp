@@ -16,12 +16,22 @@ struct dialect_table {
   const char* body_param;  // inserted first in every kernel body's parameter list
   // Appends the backend entry point for kernel k to out.
   void (*emit_entry)(std::string& out, const kernel_decl& k);
+  // Dialects whose kernels are their own entry points (OpenCL C: __local variables may only be
+  // declared in a kernel function) leave emit_entry null. Instead render() replaces each
+  // kernel's parameter list with emit_params and opens its body with emit_prologue, which
+  // rebuilds the user's parameters and guards the launch range. Neither may emit a newline.
+  void (*emit_params)(std::string& out, const kernel_decl& k) = nullptr;
+  void (*emit_prologue)(std::string& out, const kernel_decl& k) = nullptr;
+  // Respells what the dialect lacks in the user's source, keeping every offset and line:
+  // `blank` is the source with comments and literals blanked (same length).
+  void (*respell)(std::string& source, const std::string& blank) = nullptr;
 };
 
 const dialect_table& dialect_for(kiln_dialect d);
 
 extern const dialect_table cuda_dialect;
 extern const dialect_table cpp_dialect;
+extern const dialect_table opencl_dialect;
 
 // Name of the renamed kernel body: "kiln__body_<name>".
 std::string body_name(const std::string& kernel);

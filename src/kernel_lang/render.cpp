@@ -12,6 +12,7 @@ const dialect_table& dialect_for(kiln_dialect d) {
   switch (d) {
     case KILN_DIALECT_CUDA: return cuda_dialect;
     case KILN_DIALECT_CPP: return cpp_dialect;
+    case KILN_DIALECT_OPENCL: return opencl_dialect;
     default: break;
   }
   throw unsupported("the kernel language has no renderer for dialect " + std::to_string(d));
@@ -20,13 +21,50 @@ const dialect_table& dialect_for(kiln_dialect d) {
 std::string body_name(const std::string& kernel) { return "kiln__body_" + kernel; }
 std::string cpu_entry_name(const std::string& kernel) { return "kiln_cpu_" + kernel; }
 
-std::string render(std::string_view source, const parsed_source& parsed, kiln_dialect dialect) {
+namespace {
+
+// Kernels as their own entry points: the parameter list becomes the dialect's (on one line,
+// followed by as many newlines as the user's list spanned) and the body opens with the
+// prologue, so every later line keeps its number.
+std::string render_inline_entries(std::string out, std::string_view source,
+                                  const parsed_source& parsed, const dialect_table& t) {
+  const std::string blank = blank_comments_and_literals(source);
+  std::size_t at = 0;
+  for (const kernel_decl& k : parsed.kernels) {
+    const std::size_t brace = blank.find('{', k.params_close);
+    if (brace == std::string::npos)
+      throw compile_error("kernel '" + k.name + "' (line " + std::to_string(k.line) +
+                              ") has no body",
+                          "", excerpt(source, {k.line}));
+    out.append(source.substr(at, k.params_open + 1 - at));
+    t.emit_params(out, k);
+    const std::string_view plist = source.substr(k.params_open, k.params_close - k.params_open);
+    out.append(static_cast<std::size_t>(std::count(plist.begin(), plist.end(), '\n')), '\n');
+    out.append(source.substr(k.params_close, brace + 1 - k.params_close));
+    t.emit_prologue(out, k);
+    at = brace + 1;
+  }
+  out.append(source.substr(at));
+  return out;
+}
+
+}  // namespace
+
+std::string render(std::string_view original, const parsed_source& parsed, kiln_dialect dialect) {
   const dialect_table& t = dialect_for(dialect);
+  std::string respelled;
+  std::string_view source = original;
+  if (t.respell) {
+    respelled.assign(original);
+    t.respell(respelled, blank_comments_and_literals(original));
+    source = respelled;
+  }
   std::string out = t.prelude;
   out.reserve(out.size() + source.size() * 2 + 512);
   out += "#line 1 \"";
   out += user_file_name;
   out += "\"\n";
+  if (!t.emit_entry) return render_inline_entries(std::move(out), source, parsed, t);
   // Rewrite each kernel's name and open its parameter list with the hidden parameter; the
   // edits stay on the kernel's line so every line number is preserved.
   std::size_t at = 0;

@@ -58,11 +58,12 @@ program_cache& device_impl::programs() {
 
 namespace {
 
-// Higher is better: GPUs before CPUs; CUDA first for NVIDIA GPUs; then size.
+// Higher is better: GPUs before CPUs; then the native backend over OpenCL for the same kind
+// of device (CUDA for NVIDIA GPUs, Kiln's own CPU backend over PoCL); then size.
 double score(const device& d) {
   const device_info& i = d.info();
   double s = i.type == device_type::gpu ? 1e12 : i.type == device_type::accelerator ? 1e11 : 0;
-  if (i.backend == "cuda") s += 1e10;
+  if (i.backend == "cuda" || i.backend == "cpu") s += 1e10;
   return s + double(i.compute_units) * std::max(1u, i.clock_mhz) * std::max(1u, i.simd_width);
 }
 

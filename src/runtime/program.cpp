@@ -94,8 +94,12 @@ program program::compile(const device& dev, std::string_view source, std::string
   const std::string opts(options);
 
   const detail::disk_cache* disk = detail::the_disk_cache();
-  const detail::cache_key key =
-      detail::make_cache_key(d.info.backend, d.info.arch, d.compiler_id(), opts, rendered);
+  // The device's identity joins the compiler's: OpenCL binaries belong to one platform,
+  // device and driver version (the plugin's compiler id names every platform's version).
+  const detail::cache_key key = detail::make_cache_key(
+      d.info.backend, d.info.arch,
+      d.compiler_id() + '|' + d.info.vendor + '|' + d.info.name + '|' + d.info.driver_version, opts,
+      rendered);
   std::optional<std::vector<std::byte>> bytes;
   if (disk) bytes = disk->load(key);
   bool from_disk = bytes.has_value();

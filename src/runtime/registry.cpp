@@ -17,7 +17,7 @@ namespace kiln::detail {
 namespace {
 
 // Plugins Kiln ships; listed even when absent, so `kiln info` can say why.
-const char* const known_plugins[] = {"cuda"};
+const char* const known_plugins[] = {"cuda", "opencl"};
 constexpr const char* plugin_prefix = "libkiln_backend_";
 
 std::vector<std::string> plugin_dirs() {
