@@ -11,7 +11,7 @@
 #   scripts/gpu_bench_query.sh        # BUILD=folder (default: build-bq, else build-bench)
 # Environment: SIZES (GPU, default 1M,16M,256M), CPU_SIZES (default 1M,16M,256M), HOST_SIZES
 # (default 16M,256M), RUNS (default 20), STEP_TIMEOUT seconds per benchmark (default 240),
-# PYTHON (default python3), SKIP="thrust torch cpu kiln-cpu" to leave steps out.
+# PYTHON (default python3), SKIP="thrust torch cpu kiln-cpu opencl" to leave steps out.
 # Writes the CSVs, logs, query_merged.csv, query_summary.md and benchmark_query.svg to $OUT
 # when set (else in $BUILD/query-results). Exit status: 0 when every step ran and
 # every result checked out, 1 otherwise.
@@ -88,6 +88,29 @@ if ! skip kiln-cpu; then
   step bench_query_cpu "$BUILD/bin/bench_query" --device cpu --sizes "$CPU_SIZES" "${common[@]}" \
     --csv "$work/bench_query_cpu.csv"
 fi
+# Kiln's OpenCL backend: the first OpenCL GPU and the first OpenCL CPU device (PoCL), their rows
+# relabelled as peers of the native backend on the same hardware (impl kiln_opencl on cuda:0,
+# kiln_pocl on cpu:0). Source scripts/gpu_env.sh first to register NVIDIA's OpenCL driver.
+opencl_device() {  # TYPE (gpu|cpu): the id of the first OpenCL device of that type
+  "$BUILD/bin/kiln" info 2>/dev/null |
+    awk -v t="$1" '/^  opencl:[0-9]+ /{id=$1} /^    type /{if (id != "" && $2 == t",") {print id; exit} id=""}'
+}
+if ! skip opencl; then
+  for kind in gpu cpu; do
+    id=$(opencl_device $kind)
+    if [[ -z $id ]]; then
+      echo "no OpenCL $kind device: its rows are skipped" >&2
+      continue
+    fi
+    sizes=$SIZES label=kiln_opencl as=cuda:0
+    [[ $kind == cpu ]] && sizes=$CPU_SIZES label=kiln_pocl as=cpu:0
+    step bench_query_opencl_$kind "$BUILD/bin/bench_query" --device "$id" --sizes "$sizes" \
+      --runs "$RUNS" --host-sizes none --csv "$work/raw_opencl_$kind.csv"
+    [[ -s $work/raw_opencl_$kind.csv ]] &&
+      sed -E "s/^([^,]*),kiln,$id,/\1,$label,$as,/" "$work/raw_opencl_$kind.csv" \
+        > "$work/bench_query_opencl_$kind.csv"
+  done
+fi
 if ! skip thrust; then
   if [[ -x $BUILD/bin/bench_thrust_query ]]; then
     step bench_thrust_query "$BUILD/bin/bench_thrust_query" --sizes "$SIZES" "${common[@]}" \
@@ -119,7 +142,7 @@ if ! skip cpu; then
 fi
 
 csvs=()
-for f in bench_query_cuda bench_query_cpu bench_thrust_query torch_query bench_cpu_query_omp \
+for f in bench_query_cuda bench_query_cpu bench_query_opencl_gpu bench_query_opencl_cpu bench_thrust_query torch_query bench_cpu_query_omp \
     bench_cpu_query_par_unseq; do
   [[ -s $work/$f.csv ]] && csvs+=("$work/$f.csv")
 done

@@ -14,7 +14,10 @@ mode=${1:-}
 shift || true
 case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test [--no-sanitizers]" >&2; exit 2 ;; esac
 
-packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev)
+# OpenCL: the ICD loader and headers (ocl-icd-opencl-dev) and PoCL, OpenCL on the CPU, so that
+# the OpenCL backend runs the whole suite without a GPU.
+packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
+          pocl-opencl-icd)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

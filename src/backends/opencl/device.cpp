@@ -167,6 +167,12 @@ kiln_status open_device(kiln_device_s* d) {
 }
 
 void close_device(kiln_device_s* d) {
+  for (cl_kernel& k : d->fill_kernels) {
+    if (k) g_cl.clReleaseKernel(k);
+    k = nullptr;
+  }
+  if (d->fill_program) g_cl.clReleaseProgram(d->fill_program);
+  d->fill_program = nullptr;
   if (d->internal) {
     g_cl.clFinish(d->internal);
     g_cl.clReleaseCommandQueue(d->internal);

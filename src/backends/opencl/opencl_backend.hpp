@@ -28,6 +28,10 @@ struct kiln_device_s {
   int refs = 0;
   cl_context ctx = nullptr;
   cl_command_queue internal = nullptr;  // for NULL-queue frees and waits
+  // Kiln's own fill kernels (NVIDIA: see memory.cpp), built on first use.
+  std::mutex fill_mu;
+  cl_program fill_program = nullptr;
+  cl_kernel fill_kernels[4] = {};  // 1, 2, 4 and 8-byte patterns
 };
 
 struct kiln_queue_s {

@@ -1,6 +1,7 @@
 // clBuildProgram from OpenCL C source, program binaries (CL_PROGRAM_BINARIES) for the disk
 // cache, kernel lookup and launch with the device's limits checked first.
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,6 +39,46 @@ std::string build_log(cl_program p, cl_device_id d) {
     return {};
   s.resize(std::strlen(s.c_str()));
   return s;
+}
+
+// NVIDIA's compiler ignores #line and cites "<kernel>:LINE:COL" of the rendered source; this
+// maps those citations back through the source's #line directives ("kernel.kiln:3:10"), so
+// the core can show the user's offending lines.
+std::string remap_log(const std::string& log, const char* source) {
+  if (log.find("<kernel>:") == std::string::npos) return log;
+  std::vector<std::pair<int, std::string>> where(1);  // rendered line -> (line, file)
+  int line = 1;
+  std::string file = "<kernel>";
+  for (const char* p = source; *p;) {
+    const char* e = std::strchr(p, '\n');
+    const size_t len = e ? static_cast<size_t>(e - p) : std::strlen(p);
+    where.emplace_back(line, file);
+    int n = 0;
+    char name[256];
+    if (len > 6 && std::strncmp(p, "#line ", 6) == 0 &&
+        std::sscanf(p, "#line %d \"%255[^\"]\"", &n, name) == 2) {
+      line = n;
+      file = name;
+    } else {
+      ++line;
+    }
+    p += len + (e ? 1 : 0);
+  }
+  std::string out;
+  size_t at = 0;
+  for (size_t p = log.find("<kernel>:"); p != std::string::npos; p = log.find("<kernel>:", at)) {
+    out.append(log, at, p - at);
+    size_t q = p + 9;
+    int n = 0;
+    while (q < log.size() && std::isdigit(static_cast<unsigned char>(log[q]))) n = n * 10 + (log[q++] - '0');
+    if (n > 0 && static_cast<size_t>(n) < where.size())
+      out += where[static_cast<size_t>(n)].second + ":" + std::to_string(where[static_cast<size_t>(n)].first);
+    else
+      out.append(log, p, q - p);
+    at = q;
+  }
+  out.append(log, at, std::string::npos);
+  return out;
 }
 
 std::string build_options(const kiln_device_s* d, const char* user) {
@@ -78,7 +119,7 @@ kiln_status compile(kiln_device_h dev, const char*, const char* source, const ch
   const std::string opts = build_options(dev, options);
   e = g_cl.clBuildProgram(p, 1, &dev->id, opts.c_str(), nullptr, nullptr);
   if (e != CL_SUCCESS) {
-    t_log = build_log(p, dev->id);
+    t_log = remap_log(build_log(p, dev->id), source);
     if (log) *log = t_log.c_str();
     g_cl.clReleaseProgram(p);
     if (e == CL_BUILD_PROGRAM_FAILURE || e == CL_INVALID_BUILD_OPTIONS)

@@ -1,0 +1,19 @@
+# Sourced on the GPU machine before running Kiln's tests or benchmarks from a build folder
+# ($1, default build-gpu). NVIDIA's OpenCL driver is installed there without an ICD file, so
+# a private vendors directory registers it beside the system's drivers (PoCL), and
+# OCL_ICD_VENDORS points the ICD loader at that directory.
+#
+# OCL_ICD_FILENAMES is unset on purpose: the lent machine sets it to
+# "libpocl.so.2:libnvidia-opencl.so.1", and PoCL rewrites it to "libpocl.so.2" in the
+# environment of every process that loads it, so child processes (the cache tests' second
+# processes) would lose NVIDIA's platform.
+build=${1:-build-gpu}
+vendors=${TMPDIR:-/tmp}/kiln-ocl-vendors
+rm -rf "$vendors"
+mkdir -p "$vendors"
+echo libnvidia-opencl.so.1 > "$vendors/nvidia.icd"
+cp /etc/OpenCL/vendors/*.icd "$vendors/" 2>/dev/null || true
+unset OCL_ICD_FILENAMES
+export OCL_ICD_VENDORS=$vendors
+export KILN_PLUGIN_PATH=$PWD/$build/lib
+export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}
