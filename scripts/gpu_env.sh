@@ -15,5 +15,9 @@ echo libnvidia-opencl.so.1 > "$vendors/nvidia.icd"
 cp /etc/OpenCL/vendors/*.icd "$vendors/" 2>/dev/null || true
 unset OCL_ICD_FILENAMES
 export OCL_ICD_VENDORS=$vendors
+# Debian's ocl-icd honours OCL_ICD_VENDORS; the older Khronos loader the CUDA toolkit puts
+# first in the loader's path does not (it found no platform at all).
+[ -e /lib/x86_64-linux-gnu/libOpenCL.so.1 ] && export KILN_OPENCL_LIBRARY=/lib/x86_64-linux-gnu/libOpenCL.so.1
 export KILN_PLUGIN_PATH=$PWD/$build/lib
+export KILN_CUDA_PLUGIN=$PWD/$build/lib/libkiln_backend_cuda.so  # for cuda_plugin_test
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}

@@ -271,6 +271,8 @@ parsed_source parse(std::string_view source) {
     out.uses_barrier = true, out.barrier_line = line_at(source, b.front());
   if (auto l = find_word(text, "KILN_LOCAL"); !l.empty())
     out.uses_local_memory = true, out.local_line = line_at(source, l.front());
+  if (auto d = find_word(text, "double"); !d.empty())
+    out.uses_double = true, out.double_line = line_at(source, d.front());
   return out;
 }
 

@@ -26,7 +26,8 @@ struct parsed_source {
   std::vector<kernel_decl> kernels;
   bool uses_barrier = false;       // kiln_barrier()
   bool uses_local_memory = false;  // KILN_LOCAL
-  int barrier_line = 0, local_line = 0;
+  bool uses_double = false;        // the word `double`
+  int barrier_line = 0, local_line = 0, double_line = 0;
 };
 
 // Throws kiln::compile_error with the offending line for malformed kernel declarations and

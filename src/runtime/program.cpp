@@ -57,19 +57,24 @@ std::vector<std::byte> backend_compile(const kiln_backend_v1& api, kiln_device_h
   return bytes;
 }
 
-void check_features(const kernel_lang::parsed_source& p, const device_impl& d) {
+}  // namespace
+
+void check_features(const kernel_lang::parsed_source& p, const device_info& info,
+                    const std::string& id) {
   auto refuse = [&](const char* what, int line) {
     throw unsupported("the kernel uses " + std::string(what) + " (line " + std::to_string(line) +
-                      "), which the " + d.info.backend + " backend (" + d.id +
+                      "), which the " + info.backend + " backend (" + id +
                       ") does not support; see docs/kernel_language.md");
   };
-  if (!(d.info.features & KILN_FEATURE_BARRIER)) {
+  if (!(info.features & KILN_FEATURE_BARRIER)) {
     if (p.uses_barrier) refuse("kiln_barrier()", p.barrier_line);
     if (p.uses_local_memory) refuse("KILN_LOCAL memory", p.local_line);
   }
+  // Checked here, before the driver's compiler gives a less direct message (or, on some
+  // OpenCL drivers, silently demotes double to float).
+  if (!(info.features & KILN_FEATURE_DOUBLE) && p.uses_double)
+    refuse("double", p.double_line);
 }
-
-}  // namespace
 
 program_impl::~program_impl() {
   kernels.clear();
@@ -88,7 +93,7 @@ program program::compile(const device& dev, std::string_view source, std::string
   p->dev = dev.impl();
   p->public_device = dev;
   p->parsed = kernel_lang::parse(source);
-  detail::check_features(p->parsed, d);
+  detail::check_features(p->parsed, d.info, d.id);
   const kiln_backend_v1& api = *d.api;
   const std::string rendered = kernel_lang::render(source, p->parsed, api.dialect);
   const std::string opts(options);

@@ -123,4 +123,9 @@ struct registry {
 // Records that queue q uses memory m (for ordered frees and synchronous waits).
 void note_queue_use(memory_impl& m, queue_impl& q);
 
+// Refuses, with kiln::unsupported naming the line, a kernel that needs what the device lacks
+// (barriers and local memory, double precision).
+void check_features(const kernel_lang::parsed_source& p, const device_info& info,
+                    const std::string& id);
+
 }  // namespace kiln::detail

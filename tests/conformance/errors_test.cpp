@@ -315,5 +315,48 @@ TEST(conformance_Errors, CompileOnlyReportsNvrtcErrors) {
   }
 }
 
+// The largest single allocation (CL_DEVICE_MAX_MEM_ALLOC_SIZE on OpenCL, often a quarter of
+// the memory) is checked before the driver is asked.
+TEST_P(ErrorsTest, AllocationBeyondTheLargestSingleAllocation) {
+  const std::uint64_t max = dev().info().max_alloc_bytes;
+  ASSERT_GT(max, 0u);
+  EXPECT_THAT(message_of<kiln::out_of_memory>([&] { kiln::buffer<std::uint8_t> b(dev(), max + 1); }),
+              AllOf(HasSubstr("largest allocation"), HasSubstr(std::to_string(max)),
+                    HasSubstr(dev().id())));
+}
+
+// A kernel whose local memory exceeds the device's: refused with a message naming the limit
+// (at compile time where the compiler knows it, as NVRTC and NVIDIA's OpenCL do; at launch
+// otherwise), never a failed launch without a reason.
+TEST_P(ErrorsTest, LocalMemoryBeyondTheDeviceLimitIsRefused) {
+  const char* src = R"(
+KILN_KERNEL void big(KILN_GLOBAL float* y) {
+  KILN_LOCAL float t[WORDS];
+  t[kiln_local_id(0)] = y[kiln_global_id(0)];
+  kiln_barrier();
+  y[kiln_global_id(0)] = t[WORDS - 1 - kiln_local_id(0)];
+})";
+  KILN_REQUIRE_FEATURE(dev(), barrier, "local memory needs barriers");
+  const std::uint64_t words = dev().info().local_mem_bytes / sizeof(float) + 1024;
+  const std::string opts = "-DWORDS=" + std::to_string(words);
+  kiln::buffer<float> y(dev(), 64);
+  y.fill(1.0f);
+  try {
+    // Straight to the device (not through compile_everywhere): its own check is under test.
+    kiln::program::compile(dev(), src, opts).get_kernel("big").launch(dev().default_queue(), kiln::range(64),
+                                                kiln::local_size(64), y);
+    dev().synchronize();
+    ADD_FAILURE() << "a kernel with " << words * sizeof(float) << " bytes of local memory ran on "
+                  << dev().id() << " (" << dev().info().local_mem_bytes << " bytes available)";
+  } catch (const kiln::error& e) {
+    const std::string m = e.what();
+    EXPECT_TRUE(m.find("local memory") != std::string::npos ||
+                m.find("shared data") != std::string::npos ||
+                m.find("shared memory") != std::string::npos)
+        << m;
+    std::cout << "[ kiln     ] " << dev().id() << ": " << m.substr(0, m.find('\n')) << "\n";
+  }
+}
+
 }  // namespace
 }  // namespace conformance

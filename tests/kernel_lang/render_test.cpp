@@ -1,6 +1,7 @@
 #include "kernel_lang/render.hpp"
 
 #include <gmock/gmock.h>
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include "kernel_lang/dialect.hpp"
@@ -53,4 +54,33 @@ TEST(Render, CitedLinesFromCompilerLogs) {
 
 TEST(Render, UnknownDialectIsUnsupported) {
   EXPECT_THROW(dialect_for(static_cast<kiln_dialect>(42)), kiln::unsupported);
+}
+
+// OpenCL C: the kernel is its own entry point. Buffers arrive as (cl_mem, offset) pairs and
+// scalars in kernel-argument types (bool as uchar), the prologue rebuilds the user's
+// parameters and guards the range, `long long` becomes `long`, and every user line keeps its
+// number (a parameter list spanning lines is replaced by one line plus the same newlines).
+TEST(Render, OpenclInlinesEntriesAndKeepsLineNumbers) {
+  const std::string src =
+      "KILN_KERNEL void k(KILN_GLOBAL float* KILN_RESTRICT y,\n"
+      "                   bool flag, long long n) {\n"
+      "  unsigned long long wide = (long long)n;  // long long in a comment stays\n"
+      "  MARK_LINE_4;\n"
+      "}\n";
+  const std::string out = render(src, parse(src), KILN_DIALECT_OPENCL);
+  EXPECT_THAT(out, HasSubstr("KILN_KERNEL void k(__global void* kiln__b0, ulong kiln__o0, "
+                             "uchar kiln__p1, int64_t kiln__p2, kiln_range_t kiln__range"));
+  EXPECT_THAT(out, HasSubstr("__global float* restrict y = (__global float* restrict)"
+                             "((__global char*)kiln__b0 + kiln__o0);"));
+  EXPECT_THAT(out, HasSubstr("bool flag = (bool)kiln__p1;"));
+  EXPECT_THAT(out, HasSubstr("if (kiln_global_id(0) >= kiln__range.n[0]"));
+  EXPECT_THAT(out, HasSubstr("unsigned long      wide = (long     )n;  // long long in a comment"));
+  EXPECT_EQ(out.find("kiln_entry_points"), std::string::npos) << "no separate entry wrappers";
+  // Line 4 of the user's source is line 4 after the #line directive.
+  const std::size_t directive = out.find("#line 1 \"kernel.kiln\"\n");
+  ASSERT_NE(directive, std::string::npos);
+  const std::size_t mark = out.find("MARK_LINE_4");
+  ASSERT_NE(mark, std::string::npos);
+  EXPECT_EQ(std::count(out.begin() + static_cast<std::ptrdiff_t>(directive), out.begin() +
+                       static_cast<std::ptrdiff_t>(mark), '\n'), 4);
 }

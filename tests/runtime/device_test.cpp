@@ -4,7 +4,9 @@
 #include <cstdlib>
 
 #include "kiln/kiln.hpp"
+#include "runtime/runtime.hpp"
 
+using testing::AllOf;
 using testing::HasSubstr;
 
 TEST(Device, TheCpuIsAlwaysPresentWithSaneProperties) {
@@ -66,4 +68,34 @@ TEST(Device, ErrorCategoriesHaveNames) {
   EXPECT_STREQ(kiln::to_string(kiln::error_category::out_of_memory), "out of memory");
   kiln::unsupported u("x");
   EXPECT_EQ(u.category(), kiln::error_category::unsupported);
+}
+
+// Device limits checked before the driver's compiler sees a kernel: a device without fp64 (some
+// OpenCL GPUs) refuses `double` with the line, one without barriers refuses KILN_LOCAL. The
+// device_info is made up: every device of the test machines supports both.
+TEST(FeatureChecks, DoubleAndLocalMemoryRefusedWhereTheDeviceLacksThem) {
+  const char* src =
+      "KILN_KERNEL void k(KILN_GLOBAL float* y) {\n"
+      "  KILN_LOCAL float t[4];\n"
+      "  const double scale = 2.0;\n"
+      "  t[0] = y[0]; y[0] = (float)(t[0] * scale);\n}\n";
+  const auto parsed = kiln::kernel_lang::parse(src);
+  kiln::device_info info;
+  info.backend = "opencl";
+  info.features = KILN_FEATURE_BARRIER;
+  try {
+    kiln::detail::check_features(parsed, info, "opencl:7");
+    ADD_FAILURE() << "double accepted on a device without fp64";
+  } catch (const kiln::unsupported& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("double"), HasSubstr("line 3"), HasSubstr("opencl:7")));
+  }
+  info.features = KILN_FEATURE_DOUBLE;
+  try {
+    kiln::detail::check_features(parsed, info, "opencl:7");
+    ADD_FAILURE() << "KILN_LOCAL accepted on a device without barriers";
+  } catch (const kiln::unsupported& e) {
+    EXPECT_THAT(e.what(), AllOf(HasSubstr("KILN_LOCAL"), HasSubstr("line 2")));
+  }
+  info.features = KILN_FEATURE_DOUBLE | KILN_FEATURE_BARRIER;
+  EXPECT_NO_THROW(kiln::detail::check_features(parsed, info, "opencl:7"));
 }
