@@ -1,6 +1,7 @@
 // Loading the ICD loader, enumerating every platform's devices, and per-device contexts.
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "opencl_backend.hpp"
@@ -185,6 +186,20 @@ void close_device(kiln_device_s* d) {
 
 }  // namespace
 
+// Kiln's registry (and with it the default queues) lives until the process ends, so work may
+// still be queued at exit. PoCL then builds its fill kernel on a worker thread while the
+// process's LLVM is being destroyed, and aborts ("Failed to create kernel compiler pass").
+// Registered after the driver is loaded, this runs before the driver's own exit handlers and
+// lets every queue finish.
+void finish_queues_at_exit() {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!s.initialized || !g_cl.lib) return;
+  for (kiln_queue_s* q : s.queues) g_cl.clFinish(q->q);
+  for (auto& d : s.devices)
+    if (d->internal) g_cl.clFinish(d->internal);
+}
+
 kiln_status init() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -198,6 +213,7 @@ kiln_status init() {
     s.init_status = KILN_ERR_UNSUPPORTED;
   } else {
     enumerate(s, &s.availability);
+    if (!s.at_exit_registered) s.at_exit_registered = std::atexit(finish_queues_at_exit) == 0;
     // Loaded without devices is still "loaded": `kiln info` then shows the reason.
     s.init_status = KILN_OK;
   }

@@ -70,6 +70,8 @@ struct State {
   std::string availability = "not initialised";
   std::string compiler_id;  // every platform's name and version
   std::vector<std::unique_ptr<kiln_device_s>> devices;
+  std::vector<kiln_queue_s*> queues;  // live queues, finished at exit (see device.cpp)
+  bool at_exit_registered = false;
 };
 
 State& state();

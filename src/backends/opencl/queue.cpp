@@ -17,12 +17,23 @@ kiln_status queue_create(kiln_device_h dev, kiln_queue_h* out) {
   cl_int e = CL_SUCCESS;
   cl_command_queue q = g_cl.clCreateCommandQueue(dev->ctx, dev->id, CL_QUEUE_PROFILING_ENABLE, &e);
   if (e != CL_SUCCESS) return cl_fail(e, "clCreateCommandQueue");
-  *out = new kiln_queue_s{dev, q};
+  auto* queue = new kiln_queue_s{dev, q};
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.queues.push_back(queue);
+  }
+  *out = queue;
   return KILN_OK;
 }
 
 void queue_destroy(kiln_queue_h queue) {
   if (!queue) return;
+  {
+    State& s = state();
+    std::lock_guard<std::mutex> lock(s.mu);
+    std::erase(s.queues, queue);
+  }
   g_cl.clFinish(queue->q);
   g_cl.clReleaseCommandQueue(queue->q);
   delete queue;
