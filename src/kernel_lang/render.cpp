@@ -26,9 +26,10 @@ namespace {
 // Kernels as their own entry points: the parameter list becomes the dialect's (on one line,
 // followed by as many newlines as the user's list spanned) and the body opens with the
 // prologue, so every later line keeps its number.
+// `blank` is the user's source with comments and literals blanked (offsets as in `source`).
 std::string render_inline_entries(std::string out, std::string_view source,
-                                  const parsed_source& parsed, const dialect_table& t) {
-  const std::string blank = blank_comments_and_literals(source);
+                                  const std::string& blank, const parsed_source& parsed,
+                                  const dialect_table& t) {
   std::size_t at = 0;
   for (const kernel_decl& k : parsed.kernels) {
     const std::size_t brace = blank.find('{', k.params_close);
@@ -52,11 +53,14 @@ std::string render_inline_entries(std::string out, std::string_view source,
 
 std::string render(std::string_view original, const parsed_source& parsed, kiln_dialect dialect) {
   const dialect_table& t = dialect_for(dialect);
+  // Blanked once for the dialect hooks; respelling keeps every offset, so it stays valid.
+  const bool hooks = t.respell || !t.emit_entry;
+  const std::string blank = hooks ? blank_comments_and_literals(original) : std::string();
   std::string respelled;
   std::string_view source = original;
   if (t.respell) {
     respelled.assign(original);
-    t.respell(respelled, blank_comments_and_literals(original));
+    t.respell(respelled, blank);
     source = respelled;
   }
   std::string out = t.prelude;
@@ -64,7 +68,7 @@ std::string render(std::string_view original, const parsed_source& parsed, kiln_
   out += "#line 1 \"";
   out += user_file_name;
   out += "\"\n";
-  if (!t.emit_entry) return render_inline_entries(std::move(out), source, parsed, t);
+  if (!t.emit_entry) return render_inline_entries(std::move(out), source, blank, parsed, t);
   // Rewrite each kernel's name and open its parameter list with the hidden parameter; the
   // edits stay on the kernel's line so every line number is preserved.
   std::size_t at = 0;
