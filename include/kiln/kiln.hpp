@@ -7,4 +7,5 @@
 #include "kiln/queue.hpp"
 #include "kiln/scalar_type.hpp"
 #include "kiln/query.hpp"
+#include "kiln/ring.hpp"
 #include "kiln/version.hpp"

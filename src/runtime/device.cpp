@@ -35,7 +35,7 @@ void device_impl::synchronize() {
   {
     std::lock_guard lock(mu);
     for (auto& w : queues)
-      if (auto q = w.lock()) live.push_back(std::move(q));
+      if (auto q = w.lock(); q && !q->resident) live.push_back(std::move(q));
   }
   for (auto& q : live) check(*api, api->queue_finish(q->handle), "synchronizing a queue");
 }

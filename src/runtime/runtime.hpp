@@ -57,6 +57,7 @@ struct queue_impl : std::enable_shared_from_this<queue_impl> {
   std::shared_ptr<device_impl> dev;
   kiln_queue_h handle = nullptr;
   kiln::device public_device{nullptr};
+  bool resident = false;  // runs a ring kernel: device::synchronize() does not wait for it
   ~queue_impl();
 };
 

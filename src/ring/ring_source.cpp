@@ -1,0 +1,361 @@
+// The device side of ring kernels, written once as C++ that both NVRTC (CUDA) and the host
+// compiler (CPU backend) accept. A dialect differs only in the primitives table at the top:
+// on CUDA a unit is a warp (32 lanes, shared-memory staging); on the CPU a unit is a thread
+// (1 lane, handlers read and write the queue slots in place).
+#include "ring/ring_source.hpp"
+
+#include <algorithm>
+
+#include "kernel_lang/render.hpp"
+#include "kiln/error.hpp"
+
+namespace kiln::ring_detail {
+namespace {
+
+#define KILN_RING_TEXT(...) #__VA_ARGS__
+const char* protocol_text =
+#include "ring/ring_protocol.inc"
+    ;
+#undef KILN_RING_TEXT
+
+// Memory ordering, CUDA: loads and stores of shared words use PTX's .sys scope because the
+// other party is the host CPU across PCIe; acquire on the seq load orders the payload reads
+// after it, release on the seq store (or fence.acq_rel.sys after __syncwarp, which orders the
+// other lanes' payload stores, then relaxed seq stores) publishes the payload before the seq.
+// `claim` and `live` live in device memory and are only touched by the device: .gpu scope.
+const char* cuda_primitives = R"KILN(
+#define KILN_RING_LANES 32u
+#define KILN_RING_STAGED 1
+#define KILN_RING_DEVICE __device__ __forceinline__
+#define KILN_RING_MEMBER __device__ __forceinline__
+#define KILN_RING_LANE (threadIdx.x & 31u)
+KILN_RING_DEVICE uint64_t kiln_ring_load_acquire(const uint64_t* p) {
+  uint64_t v; asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
+KILN_RING_DEVICE uint64_t kiln_ring_load_relaxed(const uint64_t* p) {
+  uint64_t v; asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
+KILN_RING_DEVICE void kiln_ring_store_release(uint64_t* p, uint64_t v) {
+  asm volatile("st.release.sys.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
+KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.sys.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
+KILN_RING_DEVICE void kiln_ring_fence() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) {
+  uint64_t v; asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
+KILN_RING_DEVICE void kiln_ring_dev_store(uint64_t* p, uint64_t v) {
+  asm volatile("st.relaxed.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_cas(uint64_t* p, uint64_t e, uint64_t d) {
+  return atomicCAS((unsigned long long*)p, e, d); }
+KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) {
+  atomicAdd((unsigned long long*)p, 0ull - v); }
+KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) { __nanosleep((unsigned)ns); }
+KILN_RING_DEVICE uint64_t kiln_ring_now_ns() {
+  uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
+KILN_RING_DEVICE void kiln_ring_sync() { __syncwarp(); }
+KILN_RING_DEVICE uint64_t kiln_ring_bcast(uint64_t v) { return __shfl_sync(0xffffffffu, v, 0); }
+KILN_RING_DEVICE uint32_t kiln_ring_run(bool ok) {
+  const unsigned m = ~__ballot_sync(0xffffffffu, ok); return m ? (uint32_t)__ffs(m) - 1u : 32u; }
+#define kiln_trap() __trap()
+)KILN";
+
+// CPU: one lane, host atomics. A handler that calls kiln_trap() throws; the loop catches it and
+// reports the unit as trapped, as a GPU reports a trapped kernel.
+const char* cpu_primitives = R"KILN(
+#include <time.h>
+#define KILN_RING_LANES 1u
+#define KILN_RING_STAGED 0
+#define KILN_RING_DEVICE static inline
+#define KILN_RING_MEMBER inline
+#define KILN_RING_LANE 0u
+KILN_RING_DEVICE uint64_t kiln_ring_load_acquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+KILN_RING_DEVICE uint64_t kiln_ring_load_relaxed(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE void kiln_ring_store_release(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE void kiln_ring_fence() { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE void kiln_ring_dev_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_cas(uint64_t* p, uint64_t e, uint64_t d) {
+  __atomic_compare_exchange_n(p, &e, d, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); return e; }
+KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELEASE); }
+KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) {
+  if (ns == 0) return;
+  struct timespec t = {0, (long)ns}; nanosleep(&t, 0); }
+KILN_RING_DEVICE uint64_t kiln_ring_now_ns() {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }
+KILN_RING_DEVICE void kiln_ring_sync() {}
+KILN_RING_DEVICE uint64_t kiln_ring_bcast(uint64_t v) { return v; }
+KILN_RING_DEVICE uint32_t kiln_ring_run(bool ok) { return ok ? 1u : 0u; }
+struct kiln_ring_trapped {};
+#define kiln_trap() throw kiln_ring_trapped()
+)KILN";
+
+// What handlers see: their context and its accessors.
+const char* context_text = R"KILN(
+struct kiln_ring_ctx { uint64_t id; void* state; uint32_t unit, units, stage; int32_t status; };
+KILN_RING_DEVICE uint64_t kiln_ring_message_id(const kiln_ring_ctx* c) { return c->id; }
+KILN_RING_DEVICE void* kiln_ring_state(const kiln_ring_ctx* c) { return c->state; }
+KILN_RING_DEVICE uint32_t kiln_ring_unit(const kiln_ring_ctx* c) { return c->unit; }
+KILN_RING_DEVICE uint32_t kiln_ring_units(const kiln_ring_ctx* c) { return c->units; }
+KILN_RING_DEVICE void kiln_ring_fail(kiln_ring_ctx* c, int32_t code) { c->status = code; }
+)KILN";
+
+// The serving loop of one unit, and the watchdog (CUDA). Stage structure per round:
+//   1. lane 0 reads the command (host word) and the next unclaimed position;
+//   2. probe: each lane acquire-loads the seq of one position; the run of published
+//      positions from the claim point is what this round may take (at most KILN_RING_BATCH);
+//   3. claim: compare-and-swap of `claim` (skipped when the stage has one unit);
+//   4. stage in (CUDA): the warp copies the claimed request slots to shared memory, coalesced;
+//   5. handle: one lane per message calls the handler (responses zeroed first);
+//   6. stage out: payloads and status words to the response slots, then __syncwarp and a
+//      system-scope fence, then each lane publishes its seq.
+const char* loop_text = R"KILN(
+template <class T> struct kiln_ring_slot { enum { bytes = 16 + ((sizeof(T) + 15) & ~15) }; };
+KILN_RING_DEVICE kiln_ring_slot_header* kiln_ring_hdr(unsigned char* base, uint64_t mask, uint64_t bytes, uint64_t p) {
+  return (kiln_ring_slot_header*)(base + (p & mask) * bytes);
+}
+template <class Req, class Resp, class H>
+KILN_RING_DEVICE void kiln_ring_serve(kiln_ring_control* C, uint32_t stage, uint32_t unit, unsigned char* staging) {
+  const kiln_ring_stage* S = &C->stages[stage];
+  const uint32_t lane = KILN_RING_LANE;
+  const uint64_t mask = C->slots_mask, in_bytes = kiln_ring_slot<Req>::bytes, out_bytes = kiln_ring_slot<Resp>::bytes;
+  unsigned char* in = (unsigned char*)S->in_slots;
+  unsigned char* out = (unsigned char*)S->out_slots;
+  uint64_t* claim = (uint64_t*)S->claim;
+  kiln_ring_unit_record* rec = (kiln_ring_unit_record*)S->unit_records + unit;
+  const bool shared_claim = S->units > 1;
+  uint64_t next = kiln_ring_dev_load(claim), processed = 0, failed = 0, beats = 0, sleep_ns = 0;
+  uint32_t idle = 0;
+  if (lane == 0) kiln_ring_store_relaxed(&rec->state, KILN_RING_UNIT_RUNNING);
+  for (;;) {
+    uint64_t cmd = 0, tail = 0;
+    if (lane == 0) {
+      cmd = kiln_ring_load_relaxed(&C->command);
+      if (shared_claim) next = kiln_ring_dev_load(claim);
+      if (cmd == KILN_RING_DRAIN) tail = kiln_ring_load_relaxed(&C->tail);
+    }
+    cmd = kiln_ring_bcast(cmd);
+    next = kiln_ring_bcast(next);
+    tail = kiln_ring_bcast(tail);
+    if (cmd >= KILN_RING_DROP || (cmd == KILN_RING_DRAIN && next == tail)) break;
+    uint32_t n = 0;
+    if (cmd != KILN_RING_INACTIVE) {
+      for (uint32_t i0 = 0; i0 < KILN_RING_BATCH; i0 += KILN_RING_LANES) {
+        const uint32_t i = i0 + lane;
+        const bool ok = i < KILN_RING_BATCH &&
+                        kiln_ring_load_acquire(&kiln_ring_hdr(in, mask, in_bytes, next + i)->seq) == next + i + 1;
+        const uint32_t run = kiln_ring_run(ok);
+        n += run;
+        if (run < KILN_RING_LANES) break;
+      }
+    }
+    if (n == 0) {
+      if (lane == 0) kiln_ring_store_relaxed(&rec->heartbeat, ++beats);
+      if (++idle > 64) sleep_ns = sleep_ns ? (sleep_ns * 2 < C->idle_sleep_max_ns ? sleep_ns * 2 : C->idle_sleep_max_ns) : 64;
+      kiln_ring_sleep(sleep_ns);
+      continue;
+    }
+    if (shared_claim) {
+      uint64_t old = 0;
+      if (lane == 0) old = kiln_ring_dev_cas(claim, next, next + n);
+      if (kiln_ring_bcast(old) != next) continue;
+    }
+    idle = 0;
+    sleep_ns = 0;
+    if (lane == 0) {
+      kiln_ring_store_relaxed(&rec->busy_from, next);
+      kiln_ring_store_relaxed(&rec->busy_count, n);
+    }
+    uint32_t failed_now = 0;
+#if KILN_RING_STAGED
+    unsigned char* sin = staging;
+    unsigned char* sout = staging + KILN_RING_BATCH * in_bytes;
+    const uint32_t in_chunks = (uint32_t)(in_bytes / 16);
+    for (uint32_t c = lane; c < n * in_chunks; c += KILN_RING_LANES) {
+      const uint32_t m = c / in_chunks, k = c % in_chunks;
+      ((uint4*)(sin + m * in_bytes))[k] = ((const uint4*)kiln_ring_hdr(in, mask, in_bytes, next + m))[k];
+    }
+    kiln_ring_sync();
+    for (uint32_t m = lane; m < n; m += KILN_RING_LANES) {
+      unsigned char* o = sout + m * out_bytes;
+      for (uint32_t k = 0; k < out_bytes / 16; ++k) ((uint4*)o)[k] = make_uint4(0, 0, 0, 0);
+      kiln_ring_ctx ctx = {next + m, (void*)S->state, unit, (uint32_t)S->units, stage, 0};
+      H()((const Req*)(sin + m * in_bytes + 16), (Resp*)(o + 16), &ctx);
+      ((kiln_ring_slot_header*)o)->aux = (uint64_t)(int64_t)ctx.status;
+      failed_now += ctx.status != 0;
+    }
+    kiln_ring_sync();
+    const uint32_t out_chunks = (uint32_t)(out_bytes / 16);
+    for (uint32_t c = lane; c < n * out_chunks; c += KILN_RING_LANES) {
+      const uint32_t m = c / out_chunks, k = c % out_chunks;
+      unsigned char* dst = (unsigned char*)kiln_ring_hdr(out, mask, out_bytes, next + m);
+      if (k == 0)
+        ((uint64_t*)dst)[1] = ((const uint64_t*)(sout + m * out_bytes))[1];
+      else
+        ((uint4*)dst)[k] = ((const uint4*)(sout + m * out_bytes))[k];
+    }
+    kiln_ring_sync();
+    kiln_ring_fence();
+    for (uint32_t m = lane; m < n; m += KILN_RING_LANES)
+      kiln_ring_store_relaxed(&kiln_ring_hdr(out, mask, out_bytes, next + m)->seq, next + m + 1);
+    for (int o = 16; o > 0; o /= 2) failed_now += __shfl_down_sync(0xffffffffu, failed_now, o);
+#else
+    for (uint32_t m = 0; m < n; ++m) {
+      kiln_ring_slot_header* ih = kiln_ring_hdr(in, mask, in_bytes, next + m);
+      kiln_ring_slot_header* oh = kiln_ring_hdr(out, mask, out_bytes, next + m);
+      __builtin_memset((void*)(oh + 1), 0, out_bytes - 16);
+      kiln_ring_ctx ctx = {next + m, (void*)S->state, unit, (uint32_t)S->units, stage, 0};
+      try {
+        H()((const Req*)(ih + 1), (Resp*)(oh + 1), &ctx);
+      } catch (const kiln_ring_trapped&) {
+        kiln_ring_store_relaxed(&rec->trap_position, next + m);
+        kiln_ring_store_release(&rec->state, KILN_RING_UNIT_TRAPPED);
+        kiln_ring_dev_sub((uint64_t*)C->stages[0].live, 1);
+        return;
+      }
+      oh->aux = (uint64_t)(int64_t)ctx.status;
+      failed_now += ctx.status != 0;
+      kiln_ring_store_release(&oh->seq, next + m + 1);
+    }
+#endif
+    next += n;
+    processed += n;
+    failed += failed_now;
+    if (lane == 0) {
+      if (!shared_claim) kiln_ring_dev_store(claim, next);
+      kiln_ring_store_relaxed(&rec->busy_count, 0);
+      kiln_ring_store_relaxed(&rec->processed, processed);
+      kiln_ring_store_relaxed(&rec->failed, failed);
+    }
+  }
+  if (lane == 0) {
+    kiln_ring_store_release(&rec->state, KILN_RING_UNIT_EXITED);
+    kiln_ring_dev_sub((uint64_t*)C->stages[0].live, 1);
+  }
+}
+#if KILN_RING_STAGED
+// One lane of block 0: proves the kernel is scheduled (heartbeat) and ends it on ABORT, which
+// the host sends when a handler has not returned in time. __trap() ends the whole grid, stuck
+// warps included; CUDA then reports the launch as failed.
+KILN_RING_DEVICE void kiln_ring_watchdog(kiln_ring_control* C) {
+  if ((threadIdx.x & 31u) != 0) return;
+  for (uint64_t beat = 1;; ++beat) {
+    if (kiln_ring_load_relaxed(&C->command) == KILN_RING_ABORT) __trap();
+    if (kiln_ring_dev_load((const uint64_t*)C->stages[0].live) == 0) return;
+    kiln_ring_store_relaxed(&C->watchdog_heartbeat, beat);
+    kiln_ring_sleep(20000);
+  }
+}
+#endif
+)KILN";
+
+std::string render_struct(const message_desc& m) {
+  std::string s = "struct ";
+  s += m.name;
+  s += " {";
+  for (const ring_field& f : m.fields) {
+    s += ' ';
+    s += type_name(f.type);
+    s += ' ';
+    s += f.name;
+    if (f.is_array) {
+      s += '[';
+      s += std::to_string(f.count);
+      s += ']';
+    }
+    s += ';';
+  }
+  s += " };\nstatic_assert(sizeof(";
+  s += m.name;
+  s += ") == " + std::to_string(m.size) + ", \"message ";
+  s += m.name;
+  s += ": size differs from the host's\");\n";
+  s += "#ifndef __CUDACC_RTC__\n";  // NVRTC has no offsetof; the size check stays
+  for (const ring_field& f : m.fields) {
+    s += "static_assert(__builtin_offsetof(";
+    s += m.name;
+    s += ", ";
+    s += f.name;
+    s += ") == " + std::to_string(f.offset) + ", \"message ";
+    s += m.name;
+    s += ".";
+    s += f.name;
+    s += ": offset differs from the host's\");\n";
+  }
+  s += "#endif\n";
+  return s;
+}
+
+}  // namespace
+
+void check_layout(const message_desc& m) {
+  if (m.fields.empty())
+    throw invalid_argument("ring message " + m.name + ": KILN_RING_MESSAGE lists no field");
+  std::size_t at = 0, align = 1;
+  for (const ring_field& f : m.fields) {
+    const std::size_t a = size_of(f.type);
+    at = (at + a - 1) / a * a;
+    if (at != f.offset)
+      throw invalid_argument("ring message " + m.name + ": field '" + f.name + "' is at offset " +
+                             std::to_string(f.offset) + " in C++ but at " + std::to_string(at) +
+                             " in the generated kernel struct; list every field in "
+                             "KILN_RING_MESSAGE in declaration order, and do not pack or "
+                             "over-align the struct");
+    at += a * f.count;
+    align = std::max(align, a);
+  }
+  at = (at + align - 1) / align * align;
+  if (at != m.size)
+    throw invalid_argument("ring message " + m.name + ": sizeof is " + std::to_string(m.size) +
+                           " in C++ but " + std::to_string(at) +
+                           " for the fields KILN_RING_MESSAGE lists; list every field, in "
+                           "declaration order, without packing or alignas");
+}
+
+std::string kernel_source(std::string_view user_source, const std::vector<stage_desc>& stages,
+                          const std::vector<const message_desc*>& messages,
+                          const kernel_shape& shape) {
+  std::string s = std::string("#line 1 \"") + prelude_file + "\"\n";
+  s += shape.gpu ? cuda_primitives : cpu_primitives;
+  s += "#define KILN_RING_BATCH " + std::to_string(shape.batch) + "u\n";
+  s += "#define KILN_RING_WARPS " + std::to_string(shape.warps) + "u\n";
+  s += protocol_text;
+  s += "\n";
+  s += context_text;
+  for (const message_desc* m : messages) s += render_struct(*m);
+  s += std::string("#line 1 \"") + kernel_lang::user_file_name + "\"\n";
+  s += user_source;
+  s += std::string("\n#line 1 \"") + loop_file + "\"\n";
+  s += loop_text;
+  // One functor per stage calls the user's handler, so the loop is instantiated per stage.
+  std::uint64_t staging = 0;
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const stage_desc& st = stages[i];
+    s += "struct kiln_ring_h" + std::to_string(i) + " { KILN_RING_MEMBER void operator()(const " +
+         st.in->name + "* in, " + st.out->name + "* out, kiln_ring_ctx* ctx) const { " +
+         st.handler + "(in, out, ctx); } };\n";
+    staging = std::max(staging, shape.batch * (slot_bytes(st.in->size) + slot_bytes(st.out->size)));
+  }
+  s += "KILN_KERNEL void kiln_ring_main(uint64_t control, uint32_t cpu_unit) {\n"
+       "  kiln_ring_control* C = (kiln_ring_control*)control;\n";
+  if (shape.gpu) {
+    s += "  __shared__ __align__(16) unsigned char kiln_ring_smem[KILN_RING_WARPS][" +
+         std::to_string(staging) +
+         "];\n"
+         "  const uint32_t warp = threadIdx.x / 32u;\n"
+         "  if (warp == KILN_RING_WARPS) { if (blockIdx.x == 0) kiln_ring_watchdog(C); return; }\n"
+         "  const uint32_t unit = blockIdx.x * KILN_RING_WARPS + warp;\n"
+         "  unsigned char* staging = kiln_ring_smem[warp];\n"
+         "  (void)cpu_unit;\n";
+  } else {
+    s += "  const uint32_t unit = cpu_unit;\n  unsigned char* staging = 0;\n";
+  }
+  for (std::size_t i = 0; i < stages.size(); ++i) {
+    const stage_desc& st = stages[i];
+    const std::string b = std::to_string(st.unit_begin), e = std::to_string(st.unit_begin + st.units);
+    s += "  if (unit >= " + b + "u && unit < " + e + "u) { kiln_ring_serve<" + st.in->name + ", " +
+         st.out->name + ", kiln_ring_h" + std::to_string(i) + ">(C, " + std::to_string(i) +
+         "u, unit - " + b + "u, staging); return; }\n";
+  }
+  s += "  (void)staging;\n}\n";
+  return s;
+}
+
+}  // namespace kiln::ring_detail
