@@ -238,6 +238,7 @@ std::size_t receive_locked(ring_impl& r, std::size_t max, ring_clock timeout, ri
   }
   const std::uint64_t t = now_ns();
   std::size_t n = 0;
+  std::array<std::uint32_t, 40> hist{};  // added to the shared histogram once per call
   // seq == pos + 1 proves the response is this lap's: no need to consult `sent`, which the
   // producer updates after the device may already have answered.
   while (n < max && ready(pos)) {
@@ -247,12 +248,14 @@ std::size_t receive_locked(ring_impl& r, std::size_t max, ring_clock timeout, ri
     const auto status = static_cast<std::int32_t>(static_cast<std::int64_t>(aux));
     if (status != 0) r.handler_faults.fetch_add(1, std::memory_order_relaxed);
     const std::uint64_t dt = t - std::min(t, r.send_time[pos & r.mask].load(std::memory_order_relaxed));
-    r.latency[std::min<std::size_t>(std::bit_width(dt), 39)].fetch_add(1, std::memory_order_relaxed);
+    ++hist[std::min<std::size_t>(std::bit_width(dt), 39)];
     sink(ctx, pos, status, slot + 16);
     ++pos;
     ++n;
   }
   r.received.store(pos, std::memory_order_release);
+  for (std::size_t k = 0; k < hist.size(); ++k)
+    if (hist[k]) r.latency[k].fetch_add(hist[k], std::memory_order_relaxed);
   return n;
 }
 }  // namespace

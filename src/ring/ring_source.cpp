@@ -42,8 +42,8 @@ KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) {
   uint64_t v; asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
 KILN_RING_DEVICE void kiln_ring_dev_store(uint64_t* p, uint64_t v) {
   asm volatile("st.relaxed.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
-KILN_RING_DEVICE uint64_t kiln_ring_dev_cas(uint64_t* p, uint64_t e, uint64_t d) {
-  return atomicCAS((unsigned long long*)p, e, d); }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_add(uint64_t* p, uint64_t v) {
+  return atomicAdd((unsigned long long*)p, v); }
 KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) {
   atomicAdd((unsigned long long*)p, 0ull - v); }
 KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) { __nanosleep((unsigned)ns); }
@@ -72,8 +72,7 @@ KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) { __atomi
 KILN_RING_DEVICE void kiln_ring_fence() { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
 KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 KILN_RING_DEVICE void kiln_ring_dev_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-KILN_RING_DEVICE uint64_t kiln_ring_dev_cas(uint64_t* p, uint64_t e, uint64_t d) {
-  __atomic_compare_exchange_n(p, &e, d, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED); return e; }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_add(uint64_t* p, uint64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELEASE); }
 KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) {
   if (ns == 0) return;
@@ -98,10 +97,11 @@ KILN_RING_DEVICE void kiln_ring_fail(kiln_ring_ctx* c, int32_t code) { c->status
 )KILN";
 
 // The serving loop of one unit, and the watchdog (CUDA). Stage structure per round:
-//   1. lane 0 reads the command (host word) and the next unclaimed position;
-//   2. probe: each lane acquire-loads the seq of one position; the run of published
-//      positions from the claim point is what this round may take (at most KILN_RING_BATCH);
-//   3. claim: compare-and-swap of `claim` (skipped when the stage has one unit);
+//   1. lane 0 reads the command (host word); a unit with no positions left reserves the next
+//      KILN_RING_BATCH with one atomic add on `claim` (device memory);
+//   2. probe: each lane acquire-loads the seq of one reserved position; the run of published
+//      positions from the unit's next one is what this round serves;
+//   3. (positions are this unit's alone: no compare-and-swap, no two units probing one slot);
 //   4. stage in (CUDA): the warp copies the claimed request slots to shared memory, coalesced;
 //   5. handle: one lane per message calls the handler (responses zeroed first);
 //   6. stage out: payloads and status words to the response slots, then __syncwarp and a
@@ -120,26 +120,38 @@ KILN_RING_DEVICE void kiln_ring_serve(kiln_ring_control* C, uint32_t stage, uint
   unsigned char* out = (unsigned char*)S->out_slots;
   uint64_t* claim = (uint64_t*)S->claim;
   kiln_ring_unit_record* rec = (kiln_ring_unit_record*)S->unit_records + unit;
-  const bool shared_claim = S->units > 1;
-  uint64_t next = kiln_ring_dev_load(claim), processed = 0, failed = 0, beats = 0, sleep_ns = 0;
+  uint64_t next = 0, end = 0, processed = 0, failed = 0, beats = 0, sleep_ns = 0;
   uint32_t idle = 0;
   if (lane == 0) kiln_ring_store_relaxed(&rec->state, KILN_RING_UNIT_RUNNING);
   for (;;) {
-    uint64_t cmd = 0, tail = 0;
+    uint64_t cmd = 0, tail = 0, claimed = 0;
     if (lane == 0) {
       cmd = kiln_ring_load_relaxed(&C->command);
-      if (shared_claim) next = kiln_ring_dev_load(claim);
-      if (cmd == KILN_RING_DRAIN) tail = kiln_ring_load_relaxed(&C->tail);
+      if (cmd == KILN_RING_DRAIN) {
+        tail = kiln_ring_load_relaxed(&C->tail);
+        if (next == end) claimed = kiln_ring_dev_load(claim);
+      }
     }
     cmd = kiln_ring_bcast(cmd);
-    next = kiln_ring_bcast(next);
     tail = kiln_ring_bcast(tail);
-    if (cmd >= KILN_RING_DROP || (cmd == KILN_RING_DRAIN && next == tail)) break;
+    claimed = kiln_ring_bcast(claimed);
+    if (cmd >= KILN_RING_DROP) break;
+    if (cmd == KILN_RING_DRAIN && next == end && (int64_t)(claimed - tail) >= 0) break;
+    if (cmd == KILN_RING_DRAIN && next != end && (int64_t)(next - tail) >= 0) break;
+    if (cmd != KILN_RING_INACTIVE && next == end) {
+      // Reserve the next KILN_RING_BATCH positions: units take turns by reservation, so they
+      // never probe the same slots; each serves its positions as the host publishes them.
+      uint64_t base = 0;
+      if (lane == 0) base = kiln_ring_dev_add(claim, KILN_RING_BATCH);
+      next = kiln_ring_bcast(base);
+      end = next + KILN_RING_BATCH;
+    }
     uint32_t n = 0;
     if (cmd != KILN_RING_INACTIVE) {
-      for (uint32_t i0 = 0; i0 < KILN_RING_BATCH; i0 += KILN_RING_LANES) {
+      const uint32_t want = (uint32_t)(end - next);
+      for (uint32_t i0 = 0; i0 < want; i0 += KILN_RING_LANES) {
         const uint32_t i = i0 + lane;
-        const bool ok = i < KILN_RING_BATCH &&
+        const bool ok = i < want &&
                         kiln_ring_load_acquire(&kiln_ring_hdr(in, mask, in_bytes, next + i)->seq) == next + i + 1;
         const uint32_t run = kiln_ring_run(ok);
         n += run;
@@ -151,11 +163,6 @@ KILN_RING_DEVICE void kiln_ring_serve(kiln_ring_control* C, uint32_t stage, uint
       if (++idle > 64) sleep_ns = sleep_ns ? (sleep_ns * 2 < C->idle_sleep_max_ns ? sleep_ns * 2 : C->idle_sleep_max_ns) : 64;
       kiln_ring_sleep(sleep_ns);
       continue;
-    }
-    if (shared_claim) {
-      uint64_t old = 0;
-      if (lane == 0) old = kiln_ring_dev_cas(claim, next, next + n);
-      if (kiln_ring_bcast(old) != next) continue;
     }
     idle = 0;
     sleep_ns = 0;
@@ -219,7 +226,6 @@ KILN_RING_DEVICE void kiln_ring_serve(kiln_ring_control* C, uint32_t stage, uint
     processed += n;
     failed += failed_now;
     if (lane == 0) {
-      if (!shared_claim) kiln_ring_dev_store(claim, next);
       kiln_ring_store_relaxed(&rec->busy_count, 0);
       kiln_ring_store_relaxed(&rec->processed, processed);
       kiln_ring_store_relaxed(&rec->failed, failed);

@@ -125,6 +125,10 @@ bool load_driver(std::string* why) {
     return false;
   }
   g_cu = api;  // keep it even if cuInit fails, so error names can be printed
+  // Eager module loading: with CUDA's default lazy loading, the first launch of a kernel loads
+  // it and may wait for running kernels, which never finish while a ring kernel is resident.
+  // The user's own setting wins.
+  setenv("CUDA_MODULE_LOADING", "EAGER", 0);
   CUresult r = g_cu.cuDriverGetVersion(&g_cu.version);
   if (r == CUDA_SUCCESS) r = g_cu.cuInit(0);
   if (r != CUDA_SUCCESS) {
