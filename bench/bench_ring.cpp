@@ -39,7 +39,8 @@ template <int N>
 std::string handler_source() {
   const std::string t = "msg" + std::to_string(N);
   return "KILN_FUNC void bump(const " + t + "* in, " + t + "* out, kiln_ring_ctx* ctx) {\n" +
-         "  for (int i = 0; i < " + std::to_string(N / 4) + "; ++i) out->w[i] = in->w[i] + 1u;\n}\n";
+         "  for (int i = 0; i < " + std::to_string(N / 4) +
+         "; ++i) out->w[i] = in->w[i] + 1u;\n}\n";
 }
 
 double cpu_seconds() {
@@ -53,7 +54,8 @@ struct csv_out {
   std::FILE* f = nullptr;
   std::string dev;
   void row(const std::string& metric, double v, const std::string& unit) {
-    if (f) std::fprintf(f, "%s,%s,kiln_ring,%.6g,%s\n", dev.c_str(), metric.c_str(), v, unit.c_str());
+    if (f)
+      std::fprintf(f, "%s,%s,kiln_ring,%.6g,%s\n", dev.c_str(), metric.c_str(), v, unit.c_str());
   }
 };
 
@@ -72,7 +74,8 @@ bool round_trip(const kiln::device& dev, std::size_t n, csv_out& csv) {
   for (std::size_t i = 0; i < warm + n; ++i) {
     if (i == warm) c0 = cpu_seconds();
     msg64 m;
-    for (auto& w : m.w) w = static_cast<std::uint32_t>(seed = seed * 6364136223846793005ull + 1442695040888963407ull);
+    for (auto& w : m.w)
+      w = static_cast<std::uint32_t>(seed = seed * 6364136223846793005ull + 1442695040888963407ull);
     const auto t0 = clk::now();
     if (!r.send(m, 10s)) return std::fprintf(stderr, "send timed out\n"), false;
     auto resp = r.receive(10s);
@@ -84,7 +87,9 @@ bool round_trip(const kiln::device& dev, std::size_t n, csv_out& csv) {
   const double cpu = (cpu_seconds() - c0) / static_cast<double>(n) * 1e6;
   r.terminate();
   std::sort(us.begin(), us.end());
-  auto pct = [&](double p) { return us[std::min(us.size() - 1, static_cast<std::size_t>(p / 100 * us.size()))]; };
+  auto pct = [&](double p) {
+    return us[std::min(us.size() - 1, static_cast<std::size_t>(p / 100 * us.size()))];
+  };
   double mean = 0;
   for (double v : us) mean += v;
   mean /= static_cast<double>(us.size());
@@ -133,8 +138,8 @@ bool throughput(const kiln::device& dev, std::size_t batch, std::size_t total, c
     }
     for (std::size_t i = 0; i < k; ++i) {
       const std::size_t j = (got + i) % batch;
-      errors += in[i].value.w[0] != out_batch[j].w[0] + 1 || in[i].value.w[N / 4 - 1] != out_batch[j].w[N / 4 - 1] + 1 ||
-                in[i].id != got + i;
+      errors += in[i].value.w[0] != out_batch[j].w[0] + 1 ||
+                in[i].value.w[N / 4 - 1] != out_batch[j].w[N / 4 - 1] + 1 || in[i].id != got + i;
     }
     got += k;
   }
@@ -143,8 +148,10 @@ bool throughput(const kiln::device& dev, std::size_t batch, std::size_t total, c
   const double cpu = (cpu_seconds() - c0) / static_cast<double>(got) * 1e9;
   r.terminate(kiln::ring_stop::drop);
   const double rate = static_cast<double>(got) / s;
-  std::printf("| %d B, batch %zu | %.2f M msg/s | %.2f GB/s each way | %.1f ns CPU/msg | %llu errors%s |\n", N, batch,
-              rate / 1e6, rate * N / 1e9, cpu, static_cast<unsigned long long>(errors), failed ? " (STALLED)" : "");
+  std::printf(
+      "| %d B, batch %zu | %.2f M msg/s | %.2f GB/s each way | %.1f ns CPU/msg | %llu errors%s |\n",
+      N, batch, rate / 1e6, rate * N / 1e9, cpu, static_cast<unsigned long long>(errors),
+      failed ? " (STALLED)" : "");
   const std::string key = std::to_string(N) + "B_b" + std::to_string(batch);
   csv.row("tput_" + key + "_mmsgs", rate / 1e6, "Mmsg/s");
   csv.row("cpu_ns_per_msg_" + key, cpu, "ns");
@@ -187,7 +194,8 @@ bool soak(const kiln::device& dev, int seconds) {
     for (std::size_t i = 0; i < k; ++i, ++next) {
       const auto& m = in[i];
       const auto lo = static_cast<std::uint32_t>(next), hi = static_cast<std::uint32_t>(next >> 32);
-      bad += m.id != next || m.value.w[0] != lo + 1 || m.value.w[1] != hi + 1 || m.value.w[15] != lo + 1;
+      bad += m.id != next || m.value.w[0] != lo + 1 || m.value.w[1] != hi + 1 ||
+             m.value.w[15] != lo + 1;
     }
     if (clk::now() - last_report > 60s) {
       std::printf("soak: %llu messages, %llu bad\n", static_cast<unsigned long long>(next),
@@ -201,10 +209,11 @@ bool soak(const kiln::device& dev, int seconds) {
   const kiln::ring_status st = r.status();
   r.terminate();
   const bool ok = bad == 0 && !failed && st.sent == next;
-  std::printf("| soak %d s on %s | %llu sent | %llu received | %llu lost/duplicated/corrupt | %s |\n", seconds,
-              dev.id().c_str(), static_cast<unsigned long long>(st.sent),
-              static_cast<unsigned long long>(next), static_cast<unsigned long long>(bad),
-              ok ? "PASS" : "FAIL");
+  std::printf(
+      "| soak %d s on %s | %llu sent | %llu received | %llu lost/duplicated/corrupt | %s |\n",
+      seconds, dev.id().c_str(), static_cast<unsigned long long>(st.sent),
+      static_cast<unsigned long long>(next), static_cast<unsigned long long>(bad),
+      ok ? "PASS" : "FAIL");
   return ok;
 }
 
@@ -216,12 +225,21 @@ int main(int argc, char** argv) {
   int soak_s = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc) dev_id = argv[++i];
-    else if (a == "--csv" && i + 1 < argc) csv_path = argv[++i];
-    else if (a == "--soak" && i + 1 < argc) soak_s = std::atoi(argv[++i]);
-    else if (a == "--only" && i + 1 < argc) only = argv[++i];
-    else if (a == "--quick") quick = true;
-    else return std::fprintf(stderr, "usage: %s [--device D] [--quick] [--csv F] [--soak S] [--only rt|tput]\n", argv[0]), 1;
+    if (a == "--device" && i + 1 < argc)
+      dev_id = argv[++i];
+    else if (a == "--csv" && i + 1 < argc)
+      csv_path = argv[++i];
+    else if (a == "--soak" && i + 1 < argc)
+      soak_s = std::atoi(argv[++i]);
+    else if (a == "--only" && i + 1 < argc)
+      only = argv[++i];
+    else if (a == "--quick")
+      quick = true;
+    else
+      return std::fprintf(
+                 stderr, "usage: %s [--device D] [--quick] [--csv F] [--soak S] [--only rt|tput]\n",
+                 argv[0]),
+             1;
   }
   try {
     kiln::device dev = dev_id.empty() ? kiln::device::best() : kiln::device::get(dev_id);
@@ -233,11 +251,15 @@ int main(int argc, char** argv) {
     if (csv.f) std::fprintf(csv.f, "device,metric,impl,value,unit\n");
     bool ok = true;
     if (only.empty() || only == "rt") {
-      std::printf("| what | p50 us | p99 us | p99.9 us | mean us | cpu us/msg | errors |\n|---|---|---|---|---|---|---|\n");
+      std::printf(
+          "| what | p50 us | p99 us | p99.9 us | mean us | cpu us/msg | errors "
+          "|\n|---|---|---|---|---|---|---|\n");
       ok &= round_trip(dev, quick ? 5000 : 100000, csv);
     }
     if (only.empty() || only == "tput") {
-      std::printf("\n| message, host batch | throughput | bandwidth | host CPU | check |\n|---|---|---|---|---|\n");
+      std::printf(
+          "\n| message, host batch | throughput | bandwidth | host CPU | check "
+          "|\n|---|---|---|---|---|\n");
       const std::size_t total = quick ? 200000 : 4000000;
       for (std::size_t b : {1u, 16u, 256u, 4096u}) {
         ok &= throughput<16>(dev, b, b == 1 ? total / 20 : total, csv);

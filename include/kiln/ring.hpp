@@ -51,9 +51,9 @@ struct ring_options {
   std::uint32_t capacity = 1024;  // messages sent and not yet received, at most
   std::uint32_t batch = 32;       // messages a unit takes at once (at most 32 on CUDA)
   std::uint32_t units = 0;        // per stage: warps on CUDA (default 4), threads on the CPU (1)
-  std::uint32_t warps_per_block = 4;             // CUDA
-  std::uint64_t start_id = 0;                    // first message id (ids wrap at 2^64)
-  std::chrono::microseconds idle_sleep_max{200};  // device pollers' backoff ceiling
+  std::uint32_t warps_per_block = 4;                 // CUDA
+  std::uint64_t start_id = 0;                        // first message id (ids wrap at 2^64)
+  std::chrono::microseconds idle_sleep_max{200};     // device pollers' backoff ceiling
   std::chrono::milliseconds handler_timeout{10000};  // pending messages, no progress: hung
   std::vector<std::byte> state;  // initial bytes of the per-kernel state (device memory)
   std::string compile_options;   // passed to the backend compiler
@@ -77,20 +77,20 @@ struct ring_response {
 struct ring_status {
   ring_state state = ring_state::launched;
   std::uint64_t sent = 0, received = 0, processed = 0;  // processed: handler calls, every stage
-  std::uint64_t queued = 0;     // sent, not yet taken by the first stage
-  std::uint64_t in_flight = 0;  // sent, not yet received
-  std::uint64_t dropped = 0;    // dropped by terminate(ring_stop::drop)
-  std::uint64_t handler_faults = 0;  // responses with a non-zero status
-  std::uint32_t units = 0;           // pollers, every stage
+  std::uint64_t queued = 0;                             // sent, not yet taken by the first stage
+  std::uint64_t in_flight = 0;                          // sent, not yet received
+  std::uint64_t dropped = 0;                            // dropped by terminate(ring_stop::drop)
+  std::uint64_t handler_faults = 0;                     // responses with a non-zero status
+  std::uint32_t units = 0;                              // pollers, every stage
   std::uint64_t device_heartbeat = 0;
   // latency_ns[k]: received messages whose send -> receive time was in [2^(k-1), 2^k) ns.
   std::array<std::uint64_t, 40> latency_ns{};
-  std::string fault;  // why the ring is faulted
+  std::string fault;                             // why the ring is faulted
   double latency_percentile_us(double p) const;  // from the histogram (bucket midpoints)
 };
 
 struct ring_report {
-  std::uint64_t processed = 0;        // messages the kernel handled in its life
+  std::uint64_t processed = 0;         // messages the kernel handled in its life
   std::vector<std::uint64_t> dropped;  // ids terminate(ring_stop::drop) dropped
 };
 
@@ -138,7 +138,8 @@ std::size_t ring_send(ring_impl& r, const void* msgs, std::size_t n, bool wait_a
 // Passes up to max responses to sink, waiting up to timeout for the first; returns how many.
 std::size_t ring_receive(ring_impl& r, std::size_t max, ring_clock timeout, ring_sink sink,
                          void* ctx);
-void ring_on_response(ring_impl& r, std::function<void(std::uint64_t, std::int32_t, const void*)> f);
+void ring_on_response(ring_impl& r,
+                      std::function<void(std::uint64_t, std::int32_t, const void*)> f);
 ring_status ring_get_status(ring_impl& r);
 void ring_read_state(ring_impl& r, void* out, std::size_t bytes);
 void ring_close(ring_impl& r) noexcept;  // the destructor: terminate, dropping, if still running
@@ -160,7 +161,8 @@ class ring_endpoint {
   }
 
   // Blocks up to `timeout` for room; returns the message's id, nullopt on timeout.
-  [[nodiscard]] std::optional<std::uint64_t> send(const Req& m, clock timeout = detail::ring_forever) {
+  [[nodiscard]] std::optional<std::uint64_t> send(const Req& m,
+                                                  clock timeout = detail::ring_forever) {
     std::uint64_t id = 0;
     if (detail::ring_send(*impl_, &m, 1, true, timeout, &id) == 0) return std::nullopt;
     return id;
@@ -191,21 +193,22 @@ class ring_endpoint {
   std::optional<ring_response<Resp>> try_receive() { return receive(clock(0)); }
   // Fills out with the responses ready now (waiting up to timeout for the first); returns how
   // many it wrote.
-  std::size_t receive_batch(std::span<ring_response<Resp>> out, clock timeout = detail::ring_forever) {
+  std::size_t receive_batch(std::span<ring_response<Resp>> out,
+                            clock timeout = detail::ring_forever) {
     auto* p = out.data();
     return detail::ring_receive(*impl_, out.size(), timeout, &sink_many, &p);
   }
   // Responses go to f, on a thread of the ring, instead of receive(); nullptr stops that.
   void on_response(std::function<void(const ring_response<Resp>&)> f) {
     if (!f) return detail::ring_on_response(*impl_, nullptr);
-    detail::ring_on_response(*impl_, [f = std::move(f)](std::uint64_t id, std::int32_t st,
-                                                         const void* msg) {
-      ring_response<Resp> r;
-      r.id = id;
-      r.status = st;
-      std::memcpy(&r.value, msg, sizeof(Resp));
-      f(r);
-    });
+    detail::ring_on_response(
+        *impl_, [f = std::move(f)](std::uint64_t id, std::int32_t st, const void* msg) {
+          ring_response<Resp> r;
+          r.id = id;
+          r.status = st;
+          std::memcpy(&r.value, msg, sizeof(Resp));
+          f(r);
+        });
   }
 
   ring_status status() const { return detail::ring_get_status(*impl_); }
@@ -260,10 +263,11 @@ class ring_pipeline : public ring_endpoint<Req, Resp> {
  public:
   ring_pipeline(const device& dev, std::string_view source, std::string_view first,
                 std::string_view second, const ring_options& opts = {})
-      : ring_endpoint<Req, Resp>(detail::ring_create(
-            dev, source, {std::string(first), std::string(second)},
-            {detail::ring_type_of<Req>(), detail::ring_type_of<Mid>(), detail::ring_type_of<Resp>()},
-            opts)) {}
+      : ring_endpoint<Req, Resp>(
+            detail::ring_create(dev, source, {std::string(first), std::string(second)},
+                                {detail::ring_type_of<Req>(), detail::ring_type_of<Mid>(),
+                                 detail::ring_type_of<Resp>()},
+                                opts)) {}
 };
 
 }  // namespace kiln

@@ -39,12 +39,14 @@ std::uint64_t address_of(const buffer<std::uint8_t>& b) {
 
 bool is_identifier(std::string_view s) {
   if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
-  return std::all_of(s.begin(), s.end(),
-                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; });
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+  });
 }
 
 // Seq words as they were one lap before `start`: no slot looks published.
-void init_seqs(unsigned char* slots, std::uint64_t count, std::uint64_t bytes, std::uint64_t start) {
+void init_seqs(unsigned char* slots, std::uint64_t count, std::uint64_t bytes,
+               std::uint64_t start) {
   for (std::uint64_t i = 0; i < count; ++i) {
     const std::uint64_t first = start + ((i - start) & (count - 1));  // first position of slot i
     const std::uint64_t seq = first + 1 - count;
@@ -55,11 +57,13 @@ void init_seqs(unsigned char* slots, std::uint64_t count, std::uint64_t bytes, s
 void check_options(const device& dev, bool gpu, const ring_options& o, std::size_t stages) {
   const std::string who = "ring kernel on " + dev.id() + ": ";
   if (o.capacity == 0 || o.capacity > (1u << 24))
-    throw invalid_argument(who + "capacity must be in [1, 2^24], not " + std::to_string(o.capacity));
+    throw invalid_argument(who + "capacity must be in [1, 2^24], not " +
+                           std::to_string(o.capacity));
   if (o.batch == 0 || o.batch > 4096)
     throw invalid_argument(who + "batch must be in [1, 4096], not " + std::to_string(o.batch));
   if (gpu && o.batch > 32)
-    throw invalid_argument(who + "batch is at most 32 on CUDA (one message per lane of a warp), not " +
+    throw invalid_argument(who +
+                           "batch is at most 32 on CUDA (one message per lane of a warp), not " +
                            std::to_string(o.batch));
   const std::uint32_t max_units = gpu ? 4096 : 256;
   if (o.units > max_units)
@@ -71,7 +75,8 @@ void check_options(const device& dev, bool gpu, const ring_options& o, std::size
     throw invalid_argument(who + "a ring has 1 to " + std::to_string(max_stages) + " stages");
 }
 
-[[noreturn]] void rethrow_compile(const compile_error& e, std::string_view user, const device& dev) {
+[[noreturn]] void rethrow_compile(const compile_error& e, std::string_view user,
+                                  const device& dev) {
   const std::vector<int> lines = kernel_lang::cited_lines(e.log());
   const std::string ex = lines.empty() ? "" : kernel_lang::excerpt(user, lines);
   std::string msg = "ring kernel for " + dev.id() + ": compilation failed";
@@ -146,8 +151,8 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
       throw unsupported("ring kernel on " + dev.id() + ": a request and response of " +
                         std::to_string(widest) + " bytes do not fit the " +
                         std::to_string(gpu_staging_limit) + "-byte shared staging of a warp");
-    shape.warps = std::min<std::uint32_t>({opts.warps_per_block, units,
-                                           std::uint32_t(gpu_staging_limit / (shape.batch * widest))});
+    shape.warps = std::min<std::uint32_t>(
+        {opts.warps_per_block, units, std::uint32_t(gpu_staging_limit / (shape.batch * widest))});
   }
   std::vector<stage_desc> stages(handlers.size());
   std::uint32_t next_unit = 0;
@@ -186,8 +191,8 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
   std::vector<std::uint64_t> counters(handlers.size() + 1, r->start);
   counters.back() = r->total_units;  // live units
   auto& cnt = r->device_mem.emplace_back(dev, counters.size() * 8);
-  cnt.copy_from(std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(counters.data()),
-                                              counters.size() * 8));
+  cnt.copy_from(std::span<const std::uint8_t>(
+      reinterpret_cast<const std::uint8_t*>(counters.data()), counters.size() * 8));
   const std::uint64_t counters_at = address_of(cnt);
   std::vector<std::uint64_t> queue_at;  // device address of queue i (0 = host's first)
   queue_at.push_back(reinterpret_cast<std::uint64_t>(r->in_mem->ptr));
@@ -241,7 +246,8 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
                                " SMs; use fewer units or more warps_per_block");
       queue& q = r->queues.emplace_back(dev);
       q.impl()->resident = true;
-      k.launch(q, range(blocks * threads), local_size(threads), reinterpret_cast<std::uint64_t>(c), std::uint32_t(0));
+      k.launch(q, range(blocks * threads), local_size(threads), reinterpret_cast<std::uint64_t>(c),
+               std::uint32_t(0));
       r->ended.push_back(q.record());
     } else {
       for (std::uint32_t u = 0; u < next_unit; ++u) {

@@ -24,9 +24,9 @@ void store_release(std::uint64_t& w, std::uint64_t v) {
 }
 
 std::uint64_t now_ns() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                        steady::now().time_since_epoch())
-                                        .count());
+  return static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(steady::now().time_since_epoch())
+          .count());
 }
 
 // Host pollers spin briefly (a round trip is a few microseconds), then yield, then sleep with
@@ -61,7 +61,8 @@ steady::time_point deadline_after(ring_clock timeout) {
 
 std::string ids_text(const std::vector<std::uint64_t>& ids) {
   std::string s;
-  for (std::size_t i = 0; i < ids.size() && i < 8; ++i) s += (i ? ", " : "") + std::to_string(ids[i]);
+  for (std::size_t i = 0; i < ids.size() && i < 8; ++i)
+    s += (i ? ", " : "") + std::to_string(ids[i]);
   if (ids.size() > 8) s += ", ... (" + std::to_string(ids.size()) + " in all)";
   return s;
 }
@@ -181,7 +182,8 @@ void ring_activate(ring_impl& r, bool active) {
 std::size_t ring_send(ring_impl& r, const void* msgs, std::size_t n, bool wait_all,
                       ring_clock timeout, std::uint64_t* first_id) {
   if (r.st.load() == ring_state::faulted) r.check_health();
-  if (r.terminated) throw invalid_argument("ring kernel on " + r.dev.id() + ": send after terminate");
+  if (r.terminated)
+    throw invalid_argument("ring kernel on " + r.dev.id() + ": send after terminate");
   std::lock_guard lock(r.send_mu);
   std::uint64_t pos = r.sent.load(std::memory_order_relaxed);
   *first_id = pos;
@@ -194,7 +196,8 @@ std::size_t ring_send(ring_impl& r, const void* msgs, std::size_t n, bool wait_a
     if (room == 0) {
       if (!wait_all || timeout.count() == 0 || steady::now() >= until) break;
       if (b.slow()) r.check_health();
-      if (r.terminated) throw invalid_argument("ring kernel on " + r.dev.id() + ": send after terminate");
+      if (r.terminated)
+        throw invalid_argument("ring kernel on " + r.dev.id() + ": send after terminate");
       b.wait();
       continue;
     }
@@ -247,7 +250,8 @@ std::size_t receive_locked(ring_impl& r, std::size_t max, ring_clock timeout, ri
     std::memcpy(&aux, slot + 8, sizeof aux);
     const auto status = static_cast<std::int32_t>(static_cast<std::int64_t>(aux));
     if (status != 0) r.handler_faults.fetch_add(1, std::memory_order_relaxed);
-    const std::uint64_t dt = t - std::min(t, r.send_time[pos & r.mask].load(std::memory_order_relaxed));
+    const std::uint64_t dt =
+        t - std::min(t, r.send_time[pos & r.mask].load(std::memory_order_relaxed));
     ++hist[std::min<std::size_t>(std::bit_width(dt), 39)];
     sink(ctx, pos, status, slot + 16);
     ++pos;
@@ -275,7 +279,8 @@ void ring_impl::stop_callback() {
   callback_stop = false;
 }
 
-void ring_on_response(ring_impl& r, std::function<void(std::uint64_t, std::int32_t, const void*)> f) {
+void ring_on_response(ring_impl& r,
+                      std::function<void(std::uint64_t, std::int32_t, const void*)> f) {
   r.stop_callback();
   if (!f) return;
   r.callback = std::move(f);
@@ -320,9 +325,10 @@ ring_report ring_terminate(ring_impl& r, ring_stop how, ring_clock deadline) {
       if (load_acquire(r.records()[u].state) == KILN_RING_UNIT_TRAPPED) r.check_health();
     if (steady::now() >= until) {
       abort_kernel(r);
-      r.raise_fault("terminate: the kernel did not finish within " +
-                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(deadline).count()) +
-                    " ms" + (r.gpu ? "; it was trapped" : "; its CPU threads are abandoned"));
+      r.raise_fault(
+          "terminate: the kernel did not finish within " +
+          std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(deadline).count()) +
+          " ms" + (r.gpu ? "; it was trapped" : "; its CPU threads are abandoned"));
     }
     b.wait();
   }
@@ -346,14 +352,16 @@ ring_status ring_get_status(ring_impl& r) {
   s.received = r.received.load() - r.start;
   s.processed = r.processed_total();
   std::uint64_t first = 0;
-  for (std::uint32_t u = 0; u < r.stage_units.front(); ++u) first += load_relaxed(r.records()[u].processed);
+  for (std::uint32_t u = 0; u < r.stage_units.front(); ++u)
+    first += load_relaxed(r.records()[u].processed);
   s.queued = s.sent - std::min(s.sent, first);
   s.in_flight = s.sent - s.received;
   s.dropped = r.dropped.load();
   s.handler_faults = r.handler_faults.load();
   s.units = r.total_units;
   s.device_heartbeat = load_relaxed(r.control()->watchdog_heartbeat);
-  for (std::uint32_t u = 0; u < r.total_units; ++u) s.device_heartbeat += load_relaxed(r.records()[u].heartbeat);
+  for (std::uint32_t u = 0; u < r.total_units; ++u)
+    s.device_heartbeat += load_relaxed(r.records()[u].heartbeat);
   for (std::size_t i = 0; i < s.latency_ns.size(); ++i) s.latency_ns[i] = r.latency[i].load();
   std::lock_guard lock(r.state_mu);
   s.fault = r.fault;

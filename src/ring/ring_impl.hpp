@@ -77,17 +77,17 @@ struct ring_impl : std::enable_shared_from_this<ring_impl> {
 
   // Producers (send_mu) and the receiver (recv_mu); sent/received are read by both sides.
   std::mutex send_mu, recv_mu, state_mu;
-  std::atomic<std::uint64_t> sent{0}, received{0};  // positions: start + count
+  std::atomic<std::uint64_t> sent{0}, received{0};          // positions: start + count
   std::unique_ptr<std::atomic<std::uint64_t>[]> send_time;  // ns, per slot
   std::array<std::atomic<std::uint64_t>, 40> latency{};
   std::atomic<std::uint64_t> handler_faults{0}, dropped{0};
 
   std::atomic<ring_state> st{ring_state::launched};
-  std::string fault;                  // under state_mu
+  std::string fault;  // under state_mu
   std::vector<std::uint64_t> fault_ids;
   std::atomic<bool> terminated{false};  // kernel ended (terminate or fault)
-  std::atomic<bool> abandoned{false};            // a CPU handler hung: its thread still runs our code
-  std::uint64_t last_processed = 0;   // progress watch (state_mu)
+  std::atomic<bool> abandoned{false};   // a CPU handler hung: its thread still runs our code
+  std::uint64_t last_processed = 0;     // progress watch (state_mu)
   ring_detail::steady::time_point last_progress = ring_detail::steady::now();
 
   std::thread callback_thread;

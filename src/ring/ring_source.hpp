@@ -25,9 +25,9 @@ struct stage_desc {
 };
 
 struct kernel_shape {
-  bool gpu = false;               // warps and shared-memory staging (CUDA); else host threads
-  std::uint32_t batch = 32;       // messages one unit takes per claim
-  std::uint32_t warps = 1;        // worker warps per block (CUDA)
+  bool gpu = false;          // warps and shared-memory staging (CUDA); else host threads
+  std::uint32_t batch = 32;  // messages one unit takes per claim
+  std::uint32_t warps = 1;   // worker warps per block (CUDA)
 };
 
 // Checks that the generated definition of m has the C++ type's layout (offsets and size);
@@ -35,7 +35,9 @@ struct kernel_shape {
 void check_layout(const message_desc& m);
 
 // Bytes of one queue slot for a message of `size` bytes: header and message, 16-byte aligned.
-constexpr std::uint64_t slot_bytes(std::uint64_t size) { return 16 + ((size + 15) & ~std::uint64_t(15)); }
+constexpr std::uint64_t slot_bytes(std::uint64_t size) {
+  return 16 + ((size + 15) & ~std::uint64_t(15));
+}
 
 // The whole kernel source; its entry point is `kiln_ring_main(uint64_t control, uint32_t unit)`.
 std::string kernel_source(std::string_view user_source, const std::vector<stage_desc>& stages,

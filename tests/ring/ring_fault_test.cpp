@@ -63,8 +63,9 @@ std::string run_fault_case(const kiln::device& dev, const std::string& which) {
     if (std::find(ids.begin(), ids.end(), 5u) == ids.end())
       return std::string("failed ids lack message 5: ") + e.what();
     const std::string what = e.what();
-    const std::string expect = which == "trap" ? (dev.backend() == "cuda" ? "failed on the device" : "trapped")
-                                               : "has not returned";
+    const std::string expect = which == "trap"
+                                   ? (dev.backend() == "cuda" ? "failed on the device" : "trapped")
+                                   : "has not returned";
     if (what.find(expect) == std::string::npos) return "unexpected message: " + what;
   }
   // Every later call reports the fault; terminate does not hang.
@@ -114,13 +115,15 @@ TEST_P(RingTest, FaultInjectionTrapAndHang) {
 
 TEST_P(RingTest, BadInputIsRefusedClearly) {
   try {
-    kiln::ring<packed_msg, pong> r(dev(), "KILN_FUNC void h(const packed_msg* i, pong* o, kiln_ring_ctx* c) {}", "h");
+    kiln::ring<packed_msg, pong> r(
+        dev(), "KILN_FUNC void h(const packed_msg* i, pong* o, kiln_ring_ctx* c) {}", "h");
     ADD_FAILURE() << "a packed message was accepted";
   } catch (const kiln::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("field 'b'"), std::string::npos) << e.what();
   }
   try {
-    kiln::ring<three, pong> r(dev(), "KILN_FUNC void h(const three* i, pong* o, kiln_ring_ctx* c) {}", "h");
+    kiln::ring<three, pong> r(
+        dev(), "KILN_FUNC void h(const three* i, pong* o, kiln_ring_ctx* c) {}", "h");
     ADD_FAILURE() << "a message with a field left out was accepted";
   } catch (const kiln::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find("sizeof is 12"), std::string::npos) << e.what();
@@ -133,16 +136,21 @@ TEST_P(RingTest, BadInputIsRefusedClearly) {
   if (is_gpu()) {
     EXPECT_THROW((kiln::ring<ping, pong>(dev(), handlers, "echo", wide)), kiln::invalid_argument);
   }
-  EXPECT_THROW((kiln::ring<ping, pong>(dev(), handlers, "no such handler!", {})), kiln::invalid_argument);
+  EXPECT_THROW((kiln::ring<ping, pong>(dev(), handlers, "no such handler!", {})),
+               kiln::invalid_argument);
   // A broken handler: the error cites the user's line.
   try {
-    kiln::ring<ping, pong> r(dev(), "\nKILN_FUNC void h(const ping* in, pong* out, kiln_ring_ctx* c) {\n  out->nope = 1;\n}\n", "h");
+    kiln::ring<ping, pong> r(
+        dev(),
+        "\nKILN_FUNC void h(const ping* in, pong* out, kiln_ring_ctx* c) {\n  out->nope = 1;\n}\n",
+        "h");
     ADD_FAILURE() << "broken source compiled";
   } catch (const kiln::compile_error& e) {
     EXPECT_NE(e.excerpt().find("out->nope"), std::string::npos) << e.what();
   }
   // A handler whose signature does not match the message types.
-  EXPECT_THROW((kiln::ring<ping, pong>(dev(), "KILN_FUNC void h(const pong* i, ping* o, kiln_ring_ctx* c) {}", "h")),
+  EXPECT_THROW((kiln::ring<ping, pong>(
+                   dev(), "KILN_FUNC void h(const pong* i, ping* o, kiln_ring_ctx* c) {}", "h")),
                kiln::compile_error);
   if (is_gpu()) {
     kiln::ring_options huge;

@@ -4,10 +4,10 @@
 #pragma once
 
 #include <gtest/gtest.h>
-#include <kiln/kiln.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <kiln/kiln.hpp>
 #include <string>
 #include <vector>
 

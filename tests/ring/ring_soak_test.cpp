@@ -28,7 +28,8 @@ TEST_P(RingTest, BoundedSoak) {
       for (std::uint32_t s = 0; !stop.load();) {
         buf.clear();
         const std::uint32_t k = rng() % 64 + 1;
-        for (std::uint32_t j = 0; j < k; ++j, ++s) buf.push_back(make_ping((std::uint64_t(p) << 32) | s, p, s));
+        for (std::uint32_t j = 0; j < k; ++j, ++s)
+          buf.push_back(make_ping((std::uint64_t(p) << 32) | s, p, s));
         ASSERT_EQ(r.send_batch(buf, 30s), k);
       }
     });
