@@ -174,6 +174,11 @@ TEST(RingSource, CudaLoopCompilesWithNvrtc) {
   bool cuda = false;
   for (const kiln::backend_status& b : kiln::backends()) cuda |= b.name == "cuda" && b.loaded;
   if (!cuda) GTEST_SKIP() << "the CUDA backend (NVRTC) is not loaded";
+#if defined(__SANITIZE_ADDRESS__)
+  // Seen in CI: after this compile, LeakSanitizer's exit-time tracer crashed (signal 11) on
+  // NVRTC's state. The plain CI stage runs this test.
+  GTEST_SKIP() << "NVRTC under LeakSanitizer: the plain stage runs this test";
+#endif
   using namespace kiln::ring_detail;
   message_desc in{"ping", sizeof(ping), kiln::ring_message_traits<ping>::fields()};
   message_desc out{"pong", sizeof(pong), kiln::ring_message_traits<pong>::fields()};
