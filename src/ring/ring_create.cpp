@@ -228,7 +228,8 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
     s.units = units;
     s.unit_records = reinterpret_cast<std::uint64_t>(r->records() + i * units);
   }
-  std::atomic_thread_fence(std::memory_order_release);
+  // The launch below publishes these plain writes: CPU queues hand the launch over under a
+  // mutex, and a CUDA launch sees host memory written before it.
 
   // Launch: CUDA, one grid (worker warps plus a watchdog warp per block) on a resident queue;
   // CPU, one single-item launch per unit, each on its own queue (its own thread).
