@@ -40,8 +40,6 @@ KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) {
 KILN_RING_DEVICE void kiln_ring_fence() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) {
   uint64_t v; asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
-KILN_RING_DEVICE void kiln_ring_dev_store(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.gpu.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
 KILN_RING_DEVICE uint64_t kiln_ring_dev_add(uint64_t* p, uint64_t v) {
   return atomicAdd((unsigned long long*)p, v); }
 KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) {
@@ -71,7 +69,6 @@ KILN_RING_DEVICE void kiln_ring_store_release(uint64_t* p, uint64_t v) { __atomi
 KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 KILN_RING_DEVICE void kiln_ring_fence() { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
 KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-KILN_RING_DEVICE void kiln_ring_dev_store(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
 KILN_RING_DEVICE uint64_t kiln_ring_dev_add(uint64_t* p, uint64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
 KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELEASE); }
 KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) {
