@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 
 #include "backend_abi.h"
 #include "kernel_lang/parser.hpp"
@@ -27,7 +28,9 @@ struct dialect_table {
   void (*respell)(std::string& source, const std::string& blank) = nullptr;
 };
 
-const dialect_table& dialect_for(kiln_dialect d);
+// The table whose name is `dialect` (a backend's kiln_backend_v1::dialect); kiln::unsupported
+// naming it when no table has that name.
+const dialect_table& dialect_for(std::string_view dialect);
 
 extern const dialect_table cuda_dialect;
 extern const dialect_table cpp_dialect;

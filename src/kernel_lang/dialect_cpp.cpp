@@ -148,6 +148,6 @@ void emit_entry(std::string& out, const kernel_decl& k) {
 
 }  // namespace
 
-const dialect_table cpp_dialect = {"c++", prelude, "const kiln_item& kiln__it", emit_entry};
+const dialect_table cpp_dialect = {"cpp", prelude, "const kiln_item& kiln__it", emit_entry};
 
 }  // namespace kiln::kernel_lang

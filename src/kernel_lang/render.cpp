@@ -8,14 +8,11 @@
 
 namespace kiln::kernel_lang {
 
-const dialect_table& dialect_for(kiln_dialect d) {
-  switch (d) {
-    case KILN_DIALECT_CUDA: return cuda_dialect;
-    case KILN_DIALECT_CPP: return cpp_dialect;
-    case KILN_DIALECT_OPENCL: return opencl_dialect;
-    default: break;
-  }
-  throw unsupported("the kernel language has no renderer for dialect " + std::to_string(d));
+const dialect_table& dialect_for(std::string_view dialect) {
+  for (const dialect_table* t : {&cpp_dialect, &cuda_dialect, &opencl_dialect})
+    if (dialect == t->name) return *t;
+  throw unsupported("the kernel language has no renderer for dialect '" + std::string(dialect) +
+                    "'");
 }
 
 std::string body_name(const std::string& kernel) { return "kiln__body_" + kernel; }
@@ -34,9 +31,9 @@ std::string render_inline_entries(std::string out, std::string_view source,
   for (const kernel_decl& k : parsed.kernels) {
     const std::size_t brace = blank.find('{', k.params_close);
     if (brace == std::string::npos)
-      throw compile_error("kernel '" + k.name + "' (line " + std::to_string(k.line) +
-                              ") has no body",
-                          "", excerpt(source, {k.line}));
+      throw compile_error(
+          "kernel '" + k.name + "' (line " + std::to_string(k.line) + ") has no body", "",
+          excerpt(source, {k.line}));
     out.append(source.substr(at, k.params_open + 1 - at));
     t.emit_params(out, k);
     const std::string_view plist = source.substr(k.params_open, k.params_close - k.params_open);
@@ -51,7 +48,8 @@ std::string render_inline_entries(std::string out, std::string_view source,
 
 }  // namespace
 
-std::string render(std::string_view original, const parsed_source& parsed, kiln_dialect dialect) {
+std::string render(std::string_view original, const parsed_source& parsed,
+                   std::string_view dialect) {
   const dialect_table& t = dialect_for(dialect);
   // Blanked once for the dialect hooks; respelling keeps every offset, so it stays valid.
   const bool hooks = t.respell || !t.emit_entry;

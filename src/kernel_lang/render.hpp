@@ -14,7 +14,7 @@ namespace kiln::kernel_lang {
 
 inline constexpr const char* user_file_name = "kernel.kiln";
 
-std::string render(std::string_view source, const parsed_source& parsed, kiln_dialect dialect);
+std::string render(std::string_view source, const parsed_source& parsed, std::string_view dialect);
 
 // Line numbers of the user's source that a compiler log cites ("kernel.kiln:12:3",
 // "kernel.kiln(12)"), in order of first mention, without repeats.
