@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "codegen/target.hpp"
 #include "query/segment.hpp"
 
 namespace kiln::detail::q {
@@ -42,10 +43,9 @@ struct generated {
   std::string source;
   std::vector<std::string> kernels;
 };
-generated render_gpu(const codegen_in& in);
+// GPU kernels in the target's best form (warp primitives where it has them), shaped by its
+// tile policy, which the launcher reads too.
+generated render_gpu(const codegen_in& in, const codegen::target& t);
 generated render_cpu(const codegen_in& in);
-
-// GPU tile shapes: 256 work-items, each taking this many consecutive elements.
-inline constexpr std::size_t gpu_group = 256, gpu_compact_items = 16, gpu_scan_items = 16;
 
 }  // namespace kiln::detail::q

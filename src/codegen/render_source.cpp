@@ -1,18 +1,21 @@
-#include "kernel_lang/render.hpp"
+#include "codegen/render_source.hpp"
 
 #include <algorithm>
 #include <cctype>
 
-#include "kernel_lang/dialect.hpp"
+#include "codegen/target.hpp"
 #include "kiln/error.hpp"
 
-namespace kiln::kernel_lang {
+namespace kiln::codegen {
+using kernel_lang::blank_comments_and_literals;
+using kernel_lang::excerpt;
+using kernel_lang::kernel_decl;
+using kernel_lang::parsed_source;
 
-const dialect_table& dialect_for(std::string_view dialect) {
-  for (const dialect_table* t : {&cpp_dialect, &cuda_dialect, &opencl_dialect})
-    if (dialect == t->name) return *t;
-  throw unsupported("the kernel language has no renderer for dialect '" + std::string(dialect) +
-                    "'");
+const target& target_for(std::string_view name) {
+  for (const target* t : {&cpp_target, &cuda_target, &opencl_target})
+    if (name == t->name) return *t;
+  throw unsupported("Kiln has no codegen target named '" + std::string(name) + "'");
 }
 
 std::string body_name(const std::string& kernel) { return "kiln__body_" + kernel; }
@@ -26,7 +29,7 @@ namespace {
 // `blank` is the user's source with comments and literals blanked (offsets as in `source`).
 std::string render_inline_entries(std::string out, std::string_view source,
                                   const std::string& blank, const parsed_source& parsed,
-                                  const dialect_table& t) {
+                                  const target& t) {
   std::size_t at = 0;
   for (const kernel_decl& k : parsed.kernels) {
     const std::size_t brace = blank.find('{', k.params_close);
@@ -50,7 +53,7 @@ std::string render_inline_entries(std::string out, std::string_view source,
 
 std::string render(std::string_view original, const parsed_source& parsed,
                    std::string_view dialect) {
-  const dialect_table& t = dialect_for(dialect);
+  const target& t = target_for(dialect);
   // Blanked once for the dialect hooks; respelling keeps every offset, so it stays valid.
   const bool hooks = t.respell || !t.emit_entry;
   const std::string blank = hooks ? blank_comments_and_literals(original) : std::string();
@@ -101,4 +104,4 @@ std::vector<int> cited_lines(std::string_view log) {
   return lines;
 }
 
-}  // namespace kiln::kernel_lang
+}  // namespace kiln::codegen

@@ -1,12 +1,13 @@
-#include "kernel_lang/render.hpp"
-
 #include <gmock/gmock.h>
-#include <algorithm>
 #include <gtest/gtest.h>
 
-#include "kernel_lang/dialect.hpp"
+#include <algorithm>
 
-using namespace kiln::kernel_lang;
+#include "codegen/render_source.hpp"
+#include "codegen/target.hpp"
+
+using namespace kiln::codegen;
+using kiln::kernel_lang::parse;
 using testing::HasSubstr;
 
 namespace {
@@ -52,8 +53,9 @@ TEST(Render, CitedLinesFromCompilerLogs) {
   EXPECT_TRUE(cited_lines("no lines here").empty());
 }
 
-TEST(Render, UnknownDialectIsUnsupported) {
-  EXPECT_THROW(dialect_for("metal"), kiln::unsupported);
+TEST(Render, UnknownTargetIsUnsupported) {
+  EXPECT_THROW(target_for("metal"), kiln::unsupported);
+  EXPECT_THROW(render(source, parse(source), "metal"), kiln::unsupported);
 }
 
 // OpenCL C: the kernel is its own entry point. Buffers arrive as (cl_mem, offset) pairs and
@@ -81,6 +83,7 @@ TEST(Render, OpenclInlinesEntriesAndKeepsLineNumbers) {
   ASSERT_NE(directive, std::string::npos);
   const std::size_t mark = out.find("MARK_LINE_4");
   ASSERT_NE(mark, std::string::npos);
-  EXPECT_EQ(std::count(out.begin() + static_cast<std::ptrdiff_t>(directive), out.begin() +
-                       static_cast<std::ptrdiff_t>(mark), '\n'), 4);
+  EXPECT_EQ(std::count(out.begin() + static_cast<std::ptrdiff_t>(directive),
+                       out.begin() + static_cast<std::ptrdiff_t>(mark), '\n'),
+            4);
 }
