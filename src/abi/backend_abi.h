@@ -4,7 +4,7 @@
  * OpenCL as shared objects loaded at run time). Plain C: no C++ type, exception
  * or allocator crosses it. A plugin exports
  *
- *     const kiln_backend_v1* kiln_backend_entry(uint32_t core_abi_version);
+ *     const kiln_backend* kiln_backend_entry(uint32_t core_abi_version);
  *
  * and returns a table whose abi_version equals KILN_BACKEND_ABI_VERSION; the
  * loader refuses any other value and names both versions. Every call returns a
@@ -24,7 +24,7 @@
 extern "C" {
 #endif
 
-#define KILN_BACKEND_ABI_VERSION 1u
+#define KILN_BACKEND_ABI_VERSION 2u
 #define KILN_BACKEND_ENTRY_SYMBOL "kiln_backend_entry"
 
 typedef enum kiln_status {
@@ -114,93 +114,146 @@ typedef struct kiln_kernel_arg {
   uint32_t is_mem; /* 1 when value points at a kiln_mem_ref */
 } kiln_kernel_arg;
 
-typedef struct kiln_backend_v1 {
+/* Capability queries (supports_op). An op is a name; a dtype says which element type the
+ * question is about (KILN_DTYPE_NONE where none applies). Backends answer 0 for names they do
+ * not know, so new names need no version bump. */
+#define KILN_OP_RING "ring"     /* hosts persistent ring kernels (kiln::ring) */
+#define KILN_OP_GEMM "gemm"     /* matrix multiply, through an extension table */
+#define KILN_OP_CONV2D "conv2d" /* 2-D convolution, through an extension table */
+
+typedef enum kiln_dtype {
+  KILN_DTYPE_NONE = 0,
+  KILN_DTYPE_F16 = 1,
+  KILN_DTYPE_BF16 = 2,
+  KILN_DTYPE_F32 = 3,
+  KILN_DTYPE_F64 = 4,
+  KILN_DTYPE_I8 = 5,
+  KILN_DTYPE_I32 = 6,
+  KILN_DTYPE_I64 = 7,
+  KILN_DTYPE_U8 = 8,
+  KILN_DTYPE_U32 = 9,
+  KILN_DTYPE_U64 = 10
+} kiln_dtype;
+
+/* Every extension table (get_extension) starts with these two fields. */
+typedef struct kiln_extension_header {
+  uint32_t version;     /* the version asked for */
+  uint32_t struct_size; /* sizeof the plugin's table */
+} kiln_extension_header;
+
+/* Bits in kiln_backend.flags. */
+#define KILN_BACKEND_PORTABLE (1u << 0) /* a portable layer over vendor drivers (OpenCL): a
+                                         * native backend for the same kind of device wins */
+
+/* The table's functions, in order: X(return type, name, (parameters)). backend_abi.h builds
+ * the struct from this list and plugin_table.hpp builds a plugin's table from it, so a new
+ * entry is one line here. Append only: the order is the ABI. */
+#define KILN_BACKEND_FUNCTIONS(X)                                                              \
+  /* Message for the last failure on the calling thread (never NULL). */                      \
+  X(const char*, last_error, (void))                                                          \
+  /* Loads the driver. KILN_ERR_UNSUPPORTED with a message when the backend cannot run here  \
+   * (no driver, no device): the core lists it as unavailable with that reason. Once. */      \
+  X(kiln_status, init, (void))                                                                \
+  /* Frees global state. Tolerates a driver already shut down. */                             \
+  X(void, shutdown, (void))                                                                   \
+  /* After init: one line on what works, e.g. "no driver (libcuda.so.1 not found); NVRTC     \
+   * 13.0 loaded: compile-only". */                                                           \
+  X(const char*, availability, (void))                                                        \
+  /* Compiler identity for the cache key ("nvrtc 13.0", "/usr/bin/g++ 12.2.0"). */            \
+  X(kiln_status, compiler_id, (char* out, size_t out_size))                                   \
+  X(int, device_count, (void))                                                                \
+  X(kiln_status, device_info, (int index, kiln_device_info* out))                             \
+  X(kiln_status, device_open, (int index, kiln_device_h* out))                                \
+  X(void, device_close, (kiln_device_h dev))                                                  \
+  /* Allocates `bytes` ordered on `queue`; a NULL queue means usable by every queue of the   \
+   * device once the call returns. */                                                         \
+  X(kiln_status, mem_alloc, (kiln_device_h dev, uint64_t bytes, kiln_queue_h queue, void** out)) \
+  /* Frees after all work queued on `queue` so far (NULL: at once, after the device is idle  \
+   * for this allocation). */                                                                 \
+  X(void, mem_free, (kiln_device_h dev, void* mem, kiln_queue_h queue))                       \
+  /* Page-locked host memory, mapped for the device when it can be. */                        \
+  X(kiln_status, host_alloc, (kiln_device_h dev, uint64_t bytes, void** out))                 \
+  X(void, host_free, (kiln_device_h dev, void* ptr))                                          \
+  /* Device address of memory in a mem_alloc allocation, for unified-address backends (CUDA, \
+   * CPU); KILN_ERR_UNSUPPORTED elsewhere. */                                                 \
+  X(kiln_status, mem_address, (kiln_device_h dev, kiln_mem_ref mem, void** out))              \
+  /* Copies and fills are asynchronous on `queue`; host pointers for host sides. Host memory \
+   * of a pageable allocation must stay valid until the queue reaches the copy. */            \
+  X(kiln_status, copy_h2d, (kiln_queue_h queue, kiln_mem_ref dst, const void* src, uint64_t bytes)) \
+  X(kiln_status, copy_d2h, (kiln_queue_h queue, void* dst, kiln_mem_ref src, uint64_t bytes)) \
+  X(kiln_status, copy_d2d, (kiln_queue_h queue, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes)) \
+  /* Repeats a 1, 2, 4 or 8 byte pattern `count` times. */                                    \
+  X(kiln_status, fill,                                                                        \
+    (kiln_queue_h queue, kiln_mem_ref dst, const void* pattern, uint32_t pattern_size,        \
+     uint64_t count))                                                                         \
+  X(kiln_status, queue_create, (kiln_device_h dev, kiln_queue_h* out))                        \
+  /* Waits for queued work. */                                                                \
+  X(void, queue_destroy, (kiln_queue_h queue))                                                \
+  X(kiln_status, queue_finish, (kiln_queue_h queue))                                          \
+  X(kiln_status, queue_wait_event, (kiln_queue_h queue, kiln_event_h event))                  \
+  X(kiln_status, event_create, (kiln_device_h dev, kiln_event_h* out))                        \
+  X(void, event_destroy, (kiln_event_h event))                                                \
+  X(kiln_status, event_record, (kiln_event_h event, kiln_queue_h queue))                      \
+  X(kiln_status, event_wait, (kiln_event_h event))                                            \
+  /* KILN_OK when complete, KILN_ERR_NOT_FOUND when still pending. */                         \
+  X(kiln_status, event_query, (kiln_event_h event))                                           \
+  /* KILN_ERR_INVALID_ARGUMENT when either event is pending or was never recorded. */         \
+  X(kiln_status, event_elapsed_ms, (kiln_event_h start, kiln_event_h end, float* out_ms))     \
+  /* Compiles dialect source. `dev` may be NULL for a compile-only check against `arch`     \
+   * (e.g. NVRTC without a GPU). On KILN_ERR_COMPILE the log is in *log (plugin-owned until  \
+   * the next call on this thread). */                                                        \
+  X(kiln_status, compile,                                                                     \
+    (kiln_device_h dev, const char* arch, const char* source, const char* options,            \
+     kiln_blob* out, const char** log))                                                       \
+  X(void, free_blob, (kiln_blob blob))                                                        \
+  X(kiln_status, program_load,                                                                \
+    (kiln_device_h dev, const void* data, uint64_t size, kiln_program_h* out))                \
+  /* Releases the program's kernel handles too. */                                            \
+  X(void, program_unload, (kiln_program_h program))                                           \
+  X(kiln_status, kernel_get, (kiln_program_h program, const char* name, kiln_kernel_h* out))  \
+  /* Largest work-group size this kernel can launch with, and the size the backend suggests  \
+   * for throughput (occupancy API on CUDA). */                                               \
+  X(kiln_status, kernel_limits, (kiln_kernel_h kernel, uint32_t* max_size, uint32_t* preferred)) \
+  X(kiln_status, launch,                                                                      \
+    (kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_dims* dims,                  \
+     const kiln_kernel_arg* args, uint32_t num_args))                                         \
+  /* ---- ABI 2. Entries from here on are optional: the core calls one only when            \
+   * struct_size covers it (KILN_BACKEND_HAS), so a shorter table has none. ---- */           \
+  /* The plugin's extension table `name` at `version` (its own struct of function pointers, \
+   * starting with a kiln_extension_header), or NULL when it has none. */                     \
+  X(const void*, get_extension, (const char* name, uint32_t version))                         \
+  /* Space-separated "name/version" of every extension get_extension answers ("" if none):  \
+   * for listings, never needed to call one. */                                               \
+  X(const char*, extension_list, (void))                                                      \
+  /* 1 when device `index` runs `op` (KILN_OP_*) on `dtype`, 0 otherwise or when unknown. */ \
+  X(int, supports_op, (int device_index, const char* op, kiln_dtype dtype))
+
+#define KILN_BACKEND_MEMBER_(ret, name, params) ret(*name) params;
+
+/* One name for every version: abi_version says which layout the table has. */
+typedef struct kiln_backend {
+  /* These four never move, in any version. */
   uint32_t abi_version; /* KILN_BACKEND_ABI_VERSION */
-  uint32_t struct_size; /* sizeof(kiln_backend_v1) as the plugin saw it */
+  uint32_t struct_size; /* sizeof(kiln_backend) as the plugin saw it */
   const char* name;     /* "cpu", "cuda", "opencl": device strings use it */
   /* The codegen target the core renders the portable kernel language into, by name:
    * "cpp" (host C++ built into a shared object), "cuda" (CUDA C++ for NVRTC), "opencl"
    * (OpenCL C). The core looks the target up by this name; it never switches on backends. */
   const char* dialect;
+  uint32_t flags; /* KILN_BACKEND_* */
+  KILN_BACKEND_FUNCTIONS(KILN_BACKEND_MEMBER_)
+} kiln_backend;
 
-  /* Message for the last failure on the calling thread (never NULL). */
-  const char* (*last_error)(void);
+/* Code written before ABI 2 names the struct kiln_backend_v1; the layout is ABI 2's. */
+typedef kiln_backend kiln_backend_v1;
 
-  /* Loads the driver. KILN_ERR_UNSUPPORTED with a message when the
-   * backend cannot run here (no driver, no device): the core lists the
-   * backend as unavailable with that reason. Called once. */
-  kiln_status (*init)(void);
-  /* Frees global state. Tolerates a driver already shut down. */
-  void (*shutdown)(void);
-  /* After init: one line on what works and what does not, e.g. "no driver
-   * (libcuda.so.1 not found); NVRTC 13.0 loaded: compile-only". */
-  const char* (*availability)(void);
+/* The first optional entry: the loader refuses a table shorter than this. */
+#define KILN_BACKEND_REQUIRED_SIZE offsetof(kiln_backend, get_extension)
+/* Nonzero when table `t` has entry `member` (it may still be NULL). */
+#define KILN_BACKEND_HAS(t, member) \
+  ((t)->struct_size >= offsetof(kiln_backend, member) + sizeof((t)->member) && (t)->member)
 
-  /* Compiler identity for the cache key ("nvrtc 13.0", "/usr/bin/g++ 12.2.0"). */
-  kiln_status (*compiler_id)(char* out, size_t out_size);
-
-  int (*device_count)(void);
-  kiln_status (*device_info)(int index, kiln_device_info* out);
-  kiln_status (*device_open)(int index, kiln_device_h* out);
-  void (*device_close)(kiln_device_h dev);
-
-  /* --- memory --- */
-  /* Allocates `bytes` ordered on `queue`; a NULL queue means usable by every
-   * queue of the device once the call returns. */
-  kiln_status (*mem_alloc)(kiln_device_h dev, uint64_t bytes, kiln_queue_h queue, void** out);
-  /* Frees after all work queued on `queue` so far (NULL: at once, after the
-   * device is idle for this allocation). */
-  void (*mem_free)(kiln_device_h dev, void* mem, kiln_queue_h queue);
-  /* Page-locked host memory, mapped for the device when it can be. */
-  kiln_status (*host_alloc)(kiln_device_h dev, uint64_t bytes, void** out);
-  void (*host_free)(kiln_device_h dev, void* ptr);
-  /* Device address of memory in a mem_alloc allocation, for unified-address
-   * backends (CUDA, CPU); KILN_ERR_UNSUPPORTED elsewhere. */
-  kiln_status (*mem_address)(kiln_device_h dev, kiln_mem_ref mem, void** out);
-
-  /* Asynchronous on `queue`; host pointers for host sides. Host memory of a
-   * pageable allocation must stay valid until the queue reaches the copy. */
-  kiln_status (*copy_h2d)(kiln_queue_h queue, kiln_mem_ref dst, const void* src, uint64_t bytes);
-  kiln_status (*copy_d2h)(kiln_queue_h queue, void* dst, kiln_mem_ref src, uint64_t bytes);
-  kiln_status (*copy_d2d)(kiln_queue_h queue, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes);
-  /* Repeats a 1, 2, 4 or 8 byte pattern `count` times. */
-  kiln_status (*fill)(kiln_queue_h queue, kiln_mem_ref dst, const void* pattern,
-                      uint32_t pattern_size, uint64_t count);
-
-  /* --- queues and events --- */
-  kiln_status (*queue_create)(kiln_device_h dev, kiln_queue_h* out);
-  void (*queue_destroy)(kiln_queue_h queue); /* waits for queued work */
-  kiln_status (*queue_finish)(kiln_queue_h queue);
-  kiln_status (*queue_wait_event)(kiln_queue_h queue, kiln_event_h event);
-  kiln_status (*event_create)(kiln_device_h dev, kiln_event_h* out);
-  void (*event_destroy)(kiln_event_h event);
-  kiln_status (*event_record)(kiln_event_h event, kiln_queue_h queue);
-  kiln_status (*event_wait)(kiln_event_h event);
-  /* KILN_OK when complete, KILN_ERR_NOT_FOUND when still pending. */
-  kiln_status (*event_query)(kiln_event_h event);
-  /* KILN_ERR_INVALID_ARGUMENT when either event is pending or was never recorded. */
-  kiln_status (*event_elapsed_ms)(kiln_event_h start, kiln_event_h end, float* out_ms);
-
-  /* --- programs --- */
-  /* Compiles dialect source. `dev` may be NULL for a compile-only check
-   * against `arch` (e.g. NVRTC without a GPU). On KILN_ERR_COMPILE the log is
-   * in *log (plugin-owned until the next call on this thread). */
-  kiln_status (*compile)(kiln_device_h dev, const char* arch, const char* source,
-                         const char* options, kiln_blob* out, const char** log);
-  void (*free_blob)(kiln_blob blob);
-  kiln_status (*program_load)(kiln_device_h dev, const void* data, uint64_t size,
-                              kiln_program_h* out);
-  void (*program_unload)(kiln_program_h program);
-  /* Kernel handles belong to their program: program_unload releases them. */
-  kiln_status (*kernel_get)(kiln_program_h program, const char* name, kiln_kernel_h* out);
-  /* Largest work-group size this kernel can launch with, and the size the
-   * backend suggests for throughput (occupancy API on CUDA). */
-  kiln_status (*kernel_limits)(kiln_kernel_h kernel, uint32_t* max_size, uint32_t* preferred);
-  kiln_status (*launch)(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_dims* dims,
-                        const kiln_kernel_arg* args, uint32_t num_args);
-} kiln_backend_v1;
-
-typedef const kiln_backend_v1* (*kiln_backend_entry_fn)(uint32_t core_abi_version);
+typedef const kiln_backend* (*kiln_backend_entry_fn)(uint32_t core_abi_version);
 
 #ifdef __cplusplus
 }

@@ -1,11 +1,13 @@
 // Shared by the backend plugins: wraps each ABI implementation so that no C++ exception
-// crosses the C boundary. Each plugin instantiates Guard with its own set_error.
+// crosses the C boundary. Each plugin instantiates Guard with its own set_error; the table
+// macro in plugin_table.hpp does it for every entry.
 //
 //   .init = kiln_plugin::Guard<&set_error, init>::call,
 #pragma once
 
 #include <exception>
 #include <new>
+#include <type_traits>
 
 #include "backend_abi.h"
 
@@ -29,36 +31,28 @@ kiln_status from_exception() noexcept {
 template <set_error_fn SetError, auto Fn>
 struct Guard;
 
-template <set_error_fn SetError, class... A, kiln_status (*Fn)(A...)>
+// A noexcept function cannot throw and is called as it is (last_error, availability and the
+// other plain const char* entries). Anything else is caught: a status function returns the
+// exception's status, the others record it for last_error() and return a zero value (0
+// devices, no extension, unsupported).
+template <set_error_fn SetError, class R, class... A, bool NoThrow, R (*Fn)(A...) noexcept(NoThrow)>
 struct Guard<SetError, Fn> {
-  static kiln_status call(A... a) noexcept {
-    try {
+  static R call(A... a) noexcept {
+    if constexpr (NoThrow) {
       return Fn(a...);
-    } catch (...) {
-      return from_exception<SetError>();
+    } else {
+      try {
+        return Fn(a...);
+      } catch (...) {
+        if constexpr (std::is_same_v<R, kiln_status>) {
+          return from_exception<SetError>();
+        } else {
+          from_exception<SetError>();
+          if constexpr (!std::is_void_v<R>) return R{};
+        }
+      }
     }
   }
 };
-
-template <set_error_fn SetError, class... A, void (*Fn)(A...)>
-struct Guard<SetError, Fn> {
-  static void call(A... a) noexcept {
-    try {
-      Fn(a...);
-    } catch (...) {
-      from_exception<SetError>();
-    }
-  }
-};
-
-template <set_error_fn SetError, int (*Fn)()>
-int count_guard() noexcept {
-  try {
-    return Fn();
-  } catch (...) {
-    from_exception<SetError>();
-    return 0;
-  }
-}
 
 }  // namespace kiln_plugin

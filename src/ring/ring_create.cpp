@@ -92,11 +92,11 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
                                        const std::vector<std::string>& handlers,
                                        const std::vector<ring_type>& types,
                                        const ring_options& opts) {
-  const bool gpu = dev.backend() == "cuda";
-  if (!gpu && dev.backend() != "cpu")
+  if (!dev.impl()->supports_op(KILN_OP_RING))
     throw unsupported("ring kernels run on the cpu and cuda backends; " + dev.id() +
                       " is an OpenCL device, and OpenCL offers no system-scope atomics on mapped "
                       "host memory to build the queues with");
+  const bool gpu = dev.info().type == device_type::gpu;  // the warp-level serving loop
   if (gpu && !(dev.supports(feature::mapped_host) && dev.supports(feature::unified_address)))
     throw unsupported("ring kernels need mapped host memory and unified addressing; " + dev.id() +
                       " has not both");
