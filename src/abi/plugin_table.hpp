@@ -15,18 +15,17 @@
 #define KILN_PLUGIN_ENTRY_(ret, fn, params) .fn = ::kiln_plugin::Guard<&set_error, fn>::call,
 
 // name, dialect and flags (KILN_BACKEND_*) as in kiln_backend.
-#define KILN_PLUGIN_TABLE(name_, dialect_, flags_)                                            \
-  kiln_backend {                                                                              \
-    .abi_version = KILN_BACKEND_ABI_VERSION, .struct_size = sizeof(kiln_backend),             \
-    .name = name_, .dialect = dialect_, .flags = flags_,                                      \
-    KILN_BACKEND_FUNCTIONS(KILN_PLUGIN_ENTRY_)                                                \
+#define KILN_PLUGIN_TABLE(name_, dialect_, flags_)                                               \
+  kiln_backend {                                                                                 \
+    .abi_version = KILN_BACKEND_ABI_VERSION, .struct_size = sizeof(kiln_backend), .name = name_, \
+    .dialect = dialect_, .flags = flags_, KILN_BACKEND_FUNCTIONS(KILN_PLUGIN_ENTRY_)             \
   }
 
 // The plugin's only exported symbol: the table, for a core of the same ABI version.
-#define KILN_PLUGIN_EXPORT(table_)                                                            \
-  extern "C" __attribute__((visibility("default"))) const kiln_backend* kiln_backend_entry(  \
-      uint32_t core_abi_version) {                                                            \
-    return core_abi_version == KILN_BACKEND_ABI_VERSION ? &(table_) : nullptr;                \
+#define KILN_PLUGIN_EXPORT(table_)                                                          \
+  extern "C" __attribute__((visibility("default"))) const kiln_backend* kiln_backend_entry( \
+      uint32_t core_abi_version) {                                                          \
+    return core_abi_version == KILN_BACKEND_ABI_VERSION ? &(table_) : nullptr;              \
   }
 
 namespace kiln_plugin {

@@ -24,9 +24,7 @@ struct test_ext_v1 {
   int (*answer)(void);
 };
 
-const kiln::detail::device_impl& dev(const char* spec) {
-  return *kiln::device::get(spec).impl();
-}
+const kiln::detail::device_impl& dev(const char* spec) { return *kiln::device::get(spec).impl(); }
 
 }  // namespace
 

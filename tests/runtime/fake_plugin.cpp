@@ -18,7 +18,7 @@ FAKE_EXPORT const kiln_backend* kiln_backend_entry(uint32_t) {
 FAKE_EXPORT const kiln_backend* kiln_backend_entry(uint32_t) { return nullptr; }
 #elif FAKE_MODE == 3  // exports no entry point
 FAKE_EXPORT int not_an_entry() { return 0; }
-#else  // 4: one device, a "test" extension and supports_op; 5: the same, older table
+#else                 // 4: one device, a "test" extension and supports_op; 5: the same, older table
 namespace {
 
 // The "test" extension, version 1.

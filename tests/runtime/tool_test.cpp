@@ -69,8 +69,8 @@ TEST(Tool, PluginWithoutEntryPointIsReported) {
 }
 
 TEST(Tool, InfoListsEachBackendsExtensions) {
-  auto r = run("KILN_PLUGIN_PATH=" FAKE_PLUGIN_DIR "/extensions:" FAKE_PLUGIN_DIR "/old_table",
-               "info");
+  auto r =
+      run("KILN_PLUGIN_PATH=" FAKE_PLUGIN_DIR "/extensions:" FAKE_PLUGIN_DIR "/old_table", "info");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("fake_ext loaded, 1 device(s)"));
   EXPECT_THAT(r.output, HasSubstr("extensions: test/1, liar/1"));
