@@ -49,6 +49,7 @@ struct backend_status {
   std::string detail;   // why not, or what works ("NVRTC only: compile-only")
   std::string path;     // plugin file, empty for built-in backends
   int device_count = 0;
+  std::vector<std::string> extensions;  // extension tables it offers, "name/version"
 };
 
 class device {
@@ -58,6 +59,8 @@ class device {
   static device best();
   // "cpu", "cuda", "cuda:1": throws kiln::not_found naming the known devices.
   static device get(std::string_view spec);
+  // The host's own device: Kiln's built-in CPU backend (staging, host-side work).
+  static device host();
 
   const device_info& info() const;
   std::string id() const;  // "cuda:0"

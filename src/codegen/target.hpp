@@ -1,6 +1,6 @@
 // A codegen target: everything that differs between the dialects Kiln renders into, in one
 // object per dialect (tinygrad's language classes). A backend names its target in its ABI table
-// (kiln_backend_v1::dialect); generators ask the target, never the backend's name.
+// (kiln_backend::dialect); generators ask the target, never the backend's name.
 //
 //   const codegen::target& t = codegen::target_for(dev.impl()->api->dialect);
 //   if (t.warp) source += t.warp->definitions;       // warp-level forms of a template
@@ -80,7 +80,7 @@ struct target {
   tile_policy tiles{};
 };
 
-// The target named `name` (a backend's kiln_backend_v1::dialect); kiln::unsupported naming it
+// The target named `name` (a backend's kiln_backend::dialect); kiln::unsupported naming it
 // when there is none.
 const target& target_for(std::string_view name);
 

@@ -95,7 +95,7 @@ device automatic_device(std::uint64_t bytes) {
       break;
     }
   if (gpu && bytes >= gpu_crossover_bytes(*gpu)) return *gpu;
-  return device::get("cpu");
+  return device::host();
 }
 
 std::uint64_t gpu_crossover_bytes(const device& gpu) {

@@ -31,7 +31,7 @@ constexpr std::uint64_t gpu_staging_limit = 40 * 1024;  // static shared memory 
 
 std::uint64_t address_of(const buffer<std::uint8_t>& b) {
   const memory_impl& m = *b.view().memory();
-  const kiln_backend_v1& api = *m.dev->api;
+  const kiln_backend& api = *m.dev->api;
   void* p = nullptr;
   check(api, api.mem_address(m.dev->handle(), kiln_mem_ref{m.handle, 0}, &p),
         "ring kernel: device address of a queue");
@@ -93,14 +93,13 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
                                        const std::vector<std::string>& handlers,
                                        const std::vector<ring_type>& types,
                                        const ring_options& opts) {
-  // The device's codegen target says whether it can host rings (its ring primitive table) and
-  // what a unit is: a warp with shared staging (lanes > 1) or a host thread.
+  // The plugin says whether the device can host rings; the device's codegen target holds the
+  // ring primitives and says what a unit is: a warp with shared staging (lanes > 1) or a thread.
   const codegen::target& target = codegen::target_for(dev.impl()->api->dialect);
-  if (!target.ring)
-    throw unsupported("ring kernels run on the cpu and cuda backends; " + dev.id() + " (" +
-                      target.name +
-                      " target) has no ring primitives: OpenCL offers no system-scope atomics on "
-                      "mapped host memory to build the queues with");
+  if (!dev.impl()->supports_op(KILN_OP_RING) || !target.ring)
+    throw unsupported("ring kernels run on the cpu and cuda backends; " + dev.id() +
+                      " cannot host them (OpenCL offers no system-scope atomics on mapped host "
+                      "memory to build the queues with)");
   const bool gpu = target.ring->lanes > 1;
   if (gpu && !(dev.supports(feature::mapped_host) && dev.supports(feature::unified_address)))
     throw unsupported("ring kernels need mapped host memory and unified addressing; " + dev.id() +

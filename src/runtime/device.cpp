@@ -54,16 +54,29 @@ program_cache& device_impl::programs() {
   return *programs_;
 }
 
+const void* device_impl::extension(const char* name, std::uint32_t version) const {
+  if (!KILN_BACKEND_HAS(api, get_extension)) return nullptr;
+  const auto* h = static_cast<const kiln_extension_header*>(api->get_extension(name, version));
+  // A table of another version would be read with the wrong layout: treat it as absent.
+  if (!h || h->version != version || h->struct_size < sizeof *h) return nullptr;
+  return h;
+}
+
+bool device_impl::supports_op(const char* op, kiln_dtype dtype) const {
+  return KILN_BACKEND_HAS(api, supports_op) && api->supports_op(index, op, dtype) != 0;
+}
+
 }  // namespace detail
 
 namespace {
 
-// Higher is better: GPUs before CPUs; then the native backend over OpenCL for the same kind
-// of device (CUDA for NVIDIA GPUs, Kiln's own CPU backend over PoCL); then size.
+// Higher is better: GPUs before CPUs; then a native backend over a portable layer for the
+// same kind of device (CUDA over OpenCL for NVIDIA GPUs, Kiln's own CPU backend over PoCL), as
+// the plugins report it; then size.
 double score(const device& d) {
   const device_info& i = d.info();
   double s = i.type == device_type::gpu ? 1e12 : i.type == device_type::accelerator ? 1e11 : 0;
-  if (i.backend == "cuda" || i.backend == "cpu") s += 1e10;
+  if (!d.impl()->portable()) s += 1e10;
   return s + double(i.compute_units) * std::max(1u, i.clock_mhz) * std::max(1u, i.simd_width);
 }
 
@@ -108,6 +121,12 @@ device device::get(std::string_view spec) {
   if (!b || index >= static_cast<int>(b->devices.size()))
     throw not_found("no device '" + std::string(spec) + "'; available: " + known_devices());
   return device(b->devices[static_cast<std::size_t>(index)]);
+}
+
+device device::host() {
+  auto d = detail::registry::get().host_device();
+  if (!d) throw not_found("no host device: Kiln was built without its CPU backend");
+  return device(std::move(d));
 }
 
 const device_info& device::info() const { return impl_->info; }

@@ -18,7 +18,7 @@ const char* to_string(error_category c) noexcept {
 
 namespace detail {
 
-void throw_status(const kiln_backend_v1& api, kiln_status s, const std::string& what) {
+void throw_status(const kiln_backend& api, kiln_status s, const std::string& what) {
   std::string msg = what + " (" + api.name + "): " + api.last_error();
   switch (s) {
     case KILN_ERR_INVALID_ARGUMENT: throw invalid_argument(msg);

@@ -7,7 +7,7 @@ namespace kiln::detail {
 
 memory_impl::~memory_impl() {
   if (!handle) return;
-  const kiln_backend_v1& api = *dev->api;
+  const kiln_backend& api = *dev->api;
   // Free on the last queue that used the memory, after every other user's work too.
   if (users.empty()) {
     api.mem_free(dev->handle(), handle, nullptr);
@@ -40,7 +40,7 @@ std::shared_ptr<memory_impl> allocate(const device& dev, std::uint64_t bytes) {
     throw out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes on " + dev.id() +
                         ": the device's largest allocation is " +
                         std::to_string(info.max_alloc_bytes) + " bytes");
-  const kiln_backend_v1& api = *m->dev->api;
+  const kiln_backend& api = *m->dev->api;
   kiln_status s = api.mem_alloc(m->dev->handle(), bytes, nullptr, &m->handle);
   if (s != KILN_OK) {
     m->handle = nullptr;
@@ -114,7 +114,7 @@ void fill(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* patter
 void* host_alloc(const device& dev, std::uint64_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
-  const kiln_backend_v1& api = *dev.impl()->api;
+  const kiln_backend& api = *dev.impl()->api;
   check(api, api.host_alloc(dev.impl()->handle(), bytes, &p),
         ("allocating " + std::to_string(bytes) + " bytes of pinned host memory").c_str());
   return p;

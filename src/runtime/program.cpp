@@ -41,7 +41,7 @@ const disk_cache* the_disk_cache() {
 }
 
 // Compiles rendered source with the backend; the blob's bytes are returned in `out`.
-std::vector<std::byte> backend_compile(const kiln_backend_v1& api, kiln_device_h dev,
+std::vector<std::byte> backend_compile(const kiln_backend& api, kiln_device_h dev,
                                        const std::string& arch, const std::string& rendered,
                                        std::string_view user_source, const std::string& options,
                                        const std::string& where) {
@@ -93,7 +93,7 @@ program program::compile(const device& dev, std::string_view source, std::string
   p->public_device = dev;
   p->parsed = kernel_lang::parse(source);
   detail::check_features(p->parsed, d.info, d.id);
-  const kiln_backend_v1& api = *d.api;
+  const kiln_backend& api = *d.api;
   const std::string rendered = codegen::render(source, p->parsed, api.dialect);
   const std::string opts(options);
 

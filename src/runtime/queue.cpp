@@ -20,7 +20,7 @@ const device& queue::get_device() const { return impl_->public_device; }
 event queue::record() {
   auto e = std::make_shared<detail::event_impl>();
   e->dev = impl_->dev;
-  const kiln_backend_v1& api = *impl_->dev->api;
+  const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.event_create(impl_->dev->handle(), &e->handle), "creating an event");
   detail::check(api, api.event_record(e->handle, impl_->handle), "recording an event");
   return event(std::move(e));
@@ -30,22 +30,22 @@ void queue::wait(const event& e) {
   if (e.impl()->dev != impl_->dev)
     throw invalid_argument("queue::wait: the event belongs to device " + e.impl()->dev->id +
                            ", the queue to " + impl_->dev->id);
-  const kiln_backend_v1& api = *impl_->dev->api;
+  const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.queue_wait_event(impl_->handle, e.impl()->handle), "waiting on an event");
 }
 
 void queue::finish() {
-  const kiln_backend_v1& api = *impl_->dev->api;
+  const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.queue_finish(impl_->handle), "finishing a queue");
 }
 
 void event::wait() const {
-  const kiln_backend_v1& api = *impl_->dev->api;
+  const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.event_wait(impl_->handle), "waiting for an event");
 }
 
 bool event::done() const {
-  const kiln_backend_v1& api = *impl_->dev->api;
+  const kiln_backend& api = *impl_->dev->api;
   kiln_status s = api.event_query(impl_->handle);
   if (s == KILN_ERR_NOT_FOUND) return false;
   detail::check(api, s, "querying an event");
@@ -56,7 +56,7 @@ float elapsed_ms(const event& start, const event& stop) {
   if (start.impl()->dev != stop.impl()->dev)
     throw invalid_argument("elapsed_ms: events of different devices (" + start.impl()->dev->id +
                            ", " + stop.impl()->dev->id + ")");
-  const kiln_backend_v1& api = *start.impl()->dev->api;
+  const kiln_backend& api = *start.impl()->dev->api;
   float ms = 0;
   detail::check(api, api.event_elapsed_ms(start.impl()->handle, stop.impl()->handle, &ms),
                 "measuring time between events");

@@ -20,8 +20,8 @@
 namespace kiln::detail {
 
 // Converts a plugin status into the matching kiln exception (the one place this happens).
-[[noreturn]] void throw_status(const kiln_backend_v1& api, kiln_status s, const std::string& what);
-inline void check(const kiln_backend_v1& api, kiln_status s, const char* what) {
+[[noreturn]] void throw_status(const kiln_backend& api, kiln_status s, const std::string& what);
+inline void check(const kiln_backend& api, kiln_status s, const char* what) {
   if (s != KILN_OK) throw_status(api, s, what);
 }
 
@@ -29,7 +29,7 @@ struct backend;
 
 struct device_impl : std::enable_shared_from_this<device_impl> {
   const backend* owner = nullptr;
-  const kiln_backend_v1* api = nullptr;
+  const kiln_backend* api = nullptr;
   int index = 0;
   device_info info;
   std::string id;  // "cuda:0"
@@ -41,6 +41,14 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
   void synchronize();
   const std::string& compiler_id();
   program_cache& programs();
+  // The backend's extension table `name` at `version` (it starts with a
+  // kiln_extension_header), or null: absent, another version, or a plugin older than
+  // extensions. Core code asks for features this way, never by backend name.
+  const void* extension(const char* name, std::uint32_t version) const;
+  // Whether this device runs `op` (KILN_OP_*) on `dtype`; false for older plugins.
+  bool supports_op(const char* op, kiln_dtype dtype = KILN_DTYPE_NONE) const;
+  // A portable layer (OpenCL) rather than the device's native backend.
+  bool portable() const { return (api->flags & KILN_BACKEND_PORTABLE) != 0; }
 
   std::mutex mu;
   std::vector<std::weak_ptr<queue_impl>> queues;
@@ -81,7 +89,7 @@ struct memory_impl {
 
 struct kernel_impl {
   std::shared_ptr<program_impl> program;
-  const kiln_backend_v1* api = nullptr;
+  const kiln_backend* api = nullptr;
   device_impl* dev = nullptr;
   kiln_kernel_h handle = nullptr;
   std::string name;
@@ -105,10 +113,12 @@ struct program_impl : std::enable_shared_from_this<program_impl> {
 // handles held by static objects outlive nothing they need).
 struct backend {
   std::string name;
-  const kiln_backend_v1* api = nullptr;
+  const kiln_backend* api = nullptr;
   void* library = nullptr;  // dlopen handle; null for built-in
   std::string path, detail;
   bool loaded = false;
+  bool builtin = false;                 // linked into libkiln (registered itself)
+  std::vector<std::string> extensions;  // "name/version", as the plugin lists them
   std::vector<std::shared_ptr<device_impl>> devices;
 };
 
@@ -116,6 +126,8 @@ struct registry {
   static registry& get();
   std::vector<std::unique_ptr<backend>> backends;
   const backend* find(std::string_view name) const;
+  // The built-in host backend's CPU device (the host side of transfers); null if none.
+  std::shared_ptr<device_impl> host_device() const;
 
  private:
   registry();

@@ -53,19 +53,28 @@ TEST(Tool, InfoSaysWhyCudaIsUnavailable) {
 TEST(Tool, PluginWithAnotherAbiVersionIsRefusedNamingBothVersions) {
   auto r = run("KILN_PLUGIN_PATH=" FAKE_PLUGIN_DIR "/bad_version", "info");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("backend ABI version 999, this Kiln needs version 1"));
+  EXPECT_THAT(r.output, HasSubstr("backend ABI version 999, this Kiln needs version 2"));
 }
 
 TEST(Tool, PluginRefusingTheCoreVersionIsReported) {
   auto r = run("KILN_PLUGIN_PATH=" FAKE_PLUGIN_DIR "/null_table", "info");
   ASSERT_EQ(r.status, 0) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("refused backend ABI version 1"));
+  EXPECT_THAT(r.output, HasSubstr("refused backend ABI version 2"));
 }
 
 TEST(Tool, PluginWithoutEntryPointIsReported) {
   auto r = run("KILN_PLUGIN_PATH=" FAKE_PLUGIN_DIR "/no_entry", "info");
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("does not export kiln_backend_entry"));
+}
+
+TEST(Tool, InfoListsEachBackendsExtensions) {
+  auto r =
+      run("KILN_PLUGIN_PATH=" FAKE_PLUGIN_DIR "/extensions:" FAKE_PLUGIN_DIR "/old_table", "info");
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("fake_ext loaded, 1 device(s)"));
+  EXPECT_THAT(r.output, HasSubstr("extensions: test/1, liar/1"));
+  EXPECT_THAT(r.output, HasSubstr("extensions: none"));  // cpu, and the older fake_old
 }
 
 TEST(Tool, DemoRunsAndChecksOnTheCpu) {

@@ -31,7 +31,7 @@ double query_ms(const kiln::device& dev, const std::vector<float>& host) {
 }  // namespace
 
 int calibrate(const std::vector<std::string>&) {
-  const kiln::device cpu = kiln::device::get("cpu");
+  const kiln::device cpu = kiln::device::host();
   int gpus = 0;
   for (const kiln::device& gpu : kiln::device::all()) {
     if (gpu.info().type != kiln::device_type::gpu) continue;

@@ -22,6 +22,11 @@ int info(const std::vector<std::string>&) {
                 b.loaded ? "loaded" : "unavailable", b.device_count, b.detail.empty() ? "" : ": ",
                 b.detail.c_str());
     if (!b.path.empty()) std::printf("          plugin %s\n", b.path.c_str());
+    if (b.loaded) {
+      std::string ext;
+      for (const std::string& e : b.extensions) ext += (ext.empty() ? "" : ", ") + e;
+      std::printf("          extensions: %s\n", ext.empty() ? "none" : ext.c_str());
+    }
   }
   std::printf("\ndevices:\n");
   for (const device& d : device::all()) {

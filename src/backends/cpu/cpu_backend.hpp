@@ -19,7 +19,9 @@
 namespace kiln::cpu {
 
 kiln_status fail(kiln_status s, std::string message);
-const char* last_error();
+const char* last_error() noexcept;
+// printf-style fail(), for plugin_guard.
+kiln_status set_error(kiln_status s, const char* fmt, ...) noexcept;
 
 // Runs tasks in submission order on one thread.
 class work_queue {

@@ -1,6 +1,11 @@
-// The CPU backend's ABI table. Built into libkiln and reached through the same
-// kiln_backend_v1 interface as the plugins.
+// The CPU backend's ABI table. Built into libkiln, reached through the same kiln_backend
+// table as the plugins, and registered with the registry as a built-in backend.
+#include <cstdarg>
+#include <cstdio>
+
 #include "backends/cpu/cpu_backend.hpp"
+#include "plugin_table.hpp"
+#include "runtime/builtin_backend.hpp"
 
 namespace kiln::cpu {
 namespace {
@@ -13,9 +18,29 @@ kiln_status fail(kiln_status s, std::string message) {
   return s;
 }
 
-const char* last_error() { return error_message.c_str(); }
+kiln_status set_error(kiln_status s, const char* fmt, ...) noexcept {
+  char buf[1024];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  try {
+    error_message = buf;
+  } catch (...) {  // no memory for the message: the status still says what failed
+  }
+  return s;
+}
 
+const char* last_error() noexcept { return error_message.c_str(); }
+
+}  // namespace kiln::cpu
+
+namespace kiln::cpu::abi {
 namespace {
+
+using cpu::last_error;
+using cpu::set_error;
+
 kiln_status init() {
   availability_text = compiler_path().empty()
                           ? "no host C++ compiler (install g++ or set KILN_CXX): kernels cannot "
@@ -24,52 +49,23 @@ kiln_status init() {
   return KILN_OK;
 }
 void shutdown() {}
-const char* availability() { return availability_text.c_str(); }
+const char* availability() noexcept { return availability_text.c_str(); }
 int device_count() { return 1; }
-}  // namespace
 
-}  // namespace kiln::cpu
+constexpr auto get_extension = kiln_plugin::no_extension;
+constexpr auto extension_list = kiln_plugin::no_extension_list;
+// Rings: the serving loop runs on host threads over the same mapped queues.
+int supports_op(int, const char* op, kiln_dtype) noexcept {
+  return kiln_plugin::is_op(op, KILN_OP_RING);
+}
 
-extern "C" const kiln_backend_v1* kiln_cpu_backend_entry(uint32_t core_abi_version) {
-  using namespace kiln::cpu;
-  static const kiln_backend_v1 table = {KILN_BACKEND_ABI_VERSION,
-                                        sizeof(kiln_backend_v1),
-                                        "cpu",
-                                        "cpp",
-                                        last_error,
-                                        init,
-                                        shutdown,
-                                        availability,
-                                        abi::compiler_id,
-                                        device_count,
-                                        abi::device_info,
-                                        abi::device_open,
-                                        abi::device_close,
-                                        abi::mem_alloc,
-                                        abi::mem_free,
-                                        abi::host_alloc,
-                                        abi::host_free,
-                                        abi::mem_address,
-                                        abi::copy_h2d,
-                                        abi::copy_d2h,
-                                        abi::copy_d2d,
-                                        abi::fill,
-                                        abi::queue_create,
-                                        abi::queue_destroy,
-                                        abi::queue_finish,
-                                        abi::queue_wait_event,
-                                        abi::event_create,
-                                        abi::event_destroy,
-                                        abi::event_record,
-                                        abi::event_wait,
-                                        abi::event_query,
-                                        abi::event_elapsed_ms,
-                                        abi::compile,
-                                        abi::free_blob,
-                                        abi::program_load,
-                                        abi::program_unload,
-                                        abi::kernel_get,
-                                        abi::kernel_limits,
-                                        abi::launch};
+const kiln_backend table = KILN_PLUGIN_TABLE("cpu", "cpp", 0);
+
+const kiln_backend* entry(uint32_t core_abi_version) {
   return core_abi_version == KILN_BACKEND_ABI_VERSION ? &table : nullptr;
 }
+
+const detail::builtin_backend registration{entry};
+
+}  // namespace
+}  // namespace kiln::cpu::abi

@@ -90,7 +90,7 @@ inline CUdeviceptr dptr(const kiln_mem_ref& m) {
 // They may throw (std::bad_alloc); plugin.cpp wraps each one in a catch-all guard.
 kiln_status init();
 void shutdown();
-const char* availability();
+const char* availability() noexcept;
 kiln_status compiler_id(char* out, size_t out_size);
 int device_count();
 kiln_status device_info(int index, kiln_device_info* out);

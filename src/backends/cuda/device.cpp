@@ -231,7 +231,7 @@ void shutdown() {
   g_ctx_generation.fetch_add(1, std::memory_order_acq_rel);
 }
 
-const char* availability() { return state().availability.c_str(); }
+const char* availability() noexcept { return state().availability.c_str(); }
 
 int device_count() {
   State& s = state();

@@ -235,7 +235,7 @@ void shutdown() {
   s.availability = "shut down";
 }
 
-const char* availability() { return state().availability.c_str(); }
+const char* availability() noexcept { return state().availability.c_str(); }
 
 kiln_status compiler_id(char* out, size_t out_size) {
   if (!out || out_size == 0) return set_error(KILN_ERR_INVALID_ARGUMENT, "compiler_id: no buffer");

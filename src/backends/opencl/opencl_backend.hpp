@@ -78,7 +78,7 @@ State& state();
 
 kiln_status init();
 void shutdown();
-const char* availability();
+const char* availability() noexcept;
 kiln_status compiler_id(char* out, size_t out_size);
 int device_count();
 kiln_status device_info(int index, kiln_device_info* out);

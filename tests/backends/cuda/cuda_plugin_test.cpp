@@ -39,10 +39,10 @@ class PluginEnv : public ::testing::Environment {
 TEST(CudaPlugin, AbiHandshake) {
   EXPECT_EQ(g_entry(KILN_BACKEND_ABI_VERSION + 1), nullptr);
   EXPECT_EQ(g_entry(0), nullptr);
-  const kiln_backend_v1* be = g_entry(KILN_BACKEND_ABI_VERSION);
+  const kiln_backend* be = g_entry(KILN_BACKEND_ABI_VERSION);
   ASSERT_NE(be, nullptr);
   EXPECT_EQ(be->abi_version, KILN_BACKEND_ABI_VERSION);
-  EXPECT_EQ(be->struct_size, sizeof(kiln_backend_v1));
+  EXPECT_EQ(be->struct_size, sizeof(kiln_backend));
   EXPECT_STREQ(be->name, "cuda");
   EXPECT_STREQ(be->dialect, "cuda");
   // Everything else stays hidden.

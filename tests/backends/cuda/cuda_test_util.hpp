@@ -12,7 +12,7 @@ namespace kiln_test {
 // Set by the global test environment in cuda_plugin_test.cpp.
 inline void* g_lib = nullptr;
 inline kiln_backend_entry_fn g_entry = nullptr;
-inline const kiln_backend_v1* g_be = nullptr;
+inline const kiln_backend* g_be = nullptr;
 inline kiln_status g_init = KILN_ERR_UNSUPPORTED;
 
 inline bool has_nvrtc() {
