@@ -7,14 +7,15 @@
 #include <string>
 #include <vector>
 
+#include "codegen/expr_render.hpp"
 #include "query/segment.hpp"
+#include "runtime/generated_kernels.hpp"
 
 namespace kiln::detail::q {
 
 struct codegen_in {
   const segment& seg;
-  const std::vector<capture>& captures;
-  const std::vector<std::string>& helpers;
+  const ir::graph& graph;               // the query's: every kernel takes all its captures
   const reduce_spec* reduce = nullptr;  // segment_end::reduce
 };
 
@@ -38,10 +39,7 @@ common_code render_common(const codegen_in& in);
 const char* c_type(scalar_type t);
 
 // Full program source and the kernels it defines, in launch order.
-struct generated {
-  std::string source;
-  std::vector<std::string> kernels;
-};
+using generated = generated_program;
 generated render_gpu(const codegen_in& in);
 generated render_cpu(const codegen_in& in);
 
