@@ -1,6 +1,7 @@
 #include "query/plan.hpp"
 
 #include "ir/hash.hpp"
+#include "ir/print.hpp"
 
 namespace kiln::detail::q {
 
@@ -94,6 +95,19 @@ std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_sp
     if (r->op >= 0) h.add(d.graph, r->op);
   }
   return h.value();
+}
+
+std::string describe(const segment& s, const ir::graph& g) {
+  static constexpr const char* kinds[] = {"map", "filter", "take", "skip", "enumerate", "scan"};
+  static constexpr const char* ends[] = {"collect", "reduce", "scan"};
+  std::string t = "kiln::query segment ending in ";
+  t.append(ends[static_cast<int>(s.end)]).append(":");
+  for (const stage& st : s.stages) {
+    t.append(" ").append(kinds[static_cast<int>(st.kind)]);
+    if (st.var >= 0) t.append(" v").append(std::to_string(st.var));
+    t.append(" %").append(std::to_string(st.expr)).append(";");
+  }
+  return t.append("\n").append(ir::print(g));
 }
 
 }  // namespace kiln::detail::q

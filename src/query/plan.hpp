@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "query/segment.hpp"
@@ -19,5 +20,8 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
 // Everything a segment's generated program depends on: its structure, the query's roots and
 // capture types (the kernels' parameters and helpers), the reduction and the target.
 std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_spec* r, bool gpu);
+
+// For KILN_DUMP_KERNELS: the segment's stages by IR node, then the query's IR graph.
+std::string describe(const segment& s, const ir::graph& g);
 
 }  // namespace kiln::detail::q

@@ -83,8 +83,11 @@ struct runner {
   }
   std::vector<kernel> kernels(const segment& s, const reduce_spec* r) {
     const codegen_in in{s, d.graph, r};
-    generated_kernels g = get_generated(dev, "query", segment_key(s, d, r, gpu),
-                                        [&] { return gpu ? render_gpu(in) : render_cpu(in); });
+    generated_kernels g = get_generated(dev, "query", segment_key(s, d, r, gpu), [&] {
+      generated p = gpu ? render_gpu(in) : render_cpu(in);
+      p.about = describe(s, d.graph);
+      return p;
+    });
     if (g.compiled) st.programs_compiled++;
     return std::move(g.kernels);
   }

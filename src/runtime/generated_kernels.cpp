@@ -1,5 +1,6 @@
 #include "runtime/generated_kernels.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -7,6 +8,7 @@
 #include <list>
 #include <map>
 #include <mutex>
+#include <string_view>
 #include <tuple>
 
 namespace kiln::detail {
@@ -35,7 +37,14 @@ void dump(const char* generator, std::uint64_t key, const generated_program& g) 
   if (!dir) return;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  std::ofstream(std::filesystem::path(dir) / generated_name(generator, key)) << g.source;
+  std::ofstream out(std::filesystem::path(dir) / generated_name(generator, key));
+  std::size_t at = 0;
+  while (at < g.about.size()) {
+    const std::size_t end = std::min(g.about.find('\n', at), g.about.size());
+    out << "// " << std::string_view(g.about).substr(at, end - at) << "\n";
+    at = end + 1;
+  }
+  out << g.source;
 }
 
 }  // namespace

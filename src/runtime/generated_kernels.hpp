@@ -14,10 +14,12 @@
 
 namespace kiln::detail {
 
-// A rendered program and its kernels' names, in launch order.
+// A rendered program and its kernels' names, in launch order. `about` (the generator's IR,
+// say) heads the dumped file as // comments, so a dump can be tied to what produced it.
 struct generated_program {
   std::string source;
   std::vector<std::string> kernels;
+  std::string about;
 };
 
 struct generated_kernels {

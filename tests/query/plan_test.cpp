@@ -83,7 +83,8 @@ TEST_F(QueryPlan, GeneratedKernelsAreCachedByKey) {
     ++renders;
     return kiln::detail::generated_program{
         "KILN_KERNEL void plan_test_k(KILN_GLOBAL float* x) { x[kiln_global_id(0)] = 1.f; }\n",
-        {"plan_test_k"}};
+        {"plan_test_k"},
+        {}};
   };
   const std::uint64_t key = 0x1234abcdULL;
   const auto first = kiln::detail::get_generated(cpu, "plan_test", key, render);
