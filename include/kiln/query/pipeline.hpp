@@ -87,8 +87,8 @@ inline std::vector<leaf_ref> element_leaves(const query_desc& d) {
   for (int x : d.vars) v.push_back({ir::op::component, x});
   return v;
 }
-// Lowers a scan's or a custom reduction's combine over (_1, _2) = (kq_a, kq_b), cast to Acc;
-// `what` names the step in the error for a combine that uses _i or a captured value.
+// Lowers a scan's or a custom reduction's combine over (_1, _2) = (combine_a, combine_b),
+// cast to Acc; `what` names the step in the error for a combine using _i or a captured value.
 template <class Acc, class Op>
 ir::node_id lower_combine(query_desc& d, const Op& op, const char* what) {
   const std::size_t ncap = d.graph.captures.size();
