@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "codegen/expr_render.hpp"
+#include "codegen/target.hpp"
 #include "query/segment.hpp"
 #include "runtime/generated_kernels.hpp"
 
@@ -40,10 +41,9 @@ const char* c_type(scalar_type t);
 
 // Full program source and the kernels it defines, in launch order.
 using generated = generated_program;
-generated render_gpu(const codegen_in& in);
+// GPU kernels in the target's best form (warp primitives where it has them), shaped by its
+// tile policy, which the launcher reads too.
+generated render_gpu(const codegen_in& in, const codegen::target& t);
 generated render_cpu(const codegen_in& in);
-
-// GPU tile shapes: 256 work-items, each taking this many consecutive elements.
-inline constexpr std::size_t gpu_group = 256, gpu_compact_items = 16, gpu_scan_items = 16;
 
 }  // namespace kiln::detail::q

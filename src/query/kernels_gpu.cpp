@@ -17,9 +17,13 @@
 namespace kiln::detail::q {
 namespace {
 
-constexpr const char* constants =
-    "#define KQ_B 256\n#define KQ_MAP_IT 4\n#define KQ_TILE (KQ_B * KQ_IT)\n"
-    "#define KQ_RED_IT 8\n";
+// The tile shape, from the policy the launcher reads too (run.cpp).
+std::string constants(const codegen::tile_policy& p, std::uint32_t items) {
+  return "#define KQ_B " + std::to_string(p.group) + "\n#define KQ_IT " + std::to_string(items) +
+         "\n#define KQ_MAP_IT " + std::to_string(p.map_items) +
+         "\n#define KQ_TILE (KQ_B * KQ_IT)\n#define KQ_RED_IT " + std::to_string(p.reduce_items) +
+         "\n";
+}
 
 // "T0 o0[N]; T1 o1[N];"
 std::string out_arrays(const segment& seg, const char* n) {
@@ -141,9 +145,9 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const comm
 
 // The look-back part shared by scan and compaction. Inputs: kq_run (the thread's fold),
 // kq_tile, kq_t. Outputs: kq_excl (thread exclusive within the tile), kq_total (tile
-// aggregate), kq_prefix (local: everything before the tile).
-constexpr const char* block_scan = R"(
-#ifdef KILN_BACKEND_CUDA
+// aggregate), kq_prefix (local: everything before the tile). Each step has a warp form (targets
+// with 32-lane warp primitives) and a portable form (local memory and barriers only).
+constexpr const char* block_scan_warp = R"(
   // Warp scans by shuffles, then the warps' totals through local memory: two barriers.
   const uint32_t kq_lane = kq_t & 31u, kq_warp = kq_t >> 5;
   kq_lb_t kq_win = kq_run;
@@ -161,7 +165,8 @@ constexpr const char* block_scan = R"(
     kq_total = kq_lb_op(kq_total, kq_sh[w]);
   }
   const kq_lb_t kq_excl = kq_lb_op(kq_wp, kq_wex);
-#else
+)";
+constexpr const char* block_scan_local = R"(
   kq_sh[kq_t] = kq_run;
   kiln_barrier();
   for (uint32_t off = 1; off < KQ_B; off <<= 1) {
@@ -172,17 +177,17 @@ constexpr const char* block_scan = R"(
   }
   const kq_lb_t kq_excl = kq_t ? kq_sh[kq_t - 1] : kq_lb_id();
   const kq_lb_t kq_total = kq_sh[KQ_B - 1];
-#endif
 )";
 
 // Inputs: kq_total (the tile's aggregate). Output: kq_prefix (local: all tiles before).
-constexpr const char* lookback = R"(
+constexpr const char* lookback_publish = R"(
   if (kq_t == 0) {  // publish early: successors may use the aggregate before our prefix
     if (kq_tile == 0) kq_prefix = kq_lb_id();
     kq_lb_put(kq_status, kq_aggw, kq_inclw, kq_tile, kq_tile == 0 ? 2u : 1u, kq_total, kq_epoch);
     kq_done = kq_tile == 0;
   }
-#ifdef KILN_BACKEND_CUDA
+)";
+constexpr const char* lookback_warp = R"(
   // Warp 0 walks back 32 tiles per step: ballot finds the nearest inclusive prefix, a
   // shuffle tree folds the window in sequence order (older tiles first).
   if (kq_tile != 0 && kq_t < 32) {
@@ -194,8 +199,8 @@ constexpr const char* lookback = R"(
       uint32_t f = 2u;
       kq_lb_t v = kq_lb_id();
       if (t >= 0) v = kq_lb_get(kq_status, kq_aggw, kq_inclw, t, kq_epoch, &f);
-      const unsigned pm = __ballot_sync(0xffffffffu, f == 2u);
-      const uint32_t stop = pm ? (uint32_t)(__ffs(pm) - 1) : 31u;
+      const uint32_t pm = kiln__warp_ballot(f == 2u);
+      const uint32_t stop = pm ? kiln__warp_ffs(pm) - 1u : 31u;
       if (kq_lane > stop) v = kq_lb_id();
       for (uint32_t d = 1; d < 32; d <<= 1) {
         const kq_lb_t o = kq_lb_shfl_down(v, d);
@@ -211,7 +216,8 @@ constexpr const char* lookback = R"(
     }
   }
   kiln_barrier();
-#else
+)";
+constexpr const char* lookback_local = R"(
   kq_lb_t kq_back = kq_lb_id();  // thread 0: combined aggregates of the tiles walked so far
   int64_t kq_pos = (int64_t)kq_tile - 1;
   kiln_barrier();
@@ -242,18 +248,28 @@ constexpr const char* lookback = R"(
     kq_pos -= 32;  // every lane's next window
     kiln_barrier();
   }
-#endif
 )";
 
-// Shuffles a look-back value up the warp (CUDA); field by field, as shuffles move registers.
-constexpr const char* lb_shuffle =
-    "#ifdef KILN_BACKEND_CUDA\n"
-    "KILN_FUNC kq_lb_t kq_lb_shfl_up(kq_lb_t x, unsigned d) {\n"
-    "  kq_lb_t r; r.v = __shfl_up_sync(0xffffffffu, x.v, d); "
-    "r.h = __shfl_up_sync(0xffffffffu, x.h, d); return r;\n}\n"
-    "KILN_FUNC kq_lb_t kq_lb_shfl_down(kq_lb_t x, unsigned d) {\n"
-    "  kq_lb_t r; r.v = __shfl_down_sync(0xffffffffu, x.v, d); "
-    "r.h = __shfl_down_sync(0xffffffffu, x.h, d); return r;\n}\n#endif\n";
+// Shuffles a look-back value up or down the warp; field by field, as shuffles move registers.
+constexpr const char* lb_shuffle = R"(
+KILN_FUNC kq_lb_t kq_lb_shfl_up(kq_lb_t x, unsigned d) {
+  kq_lb_t r; r.v = kiln__warp_shfl_up(x.v, d); r.h = kiln__warp_shfl_up(x.h, d); return r;
+}
+KILN_FUNC kq_lb_t kq_lb_shfl_down(kq_lb_t x, unsigned d) {
+  kq_lb_t r; r.v = kiln__warp_shfl_down(x.v, d); r.h = kiln__warp_shfl_down(x.h, d); return r;
+}
+)";
+
+// The block scan and look-back in the target's best form, and the helpers they need.
+struct lookback_code {
+  std::string helpers, scan;
+};
+lookback_code lookback_for(const codegen::target& t) {
+  if (t.warp && t.warp->lanes == 32)
+    return {std::string(t.warp->definitions) + lb_shuffle,
+            std::string(block_scan_warp) + lookback_publish + lookback_warp};
+  return {"", std::string(block_scan_local) + lookback_publish + lookback_local};
+}
 
 // Publishing and reading tile states. General form: the value, a device-wide fence, then the
 // status word (epoch << 2 | flag); a reader spins on the status word, fences, then reads the
@@ -313,11 +329,13 @@ constexpr const char* lookback_params =
 
 // Outputs are staged in local memory so that a tile's results leave in coalesced stores
 // (CUB's approach); done when a tile's outputs fit in 32 KiB.
-bool staged(const segment& seg) {
+std::uint32_t tile_items(const segment& seg, const codegen::tile_policy& p) {
+  return seg.end == segment_end::scan ? p.scan_items : p.compact_items;
+}
+bool staged(const segment& seg, const codegen::tile_policy& p) {
   std::size_t bytes = 0;
   for (scalar_type t : seg.out_types) bytes += size_of(t);
-  const std::size_t items = seg.end == segment_end::scan ? gpu_scan_items : gpu_compact_items;
-  return bytes * 256 * items <= 40960;  // of the 48 KiB of static local memory
+  return bytes * p.group * tile_items(seg, p) <= p.stage_bytes;
 }
 std::string stage_arrays(const segment& seg) {
   std::string s;
@@ -341,8 +359,9 @@ std::string from_stage(const segment& seg, const char* pos, const char* j) {
   return s;
 }
 
-std::string compact_kernel(const segment& seg, const common_code& p) {
-  const bool st = staged(seg);
+std::string compact_kernel(const segment& seg, const common_code& p, const codegen::target& t) {
+  const bool st = staged(seg, t.tiles);
+  const lookback_code lb = lookback_for(t);
   std::string tail;
   if (st)
     tail =
@@ -375,7 +394,7 @@ std::string compact_kernel(const segment& seg, const common_code& p) {
              "KILN_FUNC kq_lb_t kq_lb_op(kq_lb_t a, kq_lb_t b) { a.v += b.v; return a; }\n"
              "KILN_FUNC kq_lb_t kq_lb_load(KILN_GLOBAL volatile kq_lb_t* p) {\n"
              "  kq_lb_t r; r.v = p->v; r.h = 1; return r;\n}\n") +
-         lb_shuffle + lb_packed + "KILN_KERNEL void kq_compact(" + p.lead + out_params(seg) +
+         lb.helpers + lb_packed + "KILN_KERNEL void kq_compact(" + p.lead + out_params(seg) +
          lookback_params + "KILN_GLOBAL uint64_t* kq_count, uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) + "  " + out_arrays(seg, "KQ_IT") + "\n" +
 
@@ -387,7 +406,7 @@ std::string compact_kernel(const segment& seg, const common_code& p) {
          p.call_args + out_refs(seg, "k") +
          ")) { kq_keep |= 1u << k; kq_run.v += 1; }\n"
          "  }\n" +
-         block_scan + lookback + tail + "}\n";
+         lb.scan + tail + "}\n";
 }
 
 // Scan values of 4 bytes: flag and epoch in the high half of one 64-bit word, the value in
@@ -414,10 +433,11 @@ KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw
 )";
 }
 
-std::string scan_kernel(const segment& seg, const common_code& p) {
+std::string scan_kernel(const segment& seg, const common_code& p, const codegen::target& t) {
   const stage& sc = seg.stages[seg.scan_index()];
   const std::string A = c_type(sc.type);
-  const bool st = staged(seg);
+  const bool st = staged(seg, t.tiles);
+  const lookback_code lb = lookback_for(t);
   std::string value;
   if (sc.exclusive)
     value = "      const " + A + " kq_v = kq_p.h ? kq_sop(" + codegen::capture_name(sc.init) +
@@ -440,8 +460,8 @@ std::string scan_kernel(const segment& seg, const common_code& p) {
   // 8-byte values use the fenced protocol. (A 16-byte packed word, as CUB uses, lost
   // prefixes in testing on the H100; left out until understood.)
   const std::string protocol = size_of(sc.type) <= 4 ? lb_packed32(A) : std::string(lb_fenced);
-  return std::string(lb_shuffle) + protocol + "KILN_KERNEL void kq_scan(" + p.lead +
-         out_params(seg) + lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
+  return lb.helpers + protocol + "KILN_KERNEL void kq_scan(" + p.lead + out_params(seg) +
+         lookback_params + "uint64_t kq_n) {\n" + lookback_locals +
          (st ? stage_arrays(seg) : std::string()) +
          "  kq_lb_t kq_x[KQ_IT];\n  kq_lb_t kq_run = kq_lb_id();\n"
          "#pragma unroll\n"
@@ -452,7 +472,7 @@ std::string scan_kernel(const segment& seg, const common_code& p) {
          ")) : kq_lb_id();\n"
          "    kq_run = kq_lb_op(kq_run, kq_x[k]);\n"
          "  }\n" +
-         block_scan + lookback +
+         lb.scan +
          "  kq_lb_t kq_p = kq_lb_op(kq_prefix, kq_excl);\n"
          "#pragma unroll\n"
          "  for (int k = 0; k < KQ_IT; ++k) {\n"
@@ -464,22 +484,20 @@ std::string scan_kernel(const segment& seg, const common_code& p) {
 
 }  // namespace
 
-generated render_gpu(const codegen_in& in) {
+generated render_gpu(const codegen_in& in, const codegen::target& t) {
   const common_code c = render_common(in);
   const common_code& p = c;
-  generated g;
-  g.source = std::string(constants) + c.text;
   const segment& seg = in.seg;
-  const std::size_t items = seg.end == segment_end::scan ? gpu_scan_items : gpu_compact_items;
-  g.source = "#define KQ_IT " + std::to_string(items) + "\n" + g.source;
+  generated g;
+  g.source = constants(t.tiles, tile_items(seg, t.tiles)) + c.text;
   if (seg.end == segment_end::reduce) {
     g.source += reduce_kernel(*in.reduce, c, p);
     g.kernels = {"kq_reduce"};
   } else if (seg.end == segment_end::scan) {
-    g.source += scan_kernel(seg, p);
+    g.source += scan_kernel(seg, p, t);
     g.kernels = {"kq_scan"};
   } else if (seg.has_filter()) {
-    g.source += compact_kernel(seg, p);
+    g.source += compact_kernel(seg, p, t);
     g.kernels = {"kq_compact"};
   } else {
     g.source += map_kernel(seg, p);

@@ -74,10 +74,11 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
   return out;
 }
 
-std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_spec* r, bool gpu) {
+std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_spec* r, bool gpu,
+                          const char* target) {
   ir::hasher h;
   const auto u = [](auto x) { return static_cast<std::uint64_t>(x); };
-  h.add(gpu ? "gpu" : "cpu").add(u(s.end)).add(s.inputs.size());
+  h.add(gpu ? "gpu" : "cpu").add(target).add(u(s.end)).add(s.inputs.size());
   for (const auto& in : s.inputs) h.add(u(in.var)).add(u(in.type)).add(in.shape);
   h.add(s.stages.size());
   for (const auto& st : s.stages) {

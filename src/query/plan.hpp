@@ -18,8 +18,10 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
                           bool no_scan_at_end);
 
 // Everything a segment's generated program depends on: its structure, the query's roots and
-// capture types (the kernels' parameters and helpers), the reduction and the target.
-std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_spec* r, bool gpu);
+// capture types (the kernels' parameters and helpers), the reduction, the template (GPU or CPU)
+// and the codegen target's name.
+std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_spec* r, bool gpu,
+                          const char* target);
 
 // For KILN_DUMP_KERNELS: the segment's stages by IR node, then the query's IR graph.
 std::string describe(const segment& s, const ir::graph& g);

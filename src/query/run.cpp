@@ -52,6 +52,7 @@ struct runner {
   scratch& sc;
   query_stats& st;
   bool gpu;
+  const codegen::target& target;  // the device's: its dialect and the tile policy launches read
 
   // local 0: the backend's default work-group (lets the CPU backend vectorise a map).
   void launch(const kernel& k, std::uint64_t global, std::uint32_t local, args& a) {
@@ -83,8 +84,8 @@ struct runner {
   }
   std::vector<kernel> kernels(const segment& s, const reduce_spec* r) {
     const codegen_in in{s, d.graph, r};
-    generated_kernels g = get_generated(dev, "query", segment_key(s, d, r, gpu), [&] {
-      generated p = gpu ? render_gpu(in) : render_cpu(in);
+    generated_kernels g = get_generated(dev, "query", segment_key(s, d, r, gpu, target.name), [&] {
+      generated p = gpu ? render_gpu(in, target) : render_cpu(in);
       p.about = describe(s, d.graph);
       return p;
     });
@@ -96,7 +97,10 @@ struct runner {
   }
   // CPU chunking: depends on n and the device only.
   std::pair<std::uint64_t, std::uint64_t> chunks(std::uint64_t n) const {
-    std::uint64_t c = std::clamp<std::uint64_t>((n + 16383) / 16384, 1, compute_units() * 4ull);
+    const codegen::tile_policy& p = target.tiles;
+    std::uint64_t c =
+        std::clamp<std::uint64_t>((n + p.cpu_chunk_elems - 1) / p.cpu_chunk_elems, 1,
+                                  compute_units() * std::uint64_t(p.cpu_chunks_per_unit));
     const std::uint64_t cs = (n + c - 1) / c;
     if (cs) c = (n + cs - 1) / cs;
     return {c, cs};
@@ -124,10 +128,11 @@ struct runner {
       for (std::size_t k = 0; k < r.outputs.size(); ++k) a.mem(r.outputs[k], 0, s.out_types[k]);
       if (s.end == segment_end::collect && !filtered) {
         a.val(n);
-        launch(ks[0], ((n + 1023) / 1024) * 256, 256, a);
+        const codegen::tile_policy& p = target.tiles;
+        launch(ks[0], ((n + p.map_tile() - 1) / p.map_tile()) * p.group, p.group, a);
       } else {
-        const std::uint64_t tile =
-            gpu_group * (s.end == segment_end::scan ? gpu_scan_items : gpu_compact_items);
+        const codegen::tile_policy& p = target.tiles;
+        const std::uint64_t tile = s.end == segment_end::scan ? p.scan_tile() : p.compact_tile();
         const std::uint64_t tiles = (n + tile - 1) / tile;
         const std::uint32_t epoch = sc.prepare_lookback(dev, q, tiles);
         a.mem(sc.status, 0, scalar_type::u32);
@@ -136,7 +141,7 @@ struct runner {
         a.val(epoch);
         if (filtered) a.mem(sc.small, scratch::count_offset, scalar_type::u64);
         a.val(n);
-        launch(ks[0], tiles * 256, 256, a);
+        launch(ks[0], tiles * p.group, p.group, a);
       }
     } else {
       const auto [nc, cs] = chunks(n);
@@ -174,14 +179,16 @@ struct runner {
     args a = common(s, b);
     sc.prepare_small(dev, q);
     if (gpu) {
+      const codegen::tile_policy& p = target.tiles;
       const std::uint64_t groups =
-          std::clamp<std::uint64_t>((n + 1023) / 1024, 1, compute_units() * 8ull);
+          std::clamp<std::uint64_t>((n + p.reduce_group_elems - 1) / p.reduce_group_elems, 1,
+                                    compute_units() * std::uint64_t(p.reduce_groups_per_unit));
       sc.prepare_parts(dev, groups);
       a.mem(sc.part, 0, scalar_type::u64);
       a.mem(sc.small, 0, scalar_type::u32);
       a.mem(sc.small, scratch::result_offset, scalar_type::u64);
       a.val(n);
-      launch(ks[0], groups * 256, 256, a);
+      launch(ks[0], groups * p.group, p.group, a);
     } else {
       const auto [nc, cs] = chunks(n);
       sc.prepare_parts(dev, nc);
@@ -254,12 +261,16 @@ struct session {
   std::unique_lock<std::recursive_mutex> lock;
   runner run;
   session(query_desc& d, const device& dv)
-      : dev(dv), sc(scratch_for(dev)), lock(sc.mu), run{d,
-                                                        dev,
-                                                        dev.default_queue(),
-                                                        sc,
-                                                        t_stats,
-                                                        dev.info().type != device_type::cpu} {}
+      : dev(dv),
+        sc(scratch_for(dev)),
+        lock(sc.mu),
+        run{d,
+            dev,
+            dev.default_queue(),
+            sc,
+            t_stats,
+            dev.info().type != device_type::cpu,
+            codegen::target_for(dev.impl()->api->dialect)} {}
 };
 
 device prepare(query_desc& d) {

@@ -4,8 +4,9 @@
 #include <cctype>
 #include <cstring>
 
+#include "codegen/render_source.hpp"
+#include "codegen/target.hpp"
 #include "kernel_lang/parser.hpp"
-#include "kernel_lang/render.hpp"
 #include "ring/ring_impl.hpp"
 #include "runtime/runtime.hpp"
 
@@ -77,7 +78,7 @@ void check_options(const device& dev, bool gpu, const ring_options& o, std::size
 
 [[noreturn]] void rethrow_compile(const compile_error& e, std::string_view user,
                                   const device& dev) {
-  const std::vector<int> lines = kernel_lang::cited_lines(e.log());
+  const std::vector<int> lines = codegen::cited_lines(e.log());
   const std::string ex = lines.empty() ? "" : kernel_lang::excerpt(user, lines);
   std::string msg = "ring kernel for " + dev.id() + ": compilation failed";
   if (e.log().find(loop_file) != std::string::npos)
@@ -92,11 +93,15 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
                                        const std::vector<std::string>& handlers,
                                        const std::vector<ring_type>& types,
                                        const ring_options& opts) {
-  const bool gpu = dev.backend() == "cuda";
-  if (!gpu && dev.backend() != "cpu")
-    throw unsupported("ring kernels run on the cpu and cuda backends; " + dev.id() +
-                      " is an OpenCL device, and OpenCL offers no system-scope atomics on mapped "
-                      "host memory to build the queues with");
+  // The device's codegen target says whether it can host rings (its ring primitive table) and
+  // what a unit is: a warp with shared staging (lanes > 1) or a host thread.
+  const codegen::target& target = codegen::target_for(dev.impl()->api->dialect);
+  if (!target.ring)
+    throw unsupported("ring kernels run on the cpu and cuda backends; " + dev.id() + " (" +
+                      target.name +
+                      " target) has no ring primitives: OpenCL offers no system-scope atomics on "
+                      "mapped host memory to build the queues with");
+  const bool gpu = target.ring->lanes > 1;
   if (gpu && !(dev.supports(feature::mapped_host) && dev.supports(feature::unified_address)))
     throw unsupported("ring kernels need mapped host memory and unified addressing; " + dev.id() +
                       " has not both");
@@ -139,7 +144,7 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
 
   // Shape: on CUDA, batch and warps per block shrink until the shared staging fits.
   kernel_shape shape;
-  shape.gpu = gpu;
+  shape.target = &target;
   const std::uint32_t units = opts.units ? opts.units : (gpu ? 4 : 1);
   shape.batch = opts.batch;
   if (gpu) {

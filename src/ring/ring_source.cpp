@@ -1,12 +1,12 @@
 // The device side of ring kernels, written once as C++ that both NVRTC (CUDA) and the host
-// compiler (CPU backend) accept. A dialect differs only in the primitives table at the top:
-// on CUDA a unit is a warp (32 lanes, shared-memory staging); on the CPU a unit is a thread
-// (1 lane, handlers read and write the queue slots in place).
+// compiler (CPU backend) accept. A target differs only in its ring table (codegen/target.hpp:
+// primitives, lanes, the entry's opening): on CUDA a unit is a warp (32 lanes, shared-memory
+// staging); on the CPU a unit is a thread (1 lane, handlers read and write the slots in place).
 #include "ring/ring_source.hpp"
 
 #include <algorithm>
 
-#include "kernel_lang/render.hpp"
+#include "codegen/render_source.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::ring_detail {
@@ -17,71 +17,6 @@ const char* protocol_text =
 #include "ring/ring_protocol.inc"
     ;
 #undef KILN_RING_TEXT
-
-// Memory ordering, CUDA: loads and stores of shared words use PTX's .sys scope because the
-// other party is the host CPU across PCIe; acquire on the seq load orders the payload reads
-// after it, release on the seq store (or fence.acq_rel.sys after __syncwarp, which orders the
-// other lanes' payload stores, then relaxed seq stores) publishes the payload before the seq.
-// `claim` and `live` live in device memory and are only touched by the device: .gpu scope.
-const char* cuda_primitives = R"KILN(
-#define KILN_RING_LANES 32u
-#define KILN_RING_STAGED 1
-#define KILN_RING_DEVICE __device__ __forceinline__
-#define KILN_RING_MEMBER __device__ __forceinline__
-#define KILN_RING_LANE (threadIdx.x & 31u)
-KILN_RING_DEVICE uint64_t kiln_ring_load_acquire(const uint64_t* p) {
-  uint64_t v; asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
-KILN_RING_DEVICE uint64_t kiln_ring_load_relaxed(const uint64_t* p) {
-  uint64_t v; asm volatile("ld.relaxed.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
-KILN_RING_DEVICE void kiln_ring_store_release(uint64_t* p, uint64_t v) {
-  asm volatile("st.release.sys.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
-KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) {
-  asm volatile("st.relaxed.sys.u64 [%0], %1;" :: "l"(p), "l"(v) : "memory"); }
-KILN_RING_DEVICE void kiln_ring_fence() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
-KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) {
-  uint64_t v; asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory"); return v; }
-KILN_RING_DEVICE uint64_t kiln_ring_dev_add(uint64_t* p, uint64_t v) {
-  return atomicAdd((unsigned long long*)p, v); }
-KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) {
-  atomicAdd((unsigned long long*)p, 0ull - v); }
-KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) { __nanosleep((unsigned)ns); }
-KILN_RING_DEVICE uint64_t kiln_ring_now_ns() {
-  uint64_t t; asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); return t; }
-KILN_RING_DEVICE void kiln_ring_sync() { __syncwarp(); }
-KILN_RING_DEVICE uint64_t kiln_ring_bcast(uint64_t v) { return __shfl_sync(0xffffffffu, v, 0); }
-KILN_RING_DEVICE uint32_t kiln_ring_run(bool ok) {
-  const unsigned m = ~__ballot_sync(0xffffffffu, ok); return m ? (uint32_t)__ffs(m) - 1u : 32u; }
-#define kiln_trap() __trap()
-)KILN";
-
-// CPU: one lane, host atomics. A handler that calls kiln_trap() throws; the loop catches it and
-// reports the unit as trapped, as a GPU reports a trapped kernel.
-const char* cpu_primitives = R"KILN(
-#include <time.h>
-#define KILN_RING_LANES 1u
-#define KILN_RING_STAGED 0
-#define KILN_RING_DEVICE static inline
-#define KILN_RING_MEMBER inline
-#define KILN_RING_LANE 0u
-KILN_RING_DEVICE uint64_t kiln_ring_load_acquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
-KILN_RING_DEVICE uint64_t kiln_ring_load_relaxed(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-KILN_RING_DEVICE void kiln_ring_store_release(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
-KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
-KILN_RING_DEVICE void kiln_ring_fence() { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
-KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
-KILN_RING_DEVICE uint64_t kiln_ring_dev_add(uint64_t* p, uint64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
-KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELEASE); }
-KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) {
-  if (ns == 0) return;
-  struct timespec t = {0, (long)ns}; nanosleep(&t, 0); }
-KILN_RING_DEVICE uint64_t kiln_ring_now_ns() {
-  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }
-KILN_RING_DEVICE void kiln_ring_sync() {}
-KILN_RING_DEVICE uint64_t kiln_ring_bcast(uint64_t v) { return v; }
-KILN_RING_DEVICE uint32_t kiln_ring_run(bool ok) { return ok ? 1u : 0u; }
-struct kiln_ring_trapped {};
-#define kiln_trap() throw kiln_ring_trapped()
-)KILN";
 
 // What handlers see: their context and its accessors.
 const char* context_text = R"KILN(
@@ -249,7 +184,7 @@ KILN_RING_DEVICE void kiln_ring_watchdog(kiln_ring_control* C) {
 #endif
 )KILN";
 
-std::string render_struct(const message_desc& m) {
+std::string render_struct(const message_desc& m, bool check_offsets) {
   std::string s = "struct ";
   s += m.name;
   s += " {";
@@ -270,7 +205,7 @@ std::string render_struct(const message_desc& m) {
   s += ") == " + std::to_string(m.size) + ", \"message ";
   s += m.name;
   s += ": size differs from the host's\");\n";
-  s += "#ifndef __CUDACC_RTC__\n";  // NVRTC has no offsetof; the size check stays
+  if (!check_offsets) return s;  // the size check stays
   for (const ring_field& f : m.fields) {
     s += "static_assert(__builtin_offsetof(";
     s += m.name;
@@ -282,7 +217,6 @@ std::string render_struct(const message_desc& m) {
     s += f.name;
     s += ": offset differs from the host's\");\n";
   }
-  s += "#endif\n";
   return s;
 }
 
@@ -316,14 +250,15 @@ std::string kernel_source(std::string_view user_source, const std::vector<stage_
                           const std::vector<const message_desc*>& messages,
                           const kernel_shape& shape) {
   std::string s = std::string("#line 1 \"") + prelude_file + "\"\n";
-  s += shape.gpu ? cuda_primitives : cpu_primitives;
+  const codegen::ring_ops& ops = *shape.target->ring;
+  s += ops.primitives;
   s += "#define KILN_RING_BATCH " + std::to_string(shape.batch) + "u\n";
   s += "#define KILN_RING_WARPS " + std::to_string(shape.warps) + "u\n";
   s += protocol_text;
   s += "\n";
   s += context_text;
-  for (const message_desc* m : messages) s += render_struct(*m);
-  s += std::string("#line 1 \"") + kernel_lang::user_file_name + "\"\n";
+  for (const message_desc* m : messages) s += render_struct(*m, ops.has_offsetof);
+  s += std::string("#line 1 \"") + codegen::user_file_name + "\"\n";
   s += user_source;
   s += std::string("\n#line 1 \"") + loop_file + "\"\n";
   s += loop_text;
@@ -338,21 +273,11 @@ std::string kernel_source(std::string_view user_source, const std::vector<stage_
   }
   s += "KILN_KERNEL void kiln_ring_main(uint64_t control, uint32_t cpu_unit) {\n"
        "  kiln_ring_control* C = (kiln_ring_control*)control;\n";
-  if (shape.gpu) {
-    s += "  __shared__ __align__(16) unsigned char kiln_ring_smem[KILN_RING_WARPS][" +
-         std::to_string(staging) +
-         "];\n"
-         "  const uint32_t warp = threadIdx.x / 32u;\n"
-         "  if (warp == KILN_RING_WARPS) { if (blockIdx.x == 0) kiln_ring_watchdog(C); return; }\n"
-         "  const uint32_t unit = blockIdx.x * KILN_RING_WARPS + warp;\n"
-         "  unsigned char* staging = kiln_ring_smem[warp];\n"
-         "  (void)cpu_unit;\n";
-  } else {
-    s += "  const uint32_t unit = cpu_unit;\n  unsigned char* staging = 0;\n";
-  }
+  s += ops.open_entry(staging);
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const stage_desc& st = stages[i];
-    const std::string b = std::to_string(st.unit_begin), e = std::to_string(st.unit_begin + st.units);
+    const std::string b = std::to_string(st.unit_begin),
+                      e = std::to_string(st.unit_begin + st.units);
     s += "  if (unit >= " + b + "u && unit < " + e + "u) { kiln_ring_serve<" + st.in->name + ", " +
          st.out->name + ", kiln_ring_h" + std::to_string(i) + ">(C, " + std::to_string(i) +
          "u, unit - " + b + "u, staging); return; }\n";

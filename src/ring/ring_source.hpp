@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "codegen/target.hpp"
 #include "kiln/ring_message.hpp"
 
 namespace kiln::ring_detail {
@@ -25,9 +26,9 @@ struct stage_desc {
 };
 
 struct kernel_shape {
-  bool gpu = false;          // warps and shared-memory staging (CUDA); else host threads
-  std::uint32_t batch = 32;  // messages one unit takes per claim
-  std::uint32_t warps = 1;   // worker warps per block (CUDA)
+  const codegen::target* target = nullptr;  // its ring table: primitives, lanes per unit
+  std::uint32_t batch = 32;                 // messages one unit takes per claim
+  std::uint32_t warps = 1;                  // worker warps per block (CUDA)
 };
 
 // Checks that the generated definition of m has the C++ type's layout (offsets and size);
@@ -45,7 +46,7 @@ std::string kernel_source(std::string_view user_source, const std::vector<stage_
                           const kernel_shape& shape);
 
 // Line of the user's source where it starts inside kernel_source's output is 1 in the file
-// named by kernel_lang::user_file_name; these name the generated parts in compiler logs.
+// named by codegen::user_file_name; these name the generated parts in compiler logs.
 inline constexpr const char* prelude_file = "kiln_ring_prelude";
 inline constexpr const char* loop_file = "kiln_ring_loop";
 

@@ -37,13 +37,6 @@ typedef enum kiln_status {
   KILN_ERR_NOT_FOUND = 6 /* e.g. a kernel entry point missing from a program */
 } kiln_status;
 
-/* Source dialect the core renders the portable kernel language into. */
-typedef enum kiln_dialect {
-  KILN_DIALECT_CPP = 0,    /* host C++ compiled to a shared object */
-  KILN_DIALECT_CUDA = 1,   /* CUDA C++ for NVRTC */
-  KILN_DIALECT_OPENCL = 2  /* OpenCL C */
-} kiln_dialect;
-
 typedef enum kiln_device_type {
   KILN_DEVICE_CPU = 0,
   KILN_DEVICE_GPU = 1,
@@ -125,7 +118,10 @@ typedef struct kiln_backend_v1 {
   uint32_t abi_version; /* KILN_BACKEND_ABI_VERSION */
   uint32_t struct_size; /* sizeof(kiln_backend_v1) as the plugin saw it */
   const char* name;     /* "cpu", "cuda", "opencl": device strings use it */
-  kiln_dialect dialect;
+  /* The codegen target the core renders the portable kernel language into, by name:
+   * "cpp" (host C++ built into a shared object), "cuda" (CUDA C++ for NVRTC), "opencl"
+   * (OpenCL C). The core looks the target up by this name; it never switches on backends. */
+  const char* dialect;
 
   /* Message for the last failure on the calling thread (never NULL). */
   const char* (*last_error)(void);

@@ -3,8 +3,8 @@
 #include <cstdlib>
 #include <optional>
 
-#include "kernel_lang/dialect.hpp"
-#include "kernel_lang/render.hpp"
+#include "codegen/render_source.hpp"
+#include "codegen/target.hpp"
 #include "runtime/cache_key.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/program_cache.hpp"
@@ -32,7 +32,7 @@ const disk_cache* the_disk_cache() {
 
 [[noreturn]] void throw_compile_error(const std::string& where, std::string_view source,
                                       const std::string& log) {
-  std::vector<int> lines = kernel_lang::cited_lines(log);
+  std::vector<int> lines = codegen::cited_lines(log);
   std::string ex = lines.empty() ? "" : kernel_lang::excerpt(source, lines);
   std::string msg = "kernel compilation failed for " + where;
   if (!ex.empty()) msg += "\n" + ex;
@@ -72,8 +72,7 @@ void check_features(const kernel_lang::parsed_source& p, const device_info& info
   }
   // Checked here, before the driver's compiler gives a less direct message (or, on some
   // OpenCL drivers, silently demotes double to float).
-  if (!(info.features & KILN_FEATURE_DOUBLE) && p.uses_double)
-    refuse("double", p.double_line);
+  if (!(info.features & KILN_FEATURE_DOUBLE) && p.uses_double) refuse("double", p.double_line);
 }
 
 program_impl::~program_impl() {
@@ -95,7 +94,7 @@ program program::compile(const device& dev, std::string_view source, std::string
   p->parsed = kernel_lang::parse(source);
   detail::check_features(p->parsed, d.info, d.id);
   const kiln_backend_v1& api = *d.api;
-  const std::string rendered = kernel_lang::render(source, p->parsed, api.dialect);
+  const std::string rendered = codegen::render(source, p->parsed, api.dialect);
   const std::string opts(options);
 
   const detail::disk_cache* disk = detail::the_disk_cache();
@@ -169,7 +168,7 @@ void compile_only(std::string_view backend_name, std::string_view arch, std::str
     throw unsupported("backend '" + std::string(backend_name) + "' is not available" +
                       (b ? ": " + b->detail : std::string()));
   auto parsed = kernel_lang::parse(source);
-  const std::string rendered = kernel_lang::render(source, parsed, b->api->dialect);
+  const std::string rendered = codegen::render(source, parsed, b->api->dialect);
   detail::backend_compile(*b->api, nullptr, std::string(arch), rendered, source,
                           std::string(options), b->name + " (" + std::string(arch) + ")");
 }

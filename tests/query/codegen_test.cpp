@@ -32,7 +32,7 @@ segment segment_of(query_desc& d, segment_end end) {
 void check(query_desc& d, segment_end end, const reduce_spec* r = nullptr) {
   const segment s = segment_of(d, end);
   const codegen_in in{s, d.graph, r};
-  const generated gpu = render_gpu(in), cpu = render_cpu(in);
+  const generated gpu = render_gpu(in, kiln::codegen::cuda_target), cpu = render_cpu(in);
   ASSERT_FALSE(gpu.kernels.empty());
   if (conformance::cuda_compile_only()) {
     EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, gpu.source))

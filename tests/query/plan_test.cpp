@@ -67,13 +67,14 @@ TEST_F(QueryPlan, KeysIgnoreCaptureValues) {
   auto c = xs | kiln::transform(_1 * 2.f) | kiln::filter(_1 < 1.f);
   const reduce_spec sum{reduce_kind::sum, kiln::scalar_type::f32};
   const reduce_spec max{reduce_kind::max, kiln::scalar_type::f32};
-  const auto key = [&](auto& q, const reduce_spec* r, bool gpu) {
+  const auto key = [&](auto& q, const reduce_spec* r, bool gpu, const char* target = "cpp") {
     const auto p = plan(q.desc(), segment_end::reduce, false, true);
-    return segment_key(p.back(), q.desc(), r, gpu);
+    return segment_key(p.back(), q.desc(), r, gpu, target);
   };
   EXPECT_EQ(key(a, &sum, false), key(b, &sum, false));
   EXPECT_NE(key(a, &sum, false), key(c, &sum, false));
   EXPECT_NE(key(a, &sum, false), key(a, &sum, true));
+  EXPECT_NE(key(a, &sum, true, "cuda"), key(a, &sum, true, "opencl"));
   EXPECT_NE(key(a, &sum, false), key(a, &max, false));
 }
 

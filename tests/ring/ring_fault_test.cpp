@@ -186,7 +186,7 @@ TEST(RingSource, CudaLoopCompilesWithNvrtc) {
   stages[0] = {"echo", &in, &out, 0, 4};
   stages[1] = {"echo", &in, &out, 4, 4};
   kernel_shape shape;
-  shape.gpu = true;
+  shape.target = &kiln::codegen::cuda_target;
   shape.warps = 4;
   const std::string src = kernel_source(handlers, stages, {&in, &out}, shape);
   EXPECT_NO_THROW(kiln::compile_only("cuda", "sm_90", src));

@@ -35,7 +35,7 @@ extern "C" const kiln_backend_v1* kiln_cpu_backend_entry(uint32_t core_abi_versi
   static const kiln_backend_v1 table = {KILN_BACKEND_ABI_VERSION,
                                         sizeof(kiln_backend_v1),
                                         "cpu",
-                                        KILN_DIALECT_CPP,
+                                        "cpp",
                                         last_error,
                                         init,
                                         shutdown,

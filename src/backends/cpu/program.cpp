@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "backends/cpu/cpu_backend.hpp"
-#include "kernel_lang/dialect.hpp"
+#include "codegen/target.hpp"
 
 namespace kiln::cpu::abi {
 
@@ -47,7 +47,7 @@ void program_unload(kiln_program_h p) {
 }
 
 kiln_status kernel_get(kiln_program_h p, const char* name, kiln_kernel_h* out) {
-  const std::string sym = kernel_lang::cpu_entry_name(name);
+  const std::string sym = codegen::cpu_entry_name(name);
   void* f = dlsym(p->library, sym.c_str());
   if (!f) return fail(KILN_ERR_NOT_FOUND, std::string("no kernel entry '") + name + "'");
   auto k = std::make_unique<kiln_kernel_s>();

@@ -44,7 +44,7 @@ TEST(CudaPlugin, AbiHandshake) {
   EXPECT_EQ(be->abi_version, KILN_BACKEND_ABI_VERSION);
   EXPECT_EQ(be->struct_size, sizeof(kiln_backend_v1));
   EXPECT_STREQ(be->name, "cuda");
-  EXPECT_EQ(be->dialect, KILN_DIALECT_CUDA);
+  EXPECT_STREQ(be->dialect, "cuda");
   // Everything else stays hidden.
   EXPECT_EQ(dlsym(g_lib, "_ZN9kiln_cuda4initEv"), nullptr);
   EXPECT_EQ(dlsym(g_lib, "_ZN9kiln_cuda4g_cuE"), nullptr);

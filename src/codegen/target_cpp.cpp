@@ -2,9 +2,10 @@
 // over the work-groups one call is given; the item's indices travel as the body's hidden
 // kiln_item parameter, so after inlining they live in registers and the loop vectorises.
 // Barriers and local memory are not supported here (the core refuses them before compiling).
-#include "kernel_lang/dialect.hpp"
+#include "codegen/target.hpp"
 
-namespace kiln::kernel_lang {
+namespace kiln::codegen {
+using kernel_lang::kernel_decl;
 namespace {
 
 const char* prelude = R"KILN(
@@ -146,8 +147,47 @@ void emit_entry(std::string& out, const kernel_decl& k) {
   out += "); });\n}\n";
 }
 
+// CPU: one lane, host atomics. A handler that calls kiln_trap() throws; the loop catches it and
+// reports the unit as trapped, as a GPU reports a trapped kernel.
+const char* ring_primitives = R"KILN(
+#include <time.h>
+#define KILN_RING_LANES 1u
+#define KILN_RING_STAGED 0
+#define KILN_RING_DEVICE static inline
+#define KILN_RING_MEMBER inline
+#define KILN_RING_LANE 0u
+KILN_RING_DEVICE uint64_t kiln_ring_load_acquire(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
+KILN_RING_DEVICE uint64_t kiln_ring_load_relaxed(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE void kiln_ring_store_release(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELEASE); }
+KILN_RING_DEVICE void kiln_ring_store_relaxed(uint64_t* p, uint64_t v) { __atomic_store_n(p, v, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE void kiln_ring_fence() { __atomic_thread_fence(__ATOMIC_ACQ_REL); }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_load(const uint64_t* p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE uint64_t kiln_ring_dev_add(uint64_t* p, uint64_t v) { return __atomic_fetch_add(p, v, __ATOMIC_RELAXED); }
+KILN_RING_DEVICE void kiln_ring_dev_sub(uint64_t* p, uint64_t v) { __atomic_fetch_sub(p, v, __ATOMIC_RELEASE); }
+KILN_RING_DEVICE void kiln_ring_sleep(uint64_t ns) {
+  if (ns == 0) return;
+  struct timespec t = {0, (long)ns}; nanosleep(&t, 0); }
+KILN_RING_DEVICE uint64_t kiln_ring_now_ns() {
+  struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec; }
+KILN_RING_DEVICE void kiln_ring_sync() {}
+KILN_RING_DEVICE uint64_t kiln_ring_bcast(uint64_t v) { return v; }
+KILN_RING_DEVICE uint32_t kiln_ring_run(bool ok) { return ok ? 1u : 0u; }
+struct kiln_ring_trapped {};
+#define kiln_trap() throw kiln_ring_trapped()
+)KILN";
+
+// A unit is a host thread with its own single-item launch; handlers read the slots in place.
+std::string open_ring_entry(std::uint64_t) {
+  return "  const uint32_t unit = cpu_unit;\n  unsigned char* staging = 0;\n";
+}
+const ring_ops ring = {1, ring_primitives, open_ring_entry, true};
+
 }  // namespace
 
-const dialect_table cpp_dialect = {"c++", prelude, "const kiln_item& kiln__it", emit_entry};
+const target cpp_target = {.name = "cpp",
+                           .prelude = prelude,
+                           .body_param = "const kiln_item& kiln__it",
+                           .emit_entry = emit_entry,
+                           .ring = &ring};
 
-}  // namespace kiln::kernel_lang
+}  // namespace kiln::codegen

@@ -1,21 +1,21 @@
-#include "kernel_lang/render.hpp"
+#include "codegen/render_source.hpp"
 
 #include <algorithm>
 #include <cctype>
 
-#include "kernel_lang/dialect.hpp"
+#include "codegen/target.hpp"
 #include "kiln/error.hpp"
 
-namespace kiln::kernel_lang {
+namespace kiln::codegen {
+using kernel_lang::blank_comments_and_literals;
+using kernel_lang::excerpt;
+using kernel_lang::kernel_decl;
+using kernel_lang::parsed_source;
 
-const dialect_table& dialect_for(kiln_dialect d) {
-  switch (d) {
-    case KILN_DIALECT_CUDA: return cuda_dialect;
-    case KILN_DIALECT_CPP: return cpp_dialect;
-    case KILN_DIALECT_OPENCL: return opencl_dialect;
-    default: break;
-  }
-  throw unsupported("the kernel language has no renderer for dialect " + std::to_string(d));
+const target& target_for(std::string_view name) {
+  for (const target* t : {&cpp_target, &cuda_target, &opencl_target})
+    if (name == t->name) return *t;
+  throw unsupported("Kiln has no codegen target named '" + std::string(name) + "'");
 }
 
 std::string body_name(const std::string& kernel) { return "kiln__body_" + kernel; }
@@ -29,14 +29,14 @@ namespace {
 // `blank` is the user's source with comments and literals blanked (offsets as in `source`).
 std::string render_inline_entries(std::string out, std::string_view source,
                                   const std::string& blank, const parsed_source& parsed,
-                                  const dialect_table& t) {
+                                  const target& t) {
   std::size_t at = 0;
   for (const kernel_decl& k : parsed.kernels) {
     const std::size_t brace = blank.find('{', k.params_close);
     if (brace == std::string::npos)
-      throw compile_error("kernel '" + k.name + "' (line " + std::to_string(k.line) +
-                              ") has no body",
-                          "", excerpt(source, {k.line}));
+      throw compile_error(
+          "kernel '" + k.name + "' (line " + std::to_string(k.line) + ") has no body", "",
+          excerpt(source, {k.line}));
     out.append(source.substr(at, k.params_open + 1 - at));
     t.emit_params(out, k);
     const std::string_view plist = source.substr(k.params_open, k.params_close - k.params_open);
@@ -51,8 +51,9 @@ std::string render_inline_entries(std::string out, std::string_view source,
 
 }  // namespace
 
-std::string render(std::string_view original, const parsed_source& parsed, kiln_dialect dialect) {
-  const dialect_table& t = dialect_for(dialect);
+std::string render(std::string_view original, const parsed_source& parsed,
+                   std::string_view dialect) {
+  const target& t = target_for(dialect);
   // Blanked once for the dialect hooks; respelling keeps every offset, so it stays valid.
   const bool hooks = t.respell || !t.emit_entry;
   const std::string blank = hooks ? blank_comments_and_literals(original) : std::string();
@@ -103,4 +104,4 @@ std::vector<int> cited_lines(std::string_view log) {
   return lines;
 }
 
-}  // namespace kiln::kernel_lang
+}  // namespace kiln::codegen

@@ -1,12 +1,13 @@
-#include "kernel_lang/render.hpp"
-
 #include <gmock/gmock.h>
-#include <algorithm>
 #include <gtest/gtest.h>
 
-#include "kernel_lang/dialect.hpp"
+#include <algorithm>
 
-using namespace kiln::kernel_lang;
+#include "codegen/render_source.hpp"
+#include "codegen/target.hpp"
+
+using namespace kiln::codegen;
+using kiln::kernel_lang::parse;
 using testing::HasSubstr;
 
 namespace {
@@ -17,7 +18,7 @@ constexpr const char* source =
 }
 
 TEST(Render, CudaRenamesBodiesAndEmitsRangeGuardedEntries) {
-  const std::string out = render(source, parse(source), KILN_DIALECT_CUDA);
+  const std::string out = render(source, parse(source), "cuda");
   EXPECT_THAT(out, HasSubstr("KILN_KERNEL void kiln__body_axpy(const kiln_range_t& kiln__range, "
                              "KILN_GLOBAL float* y, float a)"));
   EXPECT_THAT(out, HasSubstr("KILN_KERNEL void kiln__body_none(const kiln_range_t& kiln__range)"));
@@ -28,14 +29,14 @@ TEST(Render, CudaRenamesBodiesAndEmitsRangeGuardedEntries) {
 }
 
 TEST(Render, CppEmitsVisibleEntriesWithHiddenItem) {
-  const std::string out = render(source, parse(source), KILN_DIALECT_CPP);
+  const std::string out = render(source, parse(source), "cpp");
   EXPECT_THAT(out, HasSubstr("kiln__body_axpy(const kiln_item& kiln__it, KILN_GLOBAL float* y"));
   EXPECT_THAT(out, HasSubstr("void kiln_cpu_axpy(void* const* kiln__a"));
   EXPECT_THAT(out, HasSubstr("kiln_cpu_none"));
 }
 
 TEST(Render, KeepsUserLineNumbers) {
-  const std::string out = render(source, parse(source), KILN_DIALECT_CPP);
+  const std::string out = render(source, parse(source), "cpp");
   const auto start =
       out.find("#line 1 \"kernel.kiln\"\n") + std::string("#line 1 \"kernel.kiln\"\n").size();
   const auto end = out.find("#line 1 \"kiln_entry_points\"");
@@ -52,8 +53,9 @@ TEST(Render, CitedLinesFromCompilerLogs) {
   EXPECT_TRUE(cited_lines("no lines here").empty());
 }
 
-TEST(Render, UnknownDialectIsUnsupported) {
-  EXPECT_THROW(dialect_for(static_cast<kiln_dialect>(42)), kiln::unsupported);
+TEST(Render, UnknownTargetIsUnsupported) {
+  EXPECT_THROW(target_for("metal"), kiln::unsupported);
+  EXPECT_THROW(render(source, parse(source), "metal"), kiln::unsupported);
 }
 
 // OpenCL C: the kernel is its own entry point. Buffers arrive as (cl_mem, offset) pairs and
@@ -67,7 +69,7 @@ TEST(Render, OpenclInlinesEntriesAndKeepsLineNumbers) {
       "  unsigned long long wide = (long long)n;  // long long in a comment stays\n"
       "  MARK_LINE_4;\n"
       "}\n";
-  const std::string out = render(src, parse(src), KILN_DIALECT_OPENCL);
+  const std::string out = render(src, parse(src), "opencl");
   EXPECT_THAT(out, HasSubstr("KILN_KERNEL void k(__global void* kiln__b0, ulong kiln__o0, "
                              "uchar kiln__p1, int64_t kiln__p2, kiln_range_t kiln__range"));
   EXPECT_THAT(out, HasSubstr("__global float* restrict y = (__global float* restrict)"
@@ -81,6 +83,7 @@ TEST(Render, OpenclInlinesEntriesAndKeepsLineNumbers) {
   ASSERT_NE(directive, std::string::npos);
   const std::size_t mark = out.find("MARK_LINE_4");
   ASSERT_NE(mark, std::string::npos);
-  EXPECT_EQ(std::count(out.begin() + static_cast<std::ptrdiff_t>(directive), out.begin() +
-                       static_cast<std::ptrdiff_t>(mark), '\n'), 4);
+  EXPECT_EQ(std::count(out.begin() + static_cast<std::ptrdiff_t>(directive),
+                       out.begin() + static_cast<std::ptrdiff_t>(mark), '\n'),
+            4);
 }

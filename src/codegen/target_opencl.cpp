@@ -7,10 +7,11 @@
 #include <cctype>
 #include <string>
 
-#include "kernel_lang/dialect.hpp"
+#include "codegen/target.hpp"
 #include "kiln/scalar_type.hpp"
 
-namespace kiln::kernel_lang {
+namespace kiln::codegen {
+using kernel_lang::kernel_decl;
 namespace {
 
 const char* prelude = R"KILN(
@@ -125,8 +126,8 @@ void emit_prologue(std::string& out, const kernel_decl& k) {
                               k.param_types[i].find("restrict") != std::string::npos;
       const std::string t = std::string("__global ") + (p.is_const ? "const " : "") +
                             type_name(p.type) + "*" + (restricted ? " restrict" : "");
-      out += " " + t + " " + p.name + " = (" + t + ")((__global char*)kiln__b" + n +
-             " + kiln__o" + n + ");";
+      out += " " + t + " " + p.name + " = (" + t + ")((__global char*)kiln__b" + n + " + kiln__o" +
+             n + ");";
     } else {
       out += std::string(" ") + type_name(p.type) + " " + p.name + " = (" + type_name(p.type) +
              ")kiln__p" + n + ";";
@@ -160,7 +161,12 @@ void respell(std::string& source, const std::string& blank) {
 
 }  // namespace
 
-const dialect_table opencl_dialect = {"opencl",      prelude,       "",     nullptr,
-                                      emit_params,   emit_prologue, respell};
+const target opencl_target = {.name = "opencl",
+                              .prelude = prelude,
+                              .body_param = "",
+                              .emit_entry = nullptr,
+                              .emit_params = emit_params,
+                              .emit_prologue = emit_prologue,
+                              .respell = respell};
 
-}  // namespace kiln::kernel_lang
+}  // namespace kiln::codegen
