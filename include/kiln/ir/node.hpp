@@ -35,20 +35,21 @@ enum class op_class : std::uint8_t {
 // X(name, arity, class). Leaves use node::slot: component = the element's value number
 // (v<slot>), capture = index into graph::captures; index is the element's position;
 // combine_a/combine_b are the two operands of a scan's or custom reduction's combine.
-#define KILN_IR_OPS(X)                                                                             \
-  X(component, 0, leaf)                                                                            \
-  X(index, 0, leaf)                                                                                \
-  X(capture, 0, leaf) X(combine_a, 0, leaf) X(combine_b, 0, leaf) X(add, 2, arithmetic)            \
-      X(sub, 2, arithmetic) X(mul, 2, arithmetic) X(div, 2, arithmetic) X(mod, 2, arithmetic)      \
-          X(band, 2, arithmetic) X(bor, 2, arithmetic) X(bxor, 2, arithmetic) X(lt, 2, compare)    \
-              X(le, 2, compare) X(gt, 2, compare) X(ge, 2, compare) X(eq, 2, compare)              \
-                  X(ne, 2, compare) X(land, 2, logical) X(lor, 2, logical) X(shl, 2, shift)        \
-                      X(shr, 2, shift) X(neg, 1, unary) X(lnot, 1, unary) X(bnot, 1, unary)        \
-                          X(sqrt, 1, math) X(rsqrt, 1, math) X(exp, 1, math) X(log, 1, math)       \
-                              X(sin, 1, math) X(cos, 1, math) X(tanh, 1, math) X(floor, 1, math)   \
-                                  X(ceil, 1, math) X(pow, 2, math) X(fma, 3, math) X(abs, 1, math) \
-                                      X(min, 2, math) X(max, 2, math) X(clamp, 3, math)            \
-                                          X(select, 3, select) X(cast, 1, cast)
+// clang-format off
+#define KILN_IR_OPS(X)                                                                     \
+  X(component, 0, leaf) X(index, 0, leaf) X(capture, 0, leaf)                              \
+  X(combine_a, 0, leaf) X(combine_b, 0, leaf)                                              \
+  X(add, 2, arithmetic) X(sub, 2, arithmetic) X(mul, 2, arithmetic) X(div, 2, arithmetic)  \
+  X(mod, 2, arithmetic) X(band, 2, arithmetic) X(bor, 2, arithmetic) X(bxor, 2, arithmetic)\
+  X(lt, 2, compare) X(le, 2, compare) X(gt, 2, compare) X(ge, 2, compare)                  \
+  X(eq, 2, compare) X(ne, 2, compare)                                                      \
+  X(land, 2, logical) X(lor, 2, logical) X(shl, 2, shift) X(shr, 2, shift)                 \
+  X(neg, 1, unary) X(lnot, 1, unary) X(bnot, 1, unary)                                     \
+  X(sqrt, 1, math) X(rsqrt, 1, math) X(exp, 1, math) X(log, 1, math) X(sin, 1, math)       \
+  X(cos, 1, math) X(tanh, 1, math) X(floor, 1, math) X(ceil, 1, math) X(pow, 2, math)      \
+  X(fma, 3, math) X(abs, 1, math) X(min, 2, math) X(max, 2, math) X(clamp, 3, math)        \
+  X(select, 3, select) X(cast, 1, cast)
+// clang-format on
 
 #define KILN_IR_OP_ENUM(name, arity, cls) name,
 enum class op : std::uint8_t { KILN_IR_OPS(KILN_IR_OP_ENUM) };

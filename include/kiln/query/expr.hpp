@@ -119,11 +119,12 @@ template <class E, class In>
 using type_t = typename E::template type<In>;
 
 // ---- operators ----------------------------------------------------------------------------
+// clang-format off
 #define KILN_Q_BINOPS(X)                                                                  \
-  X(add, +)                                                                               \
-  X(sub, -)                                                                               \
-  X(mul, *) X(div, /) X(mod, %) X(lt, <) X(le, <=) X(gt, >) X(ge, >=) X(eq, ==) X(ne, !=) \
-      X(land, &&) X(lor, ||) X(band, &) X(bor, |) X(bxor, ^) X(shl, <<) X(shr, >>)
+  X(add, +) X(sub, -) X(mul, *) X(div, /) X(mod, %)                                       \
+  X(lt, <) X(le, <=) X(gt, >) X(ge, >=) X(eq, ==) X(ne, !=) X(land, &&) X(lor, ||)        \
+  X(band, &) X(bor, |) X(bxor, ^) X(shl, <<) X(shr, >>)
+// clang-format on
 
 #define KILN_Q_OPTAG(name, sym)                        \
   struct op_##name {                                   \
@@ -242,12 +243,12 @@ template <class... T>
 using math_t = std::conditional_t<(std::is_same_v<T, float> && ...), float, double>;
 
 enum class fn_kind { real, abs, minmax, clamp };
-#define KILN_Q_FUNCS(X)                                                                 \
-  X(sqrt, real, 1)                                                                      \
-  X(rsqrt, real, 1)                                                                     \
-  X(exp, real, 1) X(log, real, 1) X(sin, real, 1) X(cos, real, 1) X(tanh, real, 1)      \
-      X(floor, real, 1) X(ceil, real, 1) X(pow, real, 2) X(fma, real, 3) X(abs, abs, 1) \
-          X(min, minmax, 2) X(max, minmax, 2) X(clamp, clamp, 3)
+// clang-format off
+#define KILN_Q_FUNCS(X)                                                                   \
+  X(sqrt, real, 1) X(rsqrt, real, 1) X(exp, real, 1) X(log, real, 1) X(sin, real, 1)      \
+  X(cos, real, 1) X(tanh, real, 1) X(floor, real, 1) X(ceil, real, 1) X(pow, real, 2)     \
+  X(fma, real, 3) X(abs, abs, 1) X(min, minmax, 2) X(max, minmax, 2) X(clamp, clamp, 3)
+// clang-format on
 
 template <class Fn, class... A>
 struct call : expr_base {
