@@ -1,12 +1,20 @@
 #include "query/plan.hpp"
 
+#include <stdexcept>
+
 #include "ir/hash.hpp"
 #include "ir/print.hpp"
+#include "ir/verify.hpp"
 
 namespace kiln::detail::q {
 
 std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_filter_at_end,
                           bool no_scan_at_end) {
+#ifndef NDEBUG
+  // The header templates built the graph; a debug build checks what they built.
+  if (const std::string e = ir::verify(d.graph); !e.empty())
+    throw std::logic_error("kiln::query: malformed IR: " + e);
+#endif
   std::vector<segment> out;
   segment seg;
   std::vector<int> vars;
