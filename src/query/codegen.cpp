@@ -4,44 +4,35 @@
 
 #include <stdexcept>
 
+#include "codegen/expr_render.hpp"
+#include "ir/walk.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::detail::q {
+
+using codegen::capture_name;
+using codegen::helper;
+using codegen::render_expr;
+using codegen::value_name;
 
 const char* c_type(scalar_type t) { return type_name(t); }
 
 namespace {
 
-std::string helper_def(const std::string& name) {
-  // name = kq_<fn>_<type>; types may contain '_' ("int32_t"), the function does not.
-  const std::string rest = name.substr(3);
-  const auto cut = rest.find('_');
-  const std::string fn = rest.substr(0, cut), t = rest.substr(cut + 1);
-  const bool is_float = t == "float" || t == "double";
-  std::string s = "KILN_FUNC " + t + " " + name;
-  if (fn == "abs")
-    return s + "(" + t + " x) { return " +
-           (is_float ? "fabs(x)" : "x < (" + t + ")0 ? (" + t + ")(-x) : x") + "; }\n";
-  if (fn == "min") return s + "(" + t + " a, " + t + " b) { return b < a ? b : a; }\n";
-  if (fn == "max") return s + "(" + t + " a, " + t + " b) { return a < b ? b : a; }\n";
-  if (fn == "clamp")
-    return s + "(" + t + " v, " + t + " lo, " + t +
-           " hi) { return v < lo ? lo : hi < v ? hi : v; }\n";
-  throw std::logic_error("kiln::query: unknown helper " + name);
-}
-
-std::string stage_line(const stage& s) {
+std::string stage_line(const ir::graph& g, const stage& s) {
   switch (s.kind) {
     case stage_kind::map:
     case stage_kind::enumerate:
-      return "  const " + std::string(c_type(s.type)) + " " + s.var + " = " + s.code + ";\n";
-    case stage_kind::filter: return "  if (!(" + s.code + ")) return false;\n";
+      return "  const " + std::string(c_type(s.type)) + " " + value_name(s.var) + " = " +
+             render_expr(g, s.expr) + ";\n";
+    case stage_kind::filter: return "  if (!(" + render_expr(g, s.expr) + ")) return false;\n";
     default: throw std::logic_error("kiln::query: stage cannot be rendered in an element function");
   }
 }
 
 // The reduce accumulator: value, count, index (reduce_result's layout).
-std::string reduce_code(const reduce_spec& r, scalar_type elem, bool has_value) {
+std::string reduce_code(const ir::graph& g, const reduce_spec& r, scalar_type elem,
+                        bool has_value) {
   const std::string A = c_type(r.acc), T = c_type(elem);
   std::string s = "typedef struct { " + A + " v; uint64_t n; int64_t i; } kq_acc;\n";
   std::string ident = "0";
@@ -53,7 +44,8 @@ std::string reduce_code(const reduce_spec& r, scalar_type elem, bool has_value) 
        "uint64_t i) { kq_acc a; a.v = (" + A + ")" + (has_value ? "x" : "0") +
        "; a.n = 1; a.i = (int64_t)i; return a; }\n";
   if (r.kind == reduce_kind::custom)
-    s += "KILN_FUNC " + A + " kq_rop(" + A + " kq_a, " + A + " kq_b) { return " + r.op + "; }\n";
+    s += "KILN_FUNC " + A + " kq_rop(" + A + " kq_a, " + A + " kq_b) { return " +
+         render_expr(g, r.op) + "; }\n";
   s += "KILN_FUNC kq_acc kq_acc_op(kq_acc a, kq_acc b) {\n  kq_acc r = a;\n  r.n = a.n + b.n;\n";
   switch (r.kind) {
     case reduce_kind::count: break;
@@ -85,9 +77,10 @@ std::string reduce_code(const reduce_spec& r, scalar_type elem, bool has_value) 
 }
 
 // Scan values carry a has-value flag, so no identity of the user's operation is needed.
-std::string scan_code(const stage& sc) {
+std::string scan_code(const ir::graph& g, const stage& sc) {
   const std::string A = c_type(sc.type);
-  return "KILN_FUNC " + A + " kq_sop(" + A + " kq_a, " + A + " kq_b) { return " + sc.code +
+  return "KILN_FUNC " + A + " kq_sop(" + A + " kq_a, " + A + " kq_b) { return " +
+         render_expr(g, sc.expr) +
          "; }\n"
          "typedef struct { " +
          A +
@@ -106,12 +99,11 @@ std::string scan_code(const stage& sc) {
 }
 
 // True when every stage after the first filter is safe to run on a dropped element.
-bool speculate(const segment& seg) {
+bool speculate(const ir::graph& g, const segment& seg) {
+  const auto divides = [](const ir::node& n) { return n.o == ir::op::div || n.o == ir::op::mod; };
   bool after_filter = false;
   for (const stage& s : seg.stages) {
-    if (after_filter &&
-        (s.code.find('/') != std::string::npos || s.code.find('%') != std::string::npos))
-      return false;
+    if (after_filter && s.expr >= 0 && ir::any_of(g, s.expr, divides)) return false;
     after_filter |= s.kind == stage_kind::filter;
   }
   return true;
@@ -138,8 +130,9 @@ std::string out_stores(const segment& seg, const char* pos, const char* idx) {
 
 common_code render_common(const codegen_in& in) {
   const segment& seg = in.seg;
+  const ir::graph& g = in.graph;
   common_code c;
-  for (const auto& h : in.helpers) c.text += helper_def(h);
+  for (const helper& h : codegen::helpers_of(g, g.roots)) c.text += codegen::helper_def(h);
 
   // Parameters shared by every kernel: inputs, then every capture of the query.
   std::string params, args;
@@ -148,10 +141,10 @@ common_code render_common(const codegen_in& in) {
               "* KILN_RESTRICT kq_in" + std::to_string(k);
     args += std::string(k ? ", " : "") + "kq_in" + std::to_string(k);
   }
-  for (std::size_t k = 0; k < in.captures.size(); ++k) {
-    params += std::string(params.empty() ? "" : ", ") + c_type(in.captures[k].type) + " kq_c" +
-              std::to_string(k);
-    args += std::string(args.empty() ? "" : ", ") + "kq_c" + std::to_string(k);
+  for (std::size_t k = 0; k < g.captures.size(); ++k) {
+    const std::string name = capture_name(static_cast<int>(k));
+    params += std::string(params.empty() ? "" : ", ") + c_type(g.captures[k].type) + " " + name;
+    args += std::string(args.empty() ? "" : ", ") + name;
   }
   c.params = params;
   c.args = args;
@@ -160,65 +153,66 @@ common_code render_common(const codegen_in& in) {
 
   std::string loads;
   for (std::size_t k = 0; k < seg.inputs.size(); ++k)
-    loads += "  const " + std::string(c_type(seg.inputs[k].type)) + " " + seg.inputs[k].name +
-             " = kq_in" + std::to_string(k) + "[kq_i];\n";
+    loads += "  const " + std::string(c_type(seg.inputs[k].type)) + " " +
+             value_name(seg.inputs[k].var) + " = kq_in" + std::to_string(k) + "[kq_i];\n";
 
   // Outputs of the element function.
-  std::vector<std::string> out_names = seg.out_names;
+  std::vector<int> out_vars = seg.out_vars;
   std::vector<scalar_type> out_types = seg.out_types;
   if (seg.end == segment_end::reduce) {
     if (in.reduce->kind == reduce_kind::count) {
-      out_names.clear();
+      out_vars.clear();
       out_types.clear();
     } else {
-      out_names.resize(1);
+      out_vars.resize(1);
       out_types.resize(1);
     }
   }
   std::string out_params;
-  for (std::size_t k = 0; k < out_names.size(); ++k) {
+  for (std::size_t k = 0; k < out_vars.size(); ++k) {
     out_params += ", " + std::string(c_type(out_types[k])) + "* kq_o" + std::to_string(k);
     c.out_decls += std::string(c_type(out_types[k])) + " o" + std::to_string(k) + "; ";
     c.out_refs += std::string(k ? ", " : "") + "&o" + std::to_string(k);
   }
   std::string stores;
-  for (std::size_t k = 0; k < out_names.size(); ++k)
-    stores += "  *kq_o" + std::to_string(k) + " = " + out_names[k] + ";\n";
+  for (std::size_t k = 0; k < out_vars.size(); ++k)
+    stores += "  *kq_o" + std::to_string(k) + " = " + value_name(out_vars[k]) + ";\n";
   const std::string sep = params.empty() ? "" : ", ";
 
   const int si = seg.scan_index();
   if (si < 0) {
     c.text += "KILN_FUNC bool kq_elem(uint64_t kq_i" + sep + params + out_params + ") {\n" + loads;
-    if (speculate(seg)) {
+    if (speculate(g, seg)) {
       // Branch-free: every stage runs for every element and the filters only clear the flag,
       // so loops over elements vectorise and never mispredict. Done only when nothing after
       // the first filter divides (an integer division by zero would trap on a dropped
       // element); other values computed for dropped elements are discarded.
       c.text += "  bool kq_keep = true;\n";
       for (const stage& s : seg.stages)
-        c.text += s.kind == stage_kind::filter ? "  kq_keep = kq_keep & (bool)(" + s.code + ");\n"
-                                               : stage_line(s);
+        c.text += s.kind == stage_kind::filter
+                      ? "  kq_keep = kq_keep & (bool)(" + render_expr(g, s.expr) + ");\n"
+                      : stage_line(g, s);
       c.text += stores + "  return kq_keep;\n}\n";
     } else {
-      for (const stage& s : seg.stages) c.text += stage_line(s);
+      for (const stage& s : seg.stages) c.text += stage_line(g, s);
       c.text += stores + "  return true;\n}\n";
     }
   } else {
     const stage& sc = seg.stages[si];
     const std::string A = c_type(sc.type);
-    c.text += scan_code(sc);
+    c.text += scan_code(g, sc);
     // Before the scan: the value to scan. After: the stages that use the running value.
     c.text += "KILN_FUNC " + A + " kq_pre(uint64_t kq_i" + sep + params + ") {\n" + loads;
-    for (int k = 0; k < si; ++k) c.text += stage_line(seg.stages[k]);
-    c.text += "  return (" + A + ")" + seg.stages[si].arg + ";\n}\n";
-    c.text += "KILN_FUNC void kq_post(uint64_t kq_i" + sep + params + ", " + A + " " + sc.var +
-              out_params + ") {\n";
-    for (std::size_t k = si + 1; k < seg.stages.size(); ++k) c.text += stage_line(seg.stages[k]);
+    for (int k = 0; k < si; ++k) c.text += stage_line(g, seg.stages[k]);
+    c.text += "  return (" + A + ")" + value_name(sc.arg) + ";\n}\n";
+    c.text += "KILN_FUNC void kq_post(uint64_t kq_i" + sep + params + ", " + A + " " +
+              value_name(sc.var) + out_params + ") {\n";
+    for (std::size_t k = si + 1; k < seg.stages.size(); ++k) c.text += stage_line(g, seg.stages[k]);
     c.text += stores + "}\n";
   }
   if (seg.end == segment_end::reduce) {
     const bool has_value = !out_types.empty();
-    c.text += reduce_code(*in.reduce, has_value ? out_types[0] : scalar_type::u8, has_value);
+    c.text += reduce_code(g, *in.reduce, has_value ? out_types[0] : scalar_type::u8, has_value);
   }
   return c;
 }

@@ -7,15 +7,16 @@
 #include <string>
 #include <vector>
 
+#include "codegen/expr_render.hpp"
 #include "codegen/target.hpp"
 #include "query/segment.hpp"
+#include "runtime/generated_kernels.hpp"
 
 namespace kiln::detail::q {
 
 struct codegen_in {
   const segment& seg;
-  const std::vector<capture>& captures;
-  const std::vector<std::string>& helpers;
+  const ir::graph& graph;               // the query's: every kernel takes all its captures
   const reduce_spec* reduce = nullptr;  // segment_end::reduce
 };
 
@@ -39,10 +40,7 @@ common_code render_common(const codegen_in& in);
 const char* c_type(scalar_type t);
 
 // Full program source and the kernels it defines, in launch order.
-struct generated {
-  std::string source;
-  std::vector<std::string> kernels;
-};
+using generated = generated_program;
 // GPU kernels in the target's best form (warp primitives where it has them), shaped by its
 // tile policy, which the launcher reads too.
 generated render_gpu(const codegen_in& in, const codegen::target& t);

@@ -29,8 +29,8 @@ generated render_cpu(const codegen_in& in) {
     const bool has_value = !c.out_refs.empty();
     std::string fin;
     if (in.reduce->kind == reduce_kind::custom)
-      fin = "  kq_a.v = kq_a.n ? kq_rop(" + in.reduce->init + ", kq_a.v) : " + in.reduce->init +
-            "; kq_a.n = 1;\n";
+      fin = "  kq_a.v = kq_a.n ? kq_rop(" + codegen::capture_name(in.reduce->init) +
+            ", kq_a.v) : " + codegen::capture_name(in.reduce->init) + "; kq_a.n = 1;\n";
     // One element into accumulator acc (named registers: an indexed array would live in memory).
     s += "#define KQ_STEP(acc, idx) { " + c.out_decls + "if (kq_elem((idx)" + AS + refs +
          ")) acc = kq_acc_op(acc, " + (has_value ? "kq_lift(o0, (idx))" : "kq_lift((idx))") +
@@ -65,7 +65,8 @@ generated render_cpu(const codegen_in& in) {
     std::string value;
     if (sc.exclusive)
       value = "      const kq_lb_t kq_q = kq_lb_op(kq_p, kq_r);\n      const " + A +
-              " kq_v = kq_q.h ? kq_sop(" + sc.init + ", kq_q.v) : " + sc.init +
+              " kq_v = kq_q.h ? kq_sop(" + codegen::capture_name(sc.init) +
+              ", kq_q.v) : " + codegen::capture_name(sc.init) +
               ";\n      kq_r = kq_lb_op(kq_r, kq_x);\n";
     else
       value = "      kq_r = kq_lb_op(kq_r, kq_x);\n      const " + A +

@@ -78,7 +78,8 @@ std::string reduce_kernel(const reduce_spec& r, const common_code& c, const comm
   const std::string refs = has_value ? ", &o0" : "";
   std::string fin;
   if (r.kind == reduce_kind::custom)
-    fin = "      kq_r.v = kq_r.n ? kq_rop(" + r.init + ", kq_r.v) : " + r.init + "; kq_r.n = 1;\n";
+    fin = "      kq_r.v = kq_r.n ? kq_rop(" + codegen::capture_name(r.init) +
+          ", kq_r.v) : " + codegen::capture_name(r.init) + "; kq_r.n = 1;\n";
   // Deterministic: the grid depends only on n and the device; every block folds a fixed set
   // of elements in a fixed order; the last block to finish folds the partials in order.
   return "KILN_FUNC kq_acc kq_acc_load(KILN_GLOBAL volatile kq_acc* p) {\n"
@@ -439,7 +440,8 @@ std::string scan_kernel(const segment& seg, const common_code& p, const codegen:
   const lookback_code lb = lookback_for(t);
   std::string value;
   if (sc.exclusive)
-    value = "      const " + A + " kq_v = kq_p.h ? kq_sop(" + sc.init + ", kq_p.v) : " + sc.init +
+    value = "      const " + A + " kq_v = kq_p.h ? kq_sop(" + codegen::capture_name(sc.init) +
+            ", kq_p.v) : " + codegen::capture_name(sc.init) +
             ";\n      kq_p = kq_lb_op(kq_p, kq_x[k]);\n";
   else
     value = "      kq_p = kq_lb_op(kq_p, kq_x[k]);\n      const " + A + " kq_v = kq_p.v;\n";

@@ -1,23 +1,16 @@
-// Runs a query: cuts it into segments (one fused kernel each; a new segment starts only where
-// a step needs positions after a filter), generates and compiles each segment's kernels
-// (cached), launches them on the device's default queue and reads the result.
-#include <cstdlib>
-#include <filesystem>
-#include <fstream>
-#include <functional>
-#include <list>
-#include <map>
+// Runs a query: plans it (plan.cpp), then executes the segments in order: each segment's
+// kernels come from the generated-kernel cache (rendered and compiled on a miss) and run on
+// the device's default queue; the last one ends in the terminal, whose result is read back.
 #include <mutex>
 
 #include "kiln/kernel.hpp"
 #include "kiln/query.hpp"
 #include "query/codegen.hpp"
 #include "query/host_input.hpp"
+#include "query/plan.hpp"
 #include "query/scratch.hpp"
+#include "runtime/generated_kernels.hpp"
 #include "runtime/runtime.hpp"
-
-#define XXH_INLINE_ALL
-#include <xxhash.h>
 
 namespace kiln {
 namespace {
@@ -28,72 +21,6 @@ query_stats last_query_stats() { return t_stats; }
 
 namespace kiln::detail::q {
 namespace {
-
-// ---- compiled kernels, cached by source -----------------------------------------------------
-struct kernel_cache {
-  std::mutex mu;
-  std::map<std::pair<const device_impl*, std::string>, std::vector<kernel>> entries;
-  std::list<decltype(entries)::iterator> order;  // oldest first, for a bounded size
-  static constexpr std::size_t max_entries = 512;
-};
-kernel_cache& kcache() {
-  static auto* c = new kernel_cache;  // never destroyed (holds device objects)
-  return *c;
-}
-
-void dump(const generated& g) {
-  const char* dir = std::getenv("KILN_DUMP_KERNELS");
-  if (!dir || !*dir) return;
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  char name[40];
-  std::snprintf(name, sizeof name, "query_%016llx.kiln",
-                static_cast<unsigned long long>(XXH3_64bits(g.source.data(), g.source.size())));
-  std::ofstream(std::filesystem::path(dir) / name) << g.source;
-}
-
-// The shape of a segment: everything its generated source depends on, much shorter than the
-// source, so a repeated query skips rendering.
-std::string shape_key(const segment& seg, const query_desc& d, const reduce_spec* r, bool gpu) {
-  std::string k = gpu ? "g" : "c";
-  k += std::to_string(static_cast<int>(seg.end));
-  for (const auto& in : seg.inputs) k += "|i" + in.name + ":" + type_name(in.type);
-  for (const auto& st : seg.stages)
-    k += "|s" + std::to_string(static_cast<int>(st.kind)) + st.var + ":" + type_name(st.type) +
-         "=" + st.code + (st.exclusive ? "x" + st.init : "") + "@" + st.arg;
-  for (std::size_t i = 0; i < seg.out_names.size(); ++i)
-    k += "|o" + seg.out_names[i] + ":" + type_name(seg.out_types[i]);
-  for (const auto& c : d.captures) k += std::string("|c") + type_name(c.type);
-  for (const auto& h : d.helpers) k += "|h" + h;
-  if (r)
-    k += "|r" + std::to_string(static_cast<int>(r->kind)) + type_name(r->acc) + r->op + r->init;
-  return k;
-}
-
-const std::vector<kernel>& kernels_for(const device& dev, const std::string& shape,
-                                       const std::function<generated()>& render, query_stats& st) {
-  kernel_cache& c = kcache();
-  std::lock_guard lock(c.mu);
-  auto key = std::make_pair(dev.impl().get(), shape);
-  if (auto it = c.entries.find(key); it != c.entries.end()) {
-    if (std::getenv("KILN_DUMP_KERNELS")) dump(render());
-    return it->second;
-  }
-  const generated g = render();
-  dump(g);
-  const auto before = cache_stats().compiles;
-  program p = program::compile(dev, g.source);
-  if (cache_stats().compiles > before) st.programs_compiled++;
-  std::vector<kernel> ks;
-  for (const auto& name : g.kernels) ks.push_back(p.get_kernel(name));
-  if (c.entries.size() >= kernel_cache::max_entries) {
-    c.entries.erase(c.order.front());
-    c.order.pop_front();
-  }
-  auto [it, ok] = c.entries.emplace(std::move(key), std::move(ks));
-  c.order.push_back(it);
-  return it->second;
-}
 
 // ---- argument lists ---------------------------------------------------------------------
 struct args {
@@ -110,6 +37,12 @@ struct args {
   void val(T x) {
     v.push_back(bind_arg(x));
   }
+};
+
+// A segment's run-time half: its length and where its inputs are (memory, element offset).
+struct bound {
+  std::uint64_t n = 0;
+  std::vector<std::pair<std::shared_ptr<memory_impl>, std::uint64_t>> inputs;
 };
 
 struct runner {
@@ -129,10 +62,13 @@ struct runner {
     st.kernel_launches++;
   }
   // Inputs and captures: the parameters every kernel of a segment starts with.
-  args common(const segment& s) {
+  args common(const segment& s, const bound& b) {
     args a;
-    for (const auto& in : s.inputs) a.mem(in.mem, in.offset * size_of(in.type), in.type);
-    for (const auto& c : d.captures) {
+    for (std::size_t k = 0; k < s.inputs.size(); ++k) {
+      const scalar_type t = s.inputs[k].type;
+      a.mem(b.inputs[k].first, b.inputs[k].second * size_of(t), t);
+    }
+    for (const auto& c : d.graph.captures) {
       arg_binding b;
       b.type = c.type;
       b.size = static_cast<std::uint32_t>(size_of(c.type));
@@ -141,14 +77,20 @@ struct runner {
     }
     return a;
   }
-  std::uint64_t input_bytes(const segment& s) const {
+  std::uint64_t input_bytes(const segment& s, std::uint64_t n) const {
     std::uint64_t b = 0;
     for (const auto& in : s.inputs) b += size_of(in.type);
-    return b * s.n;
+    return b * n;
   }
-  generated render(const segment& s, const reduce_spec* r) {
-    codegen_in in{s, d.captures, d.helpers, r};
-    return gpu ? render_gpu(in, target) : render_cpu(in);
+  std::vector<kernel> kernels(const segment& s, const reduce_spec* r) {
+    const codegen_in in{s, d.graph, r};
+    generated_kernels g = get_generated(dev, "query", segment_key(s, d, r, gpu, target.name), [&] {
+      generated p = gpu ? render_gpu(in, target) : render_cpu(in);
+      p.about = describe(s, d.graph);
+      return p;
+    });
+    if (g.compiled) st.programs_compiled++;
+    return std::move(g.kernels);
   }
   std::uint32_t compute_units() const {
     return std::max<std::uint32_t>(dev.info().compute_units, 1);
@@ -171,88 +113,88 @@ struct runner {
     return v;
   }
 
-  collect_result collect_segment(const segment& s) {
+  collect_result collect_segment(const segment& s, const bound& b) {
+    const std::uint64_t n = b.n;
     collect_result r;
     r.dev = dev;
     for (scalar_type t : s.out_types)
-      r.outputs.push_back(allocate(dev, std::max<std::uint64_t>(s.n, 1) * size_of(t)));
-    if (s.n == 0) return r;
-    const std::vector<kernel> ks = kernels_for(
-        dev, shape_key(s, d, nullptr, gpu), [&] { return render(s, nullptr); }, st);
-    args a = common(s);
+      r.outputs.push_back(allocate(dev, std::max<std::uint64_t>(n, 1) * size_of(t)));
+    if (n == 0) return r;
+    const std::vector<kernel> ks = kernels(s, nullptr);
+    args a = common(s, b);
     const bool filtered = s.has_filter() && s.end != segment_end::scan;
     sc.prepare_small(dev, q);
     if (gpu) {
       for (std::size_t k = 0; k < r.outputs.size(); ++k) a.mem(r.outputs[k], 0, s.out_types[k]);
       if (s.end == segment_end::collect && !filtered) {
-        a.val(s.n);
+        a.val(n);
         const codegen::tile_policy& p = target.tiles;
-        launch(ks[0], ((s.n + p.map_tile() - 1) / p.map_tile()) * p.group, p.group, a);
+        launch(ks[0], ((n + p.map_tile() - 1) / p.map_tile()) * p.group, p.group, a);
       } else {
         const codegen::tile_policy& p = target.tiles;
         const std::uint64_t tile = s.end == segment_end::scan ? p.scan_tile() : p.compact_tile();
-        const std::uint64_t tiles = (s.n + tile - 1) / tile;
+        const std::uint64_t tiles = (n + tile - 1) / tile;
         const std::uint32_t epoch = sc.prepare_lookback(dev, q, tiles);
         a.mem(sc.status, 0, scalar_type::u32);
         a.mem(sc.agg, 0, scalar_type::u64);
         a.mem(sc.incl, 0, scalar_type::u64);
         a.val(epoch);
         if (filtered) a.mem(sc.small, scratch::count_offset, scalar_type::u64);
-        a.val(s.n);
+        a.val(n);
         launch(ks[0], tiles * p.group, p.group, a);
       }
     } else {
-      const auto [nc, cs] = chunks(s.n);
+      const auto [nc, cs] = chunks(n);
       if (s.end == segment_end::collect && !filtered) {
         for (std::size_t k = 0; k < r.outputs.size(); ++k) a.mem(r.outputs[k], 0, s.out_types[k]);
-        a.val(s.n);
-        launch(ks[0], s.n, 0, a);
+        a.val(n);
+        launch(ks[0], n, 0, a);
       } else {
         sc.prepare_parts(dev, nc);
         args a1 = a;
         a1.mem(sc.part, 0, scalar_type::u64);
-        a1.val(s.n);
+        a1.val(n);
         a1.val(cs);
         launch(ks[0], nc, 1, a1);
         for (std::size_t k = 0; k < r.outputs.size(); ++k) a.mem(r.outputs[k], 0, s.out_types[k]);
         a.mem(sc.part, 0, scalar_type::u64);
         if (filtered) a.mem(sc.small, scratch::count_offset, scalar_type::u64);
-        a.val(s.n);
+        a.val(n);
         a.val(cs);
         if (filtered) a.val(nc);
         launch(ks[1], nc, 1, a);
       }
     }
-    r.count = filtered ? read_u64(scratch::count_offset) : s.n;
+    r.count = filtered ? read_u64(scratch::count_offset) : n;
     std::uint64_t out_bytes = 0;
     for (scalar_type t : s.out_types) out_bytes += size_of(t);
-    st.bytes_read += input_bytes(s);
+    st.bytes_read += input_bytes(s, n);
     st.bytes_written += out_bytes * r.count;
     return r;
   }
 
-  reduce_result reduce_segment(const segment& s, const reduce_spec& spec) {
-    const std::vector<kernel> ks = kernels_for(
-        dev, shape_key(s, d, &spec, gpu), [&] { return render(s, &spec); }, st);
-    args a = common(s);
+  reduce_result reduce_segment(const segment& s, const bound& b, const reduce_spec& spec) {
+    const std::uint64_t n = b.n;
+    const std::vector<kernel> ks = kernels(s, &spec);
+    args a = common(s, b);
     sc.prepare_small(dev, q);
     if (gpu) {
       const codegen::tile_policy& p = target.tiles;
       const std::uint64_t groups =
-          std::clamp<std::uint64_t>((s.n + p.reduce_group_elems - 1) / p.reduce_group_elems, 1,
+          std::clamp<std::uint64_t>((n + p.reduce_group_elems - 1) / p.reduce_group_elems, 1,
                                     compute_units() * std::uint64_t(p.reduce_groups_per_unit));
       sc.prepare_parts(dev, groups);
       a.mem(sc.part, 0, scalar_type::u64);
       a.mem(sc.small, 0, scalar_type::u32);
       a.mem(sc.small, scratch::result_offset, scalar_type::u64);
-      a.val(s.n);
+      a.val(n);
       launch(ks[0], groups * p.group, p.group, a);
     } else {
-      const auto [nc, cs] = chunks(s.n);
+      const auto [nc, cs] = chunks(n);
       sc.prepare_parts(dev, nc);
       args a1 = a;
       a1.mem(sc.part, 0, scalar_type::u64);
-      a1.val(s.n);
+      a1.val(n);
       a1.val(cs);
       launch(ks[0], nc, 1, a1);
       a.mem(sc.part, 0, scalar_type::u64);
@@ -264,86 +206,53 @@ struct runner {
     copy_d2h(*q.impl(), &r, *sc.small, scratch::result_offset, sizeof r);
     q.finish();
     st.device_to_host_bytes += sizeof r;
-    st.bytes_read += input_bytes(s);
+    st.bytes_read += input_bytes(s, n);
     return r;
   }
 };
 
-// The C name the header gave input k ("v0", "v1", ...: sources name their inputs first).
-std::string input_name(std::size_t k) {
-  std::string s = std::to_string(k);
-  s.insert(s.begin(), 'v');
-  return s;
+// Where segment s's inputs are and how many elements it runs over: known once the segment it
+// reads (s.after) ran, since a filter's survivor count is known only then.
+bound bind_segment(const query_desc& d, const segment& s, const std::vector<collect_result>& done) {
+  std::uint64_t n = s.after < 0 ? d.n : done[static_cast<std::size_t>(s.after)].count;
+  std::uint64_t skipped = 0;
+  for (const slice& sl : s.slices) {
+    if (sl.kind == stage_kind::skip) {
+      const std::uint64_t k = std::min(sl.count, n);
+      skipped += k;
+      n -= k;
+    } else {
+      n = std::min(n, sl.count);
+    }
+  }
+  bound b;
+  b.n = n;
+  for (const segment_input& in : s.inputs) {
+    const auto c = static_cast<std::size_t>(in.component);
+    if (s.after < 0)
+      b.inputs.emplace_back(d.inputs[c].mem, d.inputs[c].offset + skipped);
+    else
+      b.inputs.emplace_back(done[static_cast<std::size_t>(s.after)].outputs[c], skipped);
+  }
+  return b;
 }
 
-// Splits the query into segments, materialising where a step needs positions after a filter
-// (take, skip, enumerate, _i, a scan) or anything but a map follows a scan. Returns the last
-// segment, not yet run; `rank_end` asks for the last segment to hold no filter (argmin/argmax).
-segment plan(runner& run, bool no_filter_at_end, bool no_scan_at_end) {
-  query_desc& d = run.d;
-  segment seg;
-  seg.n = d.n;
-  for (std::size_t k = 0; k < d.inputs.size(); ++k)
-    seg.inputs.push_back({d.inputs[k].mem, d.inputs[k].offset, input_name(k), d.inputs[k].type});
-  std::vector<std::string> names;
-  std::vector<scalar_type> types;
-  for (const auto& in : seg.inputs) names.push_back(in.name), types.push_back(in.type);
-  bool filtered = false, scanned = false, indexed = false;
-
-  auto materialize = [&] {
-    seg.out_names = names;
-    seg.out_types = types;
-    seg.end = scanned ? segment_end::scan : segment_end::collect;
-    collect_result r = run.collect_segment(seg);
-    segment next;
-    next.n = r.count;
-    for (std::size_t k = 0; k < names.size(); ++k)
-      next.inputs.push_back({r.outputs[k], 0, names[k], types[k]});
-    seg = std::move(next);
-    filtered = scanned = indexed = false;
+// Runs every materialised segment of the plan in order, then `terminal` on the last one.
+template <class Terminal>
+auto execute(runner& run, const std::vector<segment>& plan, const Terminal& terminal) {
+  std::vector<collect_result> done(plan.size());
+  const auto read_later = [&](std::size_t i, int k) {
+    for (std::size_t j = i + 1; j < plan.size(); ++j)
+      if (plan[j].after == k) return true;
+    return false;
   };
-
-  for (const stage& s : d.stages) {
-    const bool positional = s.kind == stage_kind::take || s.kind == stage_kind::skip ||
-                            s.kind == stage_kind::enumerate || s.kind == stage_kind::scan ||
-                            s.uses_index;
-    if ((filtered && positional) ||
-        (scanned && s.kind != stage_kind::map && s.kind != stage_kind::enumerate))
-      materialize();
-    if (s.kind == stage_kind::take || s.kind == stage_kind::skip) {
-      // take keeps earlier positions; skip would shift the ones earlier stages saw.
-      if (indexed && s.kind == stage_kind::skip) materialize();
-      if (s.kind == stage_kind::skip) {
-        const std::uint64_t k = std::min(s.count, seg.n);
-        for (auto& in : seg.inputs) in.offset += k;
-        seg.n -= k;
-      } else {
-        seg.n = std::min(seg.n, s.count);
-      }
-      continue;
-    }
-    seg.stages.push_back(s);
-    switch (s.kind) {
-      case stage_kind::map:
-      case stage_kind::scan:
-        names = {s.var};
-        types = {s.type};
-        break;
-      case stage_kind::enumerate:
-        names.insert(names.begin(), s.var);
-        types.insert(types.begin(), s.type);
-        break;
-      default: break;
-    }
-    filtered |= s.kind == stage_kind::filter;
-    scanned |= s.kind == stage_kind::scan;
-    indexed |= s.uses_index;
+  for (std::size_t i = 0; i + 1 < plan.size(); ++i) {
+    const segment& s = plan[i];
+    done[i] = run.collect_segment(s, bind_segment(run.d, s, done));
+    // Outputs no later segment reads are released as soon as possible.
+    if (s.after >= 0 && !read_later(i, s.after)) done[static_cast<std::size_t>(s.after)] = {};
   }
-  if ((no_filter_at_end && filtered) || (no_scan_at_end && scanned)) materialize();
-  seg.out_names = names;
-  seg.out_types = types;
-  seg.end = scanned ? segment_end::scan : segment_end::collect;
-  return seg;
+  return terminal(plan.back(), bind_segment(run.d, plan.back(), done));
 }
 
 struct session {
@@ -379,18 +288,20 @@ device prepare(query_desc& d) {
 
 collect_result collect(query_desc& d) {
   const device dev = prepare(d);
+  const std::vector<segment> p = plan(d, segment_end::collect, false, false);
   session s(d, dev);
-  segment seg = plan(s.run, false, false);
-  return s.run.collect_segment(seg);
+  return execute(s.run, p,
+                 [&](const segment& seg, const bound& b) { return s.run.collect_segment(seg, b); });
 }
 
 reduce_result reduce(query_desc& d, const reduce_spec& r) {
   const device dev = prepare(d);
-  session s(d, dev);
   const bool positional = r.kind == reduce_kind::argmin || r.kind == reduce_kind::argmax;
-  segment seg = plan(s.run, positional, true);
-  seg.end = segment_end::reduce;
-  return s.run.reduce_segment(seg, r);
+  const std::vector<segment> p = plan(d, segment_end::reduce, positional, true);
+  session s(d, dev);
+  return execute(s.run, p, [&](const segment& seg, const bound& b) {
+    return s.run.reduce_segment(seg, b, r);
+  });
 }
 
 }  // namespace kiln::detail::q

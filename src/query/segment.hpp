@@ -1,12 +1,12 @@
-// One fused kernel's worth of a query: device inputs, the stages it runs per element, and
-// what it ends in. run.cpp cuts a query into segments; codegen renders each into a kernel.
+// One fused kernel's worth of a query: the stages it runs per element, where its inputs come
+// from, and what it ends in. plan.cpp cuts a query into segments; codegen renders each into a
+// kernel; run.cpp executes them in order.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <vector>
 
+#include "kiln/ir/node.hpp"
 #include "kiln/query/desc.hpp"
 
 namespace kiln::detail::q {
@@ -18,19 +18,28 @@ enum class segment_end : std::uint8_t {
 };
 
 struct segment_input {
-  std::shared_ptr<memory_impl> mem;
-  std::uint64_t offset = 0;  // elements
-  std::string name;          // the component it defines
+  int component = 0;  // which of the source's inputs or outputs (segment::after)
+  int var = 0;        // the value it defines
   scalar_type type = scalar_type::f32;
+  ir::layout shape;  // queries: rank 1, stride 1
+};
+
+// take/skip applied to the elements a segment receives, in order. A segment after a filter
+// knows its length only once the filter ran, so slices are resolved at execution.
+struct slice {
+  stage_kind kind = stage_kind::take;
+  std::uint64_t count = 0;
 };
 
 struct segment {
+  int after = -1;  // the segment whose outputs are the inputs (-1: the query's inputs)
   std::vector<segment_input> inputs;
-  std::uint64_t n = 0;
-  std::vector<stage> stages;           // map, filter, enumerate, at most one scan
-  std::vector<std::string> out_names;  // components at the end
+  std::vector<slice> slices;
+  std::vector<stage> stages;  // map, filter, enumerate, at most one scan
+  std::vector<int> out_vars;  // components at the end
   std::vector<scalar_type> out_types;
   segment_end end = segment_end::collect;
+  bool materialise = false;  // runs before the next segment, which reads its outputs
 
   bool has_filter() const {
     for (const stage& s : stages)

@@ -12,17 +12,16 @@
 namespace {
 using namespace kiln::placeholders;
 using namespace kiln::detail::q;
+using ir_node = kiln::ir::node_id;
 
 segment segment_of(query_desc& d, segment_end end) {
   segment s;
-  s.n = d.n;
   for (std::size_t k = 0; k < d.inputs.size(); ++k) {
-    std::string name = std::to_string(k);
-    name.insert(name.begin(), 'v');
-    s.inputs.push_back({d.inputs[k].mem, 0, name, d.inputs[k].type});
+    const int v = static_cast<int>(k);  // sources number their inputs first
+    s.inputs.push_back({v, v, d.inputs[k].type, {}});
   }
   s.stages = d.stages;
-  s.out_names = d.names;
+  s.out_vars = d.vars;
   s.out_types = d.types;
   s.end = end;
   return s;
@@ -32,7 +31,7 @@ segment segment_of(query_desc& d, segment_end end) {
 // through NVRTC when the CUDA backend is loaded without a device (the CI case).
 void check(query_desc& d, segment_end end, const reduce_spec* r = nullptr) {
   const segment s = segment_of(d, end);
-  const codegen_in in{s, d.captures, d.helpers, r};
+  const codegen_in in{s, d.graph, r};
   const generated gpu = render_gpu(in, kiln::codegen::cuda_target), cpu = render_cpu(in);
   ASSERT_FALSE(gpu.kernels.empty());
   if (conformance::cuda_compile_only()) {
@@ -73,15 +72,14 @@ TEST(QueryCodegen, EveryTemplateCompiles) {
                                       ? kiln::scalar_type::boolean
                                   : k == reduce_kind::count ? kiln::scalar_type::u64
                                                             : kiln::scalar_type::f32;
-    const reduce_spec r{k, acc, {}, {}};
+    const reduce_spec r{k, acc};
     check(q.desc(), segment_end::reduce, &r);
   }
   {
     auto q = ws | kiln::transform(_1 + 1);
-    const int init = 1;
-    const std::string c = q.desc().ctx().add_capture(kiln::scalar_type::i32, &init, sizeof init);
-    const reduce_spec r{reduce_kind::custom, kiln::scalar_type::i32,
-                        "((int32_t)(kq_a)) * ((int32_t)(kq_b))", c};
+    query_desc& d = q.desc();
+    const ir_node op = lower_combine<int>(d, _1 * _2, "test");
+    const reduce_spec r{reduce_kind::custom, kiln::scalar_type::i32, op, d.graph.new_capture(1)};
     check(q.desc(), segment_end::reduce, &r);
   }
   {

@@ -4,7 +4,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <string>
 #include <vector>
 
 #include "kiln/device.hpp"
@@ -19,24 +18,26 @@ namespace kiln::detail::q {
 
 enum class stage_kind : std::uint8_t { map, filter, take, skip, enumerate, scan };
 
+// Stages refer to the query's IR graph (query_desc::graph) by node id; values of the element
+// are numbered (the inputs first, then one per map, enumerate and scan).
 struct stage {
   stage_kind kind = stage_kind::map;
-  std::string var;   // map, enumerate, scan: the C name of the new component
-  std::string code;  // map: expression; filter: predicate; scan: combine of kq_a and kq_b
+  int var = -1;           // map, enumerate, scan: the value it defines
+  ir::node_id expr = -1;  // map: value; filter: predicate; enumerate: index; scan: combine
   scalar_type type = scalar_type::f32;  // type of var
   std::uint64_t count = 0;              // take, skip
   bool uses_index = false;
   bool exclusive = false;  // scan
-  std::string init;        // exclusive scan: the capture holding the initial value
-  std::string arg;         // scan: the component it scans
+  std::int32_t init = -1;  // exclusive scan: the capture slot holding the initial value
+  int arg = -1;            // scan: the value it scans
 };
 
-inline stage make_stage(stage_kind k, std::string var, std::string code, scalar_type t,
+inline stage make_stage(stage_kind k, int var, ir::node_id expr, scalar_type t,
                         std::uint64_t count = 0) {
   stage s;
   s.kind = k;
-  s.var = std::move(var);
-  s.code = std::move(code);
+  s.var = var;
+  s.expr = expr;
   s.type = t;
   s.count = count;
   return s;
@@ -57,20 +58,14 @@ struct query_desc {
   placement where = placement::fixed;
   std::uint64_t n = 0;
   std::vector<input> inputs;
-  std::vector<capture> captures;
-  std::vector<std::string> helpers;
+  ir::graph graph;  // every expression of the query, its captures, roots in stage order
   std::vector<stage> stages;
-  std::vector<std::string> names;  // the current element's components
+  std::vector<int> vars;  // the current element's components (value numbers)
   std::vector<scalar_type> types;
   int next_var = 0;
 
   bool host_input() const { return !inputs.empty() && inputs[0].on_host; }
-  std::string new_var() {
-    std::string v = std::to_string(next_var++);
-    v.insert(v.begin(), 'v');  // not "v" + ...: GCC 12 warns falsely there (bug 105329)
-    return v;
-  }
-  render_ctx ctx() { return render_ctx{names, "kq_i", &captures, &helpers, false}; }
+  int new_var() { return next_var++; }
 };
 
 enum class reduce_kind : std::uint8_t {
@@ -90,8 +85,8 @@ enum class reduce_kind : std::uint8_t {
 struct reduce_spec {
   reduce_kind kind = reduce_kind::sum;
   scalar_type acc = scalar_type::f64;  // type of the accumulated value
-  std::string op;                      // custom: combine of kq_a and kq_b
-  std::string init;                    // custom: the capture holding init
+  ir::node_id op = -1;                 // custom: combine of combine_a and combine_b
+  std::int32_t init = -1;              // custom: the capture slot holding init
 };
 
 // The accumulator every reduction produces; the generated kernels use the same layout.

@@ -1,8 +1,9 @@
 // Symbolic element expressions for kiln::query: placeholders (_1, _2, ...), operators, math,
 // select, cast and the element index. An expression is a small C++ type; applying it to a
-// query's element types gives its result type by C++'s own promotion rules, and rendering it
-// gives a C expression for the generated kernel. Host scalars in an expression are captured as
-// kernel parameters, so a new value never recompiles.
+// query's element types gives its result type by C++'s own promotion rules, and lowering it
+// adds typed nodes to the query's IR graph (kiln/ir/node.hpp), which the library renders into
+// the generated kernel. Host scalars in an expression are captured as kernel parameters, so a
+// new value never recompiles.
 //
 //   using namespace kiln::placeholders;
 //   auto e = kiln::select(_1 > 0.f, kiln::sqrt(_1), -_1) * scale;   // scale: a host float
@@ -10,7 +11,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/ir/node.hpp"
 #include "kiln/scalar_type.hpp"
 
 namespace kiln {
@@ -32,31 +33,20 @@ std::string cat(const P&... parts) {
   return s;
 }
 
-// What rendering an expression needs: the names of the element's components, the name of the
-// element index, and places to record captured scalars and helper functions.
-struct capture {
-  scalar_type type;
-  std::uint64_t bits = 0;
+// What lowering needs: the graph, and the leaf each placeholder stands for (a value of the
+// element, or a combine operand).
+struct leaf_ref {
+  ir::op o = ir::op::component;
+  std::int32_t slot = 0;
 };
-struct render_ctx {
-  std::vector<std::string> args;  // C names of the current element's components
-  std::string index = "kq_i";
-  std::vector<capture>* captures = nullptr;
-  std::vector<std::string>* helpers = nullptr;  // helper function names needed (kq_min_float)
+struct lower_ctx {
+  ir::graph& g;
+  std::vector<leaf_ref> args;
   bool uses_index = false;
 
-  std::string add_capture(scalar_type t, const void* v, std::size_t size) {
-    capture c{t, 0};
-    std::memcpy(&c.bits, v, size);
-    captures->push_back(c);
-    return cat("kq_c", std::to_string(captures->size() - 1));
-  }
-  std::string helper(const char* fn, scalar_type t) {
-    std::string name = cat("kq_", fn, "_", type_name(t));
-    for (const auto& h : *helpers)
-      if (h == name) return name;
-    helpers->push_back(name);
-    return name;
+  template <class T>
+  ir::node_id cast(ir::node_id x) {
+    return g.add(ir::op::cast, scalar_type_of<T>, {x});
   }
 };
 
@@ -64,9 +54,9 @@ struct expr_base {};
 template <class E>
 concept expression = std::is_base_of_v<expr_base, std::remove_cvref_t<E>>;
 
-template <class T>
-std::string cast_to(const std::string& e) {
-  return cat("((", type_name(scalar_type_of<T>), ")(", e, "))");
+template <class In, class E>
+ir::node_id lower(const E& e, lower_ctx& c) {
+  return e.template lower<In>(c);
 }
 
 // _1, _2, ...: component I of the element.
@@ -81,16 +71,20 @@ struct arg : expr_base {
   }
   template <class In>
   using type = decltype(type_fn<In>());
-  std::string render(render_ctx& c) const { return c.args[I]; }
+  template <class In>
+  ir::node_id lower(lower_ctx& c) const {
+    return c.g.add(c.args[I].o, scalar_type_of<type<In>>, {}, c.args[I].slot);
+  }
 };
 
 // The element's position in the sequence (0-based), an int64_t.
 struct index_leaf : expr_base {
   template <class In>
   using type = std::int64_t;
-  std::string render(render_ctx& c) const {
+  template <class In>
+  ir::node_id lower(lower_ctx& c) const {
     c.uses_index = true;
-    return cat("((int64_t)", c.index, ")");
+    return c.g.add(ir::op::index, scalar_type::i64);
   }
 };
 
@@ -101,13 +95,11 @@ struct constant : expr_base {
   explicit constant(T v) : value(v) {}
   template <class In>
   using type = T;
-  std::string render(render_ctx& c) const {
-    return c.add_capture(scalar_type_of<T>, &value, sizeof(T));
+  template <class In>
+  ir::node_id lower(lower_ctx& c) const {
+    return c.g.add_capture(value);
   }
 };
-
-template <class In, class E>
-std::string render_sub(const E& e, render_ctx& c);
 
 template <class X>
 auto as_expr(const X& x) {
@@ -127,19 +119,16 @@ template <class E, class In>
 using type_t = typename E::template type<In>;
 
 // ---- operators ----------------------------------------------------------------------------
-#define KILN_Q_BINOPS(X)                                                                \
-  X(add, +, arith)                                                                      \
-  X(sub, -, arith) X(mul, *, arith) X(div, /, arith) X(mod, %, arith) X(lt, <, compare) \
-      X(le, <=, compare) X(gt, >, compare) X(ge, >=, compare) X(eq, ==, compare)        \
-          X(ne, !=, compare) X(land, &&, logical) X(lor, ||, logical) X(band, &, arith) \
-              X(bor, |, arith) X(bxor, ^, arith) X(shl, <<, shift) X(shr, >>, shift)
+// clang-format off
+#define KILN_Q_BINOPS(X)                                                                  \
+  X(add, +) X(sub, -) X(mul, *) X(div, /) X(mod, %)                                       \
+  X(lt, <) X(le, <=) X(gt, >) X(ge, >=) X(eq, ==) X(ne, !=) X(land, &&) X(lor, ||)        \
+  X(band, &) X(bor, |) X(bxor, ^) X(shl, <<) X(shr, >>)
+// clang-format on
 
-enum class op_class { arith, compare, logical, shift };
-
-#define KILN_Q_OPTAG(name, sym, cls)                   \
+#define KILN_Q_OPTAG(name, sym)                        \
   struct op_##name {                                   \
-    static constexpr const char* spelling = #sym;      \
-    static constexpr op_class kind = op_class::cls;    \
+    static constexpr ir::op id = ir::op::name;         \
     template <class A, class B>                        \
     static constexpr bool valid = requires(A a, B b) { \
       a sym b;                                         \
@@ -172,36 +161,36 @@ struct binary : expr_base {
   using type = decltype(type_fn<In>());
 
   template <class In>
-  std::string render(render_ctx& c) const {
+  ir::node_id lower(lower_ctx& c) const {
     using TA = type_t<A, In>;
     using TB = type_t<B, In>;
-    const std::string x = render_sub<In>(a, c), y = render_sub<In>(b, c);
-    const std::string op = cat(" ", Op::spelling, " ");
-    if constexpr (Op::kind == op_class::logical) {
-      return cat("((bool)", x, op, "(bool)", y, ")");
-    } else if constexpr (Op::kind == op_class::shift) {
-      using P = decltype(+std::declval<TA>());
-      return cat("(", cast_to<P>(x), op, "(", y, "))");
+    constexpr scalar_type r = scalar_type_of<type<In>>;
+    const ir::node_id x = q::lower<In>(a, c), y = q::lower<In>(b, c);
+    constexpr ir::op_class k = ir::info(Op::id).cls;
+    if constexpr (k == ir::op_class::logical) {
+      return c.g.add(Op::id, r, {x, y});
+    } else if constexpr (k == ir::op_class::shift) {
+      return c.g.add(Op::id, r, {c.template cast<decltype(+std::declval<TA>())>(x), y});
     } else {
       // Operands converted to their common type first, so every backend computes in the type
       // C++ would (int8_t + int8_t is an int; int + unsigned is unsigned).
       using C = decltype(std::declval<TA>() + std::declval<TB>());
-      return cat("(", cast_to<C>(x), op, cast_to<C>(y), ")");
+      const ir::node_id cx = c.template cast<C>(x);
+      return c.g.add(Op::id, r, {cx, c.template cast<C>(y)});
     }
   }
 };
 
-enum class unop { neg, lnot, bnot };
-template <unop U, class A>
+template <ir::op U, class A>
 struct unary : expr_base {
   A a;
   explicit unary(A x) : a(std::move(x)) {}
   template <class In>
   static constexpr auto type_fn() {
     using TA = type_t<A, In>;
-    if constexpr (U == unop::lnot)
+    if constexpr (U == ir::op::lnot)
       return bool{};
-    else if constexpr (U == unop::bnot) {
+    else if constexpr (U == ir::op::bnot) {
       static_assert(std::is_integral_v<TA>, "kiln::query: ~ needs an integer operand");
       return decltype(~std::declval<TA>()){};
     } else
@@ -210,12 +199,11 @@ struct unary : expr_base {
   template <class In>
   using type = decltype(type_fn<In>());
   template <class In>
-  std::string render(render_ctx& c) const {
+  ir::node_id lower(lower_ctx& c) const {
     using R = type<In>;
-    const std::string x = render_sub<In>(a, c);
-    if constexpr (U == unop::lnot) return cat("(!(bool)", x, ")");
-    const char* s = U == unop::neg ? "-" : "~";
-    return cat("((", type_name(scalar_type_of<R>), ")(", s, cast_to<R>(x), "))");
+    const ir::node_id x = q::lower<In>(a, c);
+    if constexpr (U == ir::op::lnot) return c.g.add(U, scalar_type::boolean, {x});
+    return c.g.add(U, scalar_type_of<R>, {c.template cast<R>(x)});
   }
 };
 
@@ -228,10 +216,12 @@ struct select_node : expr_base {
   template <class In>
   using type = std::common_type_t<type_t<A, In>, type_t<B, In>>;
   template <class In>
-  std::string render(render_ctx& ctx) const {
+  ir::node_id lower(lower_ctx& ctx) const {
     using R = type<In>;
-    return cat("((bool)", render_sub<In>(c, ctx), " ? ", cast_to<R>(render_sub<In>(a, ctx)), " : ",
-               cast_to<R>(render_sub<In>(b, ctx)), ")");
+    // Last operand first: the order in which kernels have always numbered their captures.
+    const ir::node_id z = ctx.template cast<R>(q::lower<In>(b, ctx));
+    const ir::node_id y = ctx.template cast<R>(q::lower<In>(a, ctx));
+    return ctx.g.add(ir::op::select, scalar_type_of<R>, {q::lower<In>(c, ctx), y, z});
   }
 };
 
@@ -242,8 +232,8 @@ struct cast_node : expr_base {
   template <class In>
   using type = T;
   template <class In>
-  std::string render(render_ctx& c) const {
-    return cast_to<T>(render_sub<In>(a, c));
+  ir::node_id lower(lower_ctx& c) const {
+    return c.template cast<T>(q::lower<In>(a, c));
   }
 };
 
@@ -253,11 +243,12 @@ template <class... T>
 using math_t = std::conditional_t<(std::is_same_v<T, float> && ...), float, double>;
 
 enum class fn_kind { real, abs, minmax, clamp };
+// clang-format off
 #define KILN_Q_FUNCS(X)                                                                   \
-  X(sqrt, real, 1)                                                                        \
-  X(rsqrt, real, 1) X(exp, real, 1) X(log, real, 1) X(sin, real, 1) X(cos, real, 1)       \
-      X(tanh, real, 1) X(floor, real, 1) X(ceil, real, 1) X(pow, real, 2) X(fma, real, 3) \
-          X(abs, abs, 1) X(min, minmax, 2) X(max, minmax, 2) X(clamp, clamp, 3)
+  X(sqrt, real, 1) X(rsqrt, real, 1) X(exp, real, 1) X(log, real, 1) X(sin, real, 1)      \
+  X(cos, real, 1) X(tanh, real, 1) X(floor, real, 1) X(ceil, real, 1) X(pow, real, 2)     \
+  X(fma, real, 3) X(abs, abs, 1) X(min, minmax, 2) X(max, minmax, 2) X(clamp, clamp, 3)
+// clang-format on
 
 template <class Fn, class... A>
 struct call : expr_base {
@@ -275,50 +266,32 @@ struct call : expr_base {
   template <class In>
   using type = decltype(type_fn<In>());
   template <class In>
-  std::string render(render_ctx& c) const {
+  ir::node_id lower(lower_ctx& c) const {
     using R = type<In>;
-    std::string out;
-    if constexpr (Fn::kind == fn_kind::real) {
-      out = Fn::name;
-    } else {
-      // abs/min/max/clamp with std:: semantics on every backend: generated helpers.
-      out = c.helper(Fn::name, scalar_type_of<R>);
-    }
-    out += "(";
-    bool first = true;
+    ir::node n{Fn::id, scalar_type_of<R>, {-1, -1, -1}, 0};
+    int k = 0;
     std::apply(
         [&](const auto&... a) {
-          ((out.append(first ? "" : ", "), out.append(cast_to<R>(render_sub<In>(a, c))),
-            first = false),
-           ...);
+          ((n.operands[k++] = c.template cast<R>(q::lower<In>(a, c))), ...);
         },
         args);
-    out.append(")");
-    return out;
+    return c.g.add(n);
   }
 };
 
 #define KILN_Q_FNTAG(fname, k, arity)           \
   struct fn_##fname {                           \
-    static constexpr const char* name = #fname; \
+    static constexpr ir::op id = ir::op::fname; \
     static constexpr fn_kind kind = fn_kind::k; \
   };
 KILN_Q_FUNCS(KILN_Q_FNTAG)
 #undef KILN_Q_FNTAG
 
-template <class In, class E>
-std::string render_sub(const E& e, render_ctx& c) {
-  if constexpr (requires { e.template render<In>(c); })
-    return e.template render<In>(c);
-  else
-    return e.render(c);
-}
-
 template <class A, class B>
 concept one_expr = (expression<A> || expression<B>);
 
 // Operators live here so that argument-dependent lookup finds them for any expression.
-#define KILN_Q_DEFINE_OP(name, sym, cls)                                      \
+#define KILN_Q_DEFINE_OP(name, sym)                                           \
   template <class A, class B>                                                 \
   requires one_expr<A, B>                                                     \
   auto operator sym(const A& a, const B& b) {                                 \
@@ -329,15 +302,15 @@ KILN_Q_BINOPS(KILN_Q_DEFINE_OP)
 
 template <expression A>
 auto operator-(const A& a) {
-  return unary<unop::neg, A>(a);
+  return unary<ir::op::neg, A>(a);
 }
 template <expression A>
 auto operator!(const A& a) {
-  return unary<unop::lnot, A>(a);
+  return unary<ir::op::lnot, A>(a);
 }
 template <expression A>
 auto operator~(const A& a) {
-  return unary<unop::bnot, A>(a);
+  return unary<ir::op::bnot, A>(a);
 }
 
 }  // namespace detail::q

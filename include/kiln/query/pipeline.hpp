@@ -61,7 +61,7 @@ auto source(const B& b) {
   if (v.memory()) d.dev = v.get_device();
   d.n = v.size();
   d.inputs.push_back(device_input(v));
-  d.names.push_back(d.new_var());
+  d.vars.push_back(d.new_var());
   d.types.push_back(scalar_type_of<T>);
   return kiln::query<T>(std::move(d));
 }
@@ -71,6 +71,45 @@ using sum_t =
     std::conditional_t<std::is_floating_point_v<T>, T,
                        std::conditional_t<std::is_unsigned_v<T> && !std::is_same_v<T, bool>,
                                           std::uint64_t, std::int64_t>>;
+
+// Lowers e into the query's graph and records it as a root. `args` are the leaves the
+// placeholders stand for: the element's values, or the operands of a combine.
+template <class In, class E>
+ir::node_id lower_root(query_desc& d, const E& e, std::vector<leaf_ref> args, bool* uses_index) {
+  lower_ctx c{d.graph, std::move(args)};
+  const ir::node_id r = lower<In>(e, c);
+  d.graph.roots.push_back(r);
+  if (uses_index) *uses_index = c.uses_index;
+  return r;
+}
+inline std::vector<leaf_ref> element_leaves(const query_desc& d) {
+  std::vector<leaf_ref> v;
+  for (int x : d.vars) v.push_back({ir::op::component, x});
+  return v;
+}
+// Lowers a scan's or a custom reduction's combine over (_1, _2) = (combine_a, combine_b),
+// cast to Acc; `what` names the step in the error for a combine using _i or a captured value.
+template <class Acc, class Op>
+ir::node_id lower_combine(query_desc& d, const Op& op, const char* what) {
+  const std::size_t ncap = d.graph.captures.size();
+  lower_ctx c{d.graph, {{ir::op::combine_a, 0}, {ir::op::combine_b, 0}}};
+  const ir::node_id r = c.template cast<Acc>(lower<std::tuple<Acc, Acc>>(op, c));
+  if (c.uses_index || d.graph.captures.size() != ncap)
+    throw invalid_argument(cat(what,
+                               ": the combine operation may use only _1 and _2 (no _i, no "
+                               "captured host values)"));
+  d.graph.roots.push_back(r);
+  return r;
+}
+
+// A plain sum's combine: a + b in the scanned type t.
+inline ir::node_id lower_sum_combine(ir::graph& g, scalar_type t) {
+  const ir::node_id a = g.add(ir::op::cast, t, {g.add(ir::op::combine_a, t)});
+  const ir::node_id b = g.add(ir::op::cast, t, {g.add(ir::op::combine_b, t)});
+  const ir::node_id r = g.add(ir::op::add, t, {a, b});
+  g.roots.push_back(r);
+  return r;
+}
 
 template <class Q>
 using only_t = std::tuple_element_t<0, typename Q::element>;
@@ -109,7 +148,7 @@ requires(detail::is_device_side<B>&&...) auto zip(const B&... bs) {
     }
     first = false;
     d.inputs.push_back(detail::q::device_input(v));
-    d.names.push_back(d.new_var());
+    d.vars.push_back(d.new_var());
     d.types.push_back(scalar_type_of<T>);
   };
   (add(bs), ...);
@@ -139,7 +178,7 @@ requires(!detail::is_device_side<R> && scalar<std::ranges::range_value_t<R>>) au
   d.where = o.automatic ? detail::q::placement::automatic : detail::q::placement::fixed;
   d.n = std::ranges::size(r);
   d.inputs.push_back(detail::q::input{nullptr, 0, std::ranges::data(r), true, scalar_type_of<T>});
-  d.names.push_back(d.new_var());
+  d.vars.push_back(d.new_var());
   d.types.push_back(scalar_type_of<T>);
   return query<T>(std::move(d));
 }
@@ -162,11 +201,11 @@ struct transform_t : stage_tag {
   auto apply(kiln::query<Ts...> q) const {
     using R = type_t<E, std::tuple<Ts...>>;
     query_desc& d = q.desc();
-    render_ctx c = d.ctx();
-    stage s = make_stage(stage_kind::map, d.new_var(), render_sub<std::tuple<Ts...>>(e, c),
-                         scalar_type_of<R>);
-    s.uses_index = c.uses_index;
-    d.names = {s.var};
+    bool uses_index = false;
+    const ir::node_id x = lower_root<std::tuple<Ts...>>(d, e, element_leaves(d), &uses_index);
+    stage s = make_stage(stage_kind::map, d.new_var(), x, scalar_type_of<R>);
+    s.uses_index = uses_index;
+    d.vars = {s.var};
     d.types = {s.type};
     d.stages.push_back(std::move(s));
     return kiln::query<R>(std::move(d));
@@ -180,10 +219,10 @@ struct filter_t : stage_tag {
     static_assert(std::is_convertible_v<type_t<E, std::tuple<Ts...>>, bool>,
                   "kiln::filter: the predicate must give a value convertible to bool");
     query_desc& d = q.desc();
-    render_ctx c = d.ctx();
-    stage s = make_stage(stage_kind::filter, {}, render_sub<std::tuple<Ts...>>(e, c),
-                         scalar_type::boolean);
-    s.uses_index = c.uses_index;
+    bool uses_index = false;
+    const ir::node_id x = lower_root<std::tuple<Ts...>>(d, e, element_leaves(d), &uses_index);
+    stage s = make_stage(stage_kind::filter, -1, x, scalar_type::boolean);
+    s.uses_index = uses_index;
     d.stages.push_back(std::move(s));
     return q;
   }
@@ -193,7 +232,7 @@ struct slice_t : stage_tag {
   std::uint64_t count;
   template <class... Ts>
   auto apply(kiln::query<Ts...> q) const {
-    stage s = make_stage(kind, {}, {}, scalar_type::u64, count);
+    stage s = make_stage(kind, -1, -1, scalar_type::u64, count);
     q.desc().stages.push_back(std::move(s));
     return q;
   }
@@ -202,9 +241,10 @@ struct enumerate_t : stage_tag {
   template <class... Ts>
   auto apply(kiln::query<Ts...> q) const {
     query_desc& d = q.desc();
-    stage s = make_stage(stage_kind::enumerate, d.new_var(), "((int64_t)kq_i)", scalar_type::i64);
+    const ir::node_id x = lower_root<std::tuple<Ts...>>(d, index_leaf{}, {}, nullptr);
+    stage s = make_stage(stage_kind::enumerate, d.new_var(), x, scalar_type::i64);
     s.uses_index = true;
-    d.names.insert(d.names.begin(), s.var);
+    d.vars.insert(d.vars.begin(), s.var);
     d.types.insert(d.types.begin(), scalar_type::i64);
     d.stages.push_back(std::move(s));
     return kiln::query<std::int64_t, Ts...>(std::move(d));
@@ -224,24 +264,18 @@ struct scan_t : stage_tag {
         std::conditional_t<std::is_void_v<Init>,
                            std::conditional_t<std::is_same_v<Op, void*>, sum_t<T>, T>, Init>;
     query_desc& d = q.desc();
-    stage s = make_stage(stage_kind::scan, d.new_var(), {}, scalar_type_of<Acc>);
-    s.arg = d.names[0];
-    render_ctx c{{"kq_a", "kq_b"}, "kq_i", &d.captures, &d.helpers, false};
-    const std::size_t ncap = d.captures.size();
+    ir::node_id x;
     if constexpr (std::is_same_v<Op, void*>)
-      s.code = cat("(", cast_to<Acc>("kq_a"), " + ", cast_to<Acc>("kq_b"), ")");
+      x = lower_sum_combine(d.graph, scalar_type_of<Acc>);
     else
-      s.code = cast_to<Acc>(render_sub<std::tuple<Acc, Acc>>(op, c));
-    if (c.uses_index || d.captures.size() != ncap)
-      throw invalid_argument(
-          "kiln::inclusive_scan/exclusive_scan: the combine operation may use only _1 and _2 "
-          "(no _i, no captured host values)");
+      x = lower_combine<Acc>(d, op, "kiln::inclusive_scan/exclusive_scan");
+    stage s = make_stage(stage_kind::scan, d.new_var(), x, scalar_type_of<Acc>);
+    s.arg = d.vars[0];
     if constexpr (!std::is_void_v<Init>) {
       s.exclusive = true;
-      const Acc v = static_cast<Acc>(init);
-      s.init = c.add_capture(scalar_type_of<Acc>, &v, sizeof v);
+      s.init = d.graph.new_capture(static_cast<Acc>(init));
     }
-    d.names = {s.var};
+    d.vars = {s.var};
     d.types = {s.type};
     d.stages.push_back(std::move(s));
     return kiln::query<Acc>(std::move(d));

@@ -56,26 +56,25 @@ struct reduce_t : terminal_tag {
   auto apply(kiln::query<Ts...> q) const {
     using Q = kiln::query<Ts...>;
     if constexpr (K == reduce_kind::count) {
-      return reduce(q.desc(), reduce_spec{K, scalar_type::u64, {}, {}}).count;
+      return reduce(q.desc(), reduce_spec{K, scalar_type::u64}).count;
     } else {
       require_single<Q>();
       using T = only_t<Q>;
       if constexpr (K == reduce_kind::sum || K == reduce_kind::product) {
         using S = sum_t<T>;
-        return bits_as<S>(reduce(q.desc(), reduce_spec{K, scalar_type_of<S>, {}, {}}).value_bits);
+        return bits_as<S>(reduce(q.desc(), reduce_spec{K, scalar_type_of<S>}).value_bits);
       } else if constexpr (K == reduce_kind::min || K == reduce_kind::max) {
-        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>, {}, {}});
+        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>});
         return r.count ? std::optional<T>(bits_as<T>(r.value_bits)) : std::nullopt;
       } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
-        return bits_as<bool>(
-            reduce(q.desc(), reduce_spec{K, scalar_type::boolean, {}, {}}).value_bits);
+        return bits_as<bool>(reduce(q.desc(), reduce_spec{K, scalar_type::boolean}).value_bits);
       } else if constexpr (K == reduce_kind::average) {
-        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type::f64, {}, {}});
+        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type::f64});
         return r.count ? std::optional<double>(bits_as<double>(r.value_bits) /
                                                static_cast<double>(r.count))
                        : std::nullopt;
       } else {  // argmin, argmax
-        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>, {}, {}});
+        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>});
         return r.count ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(r.index))
                        : std::nullopt;
       }
@@ -92,18 +91,8 @@ struct custom_reduce_t : terminal_tag {
     using Q = kiln::query<Ts...>;
     require_single<Q>();
     query_desc& d = q.desc();
-    render_ctx c{{"kq_a", "kq_b"}, "kq_i", &d.captures, &d.helpers, false};
-    const std::size_t ncap = d.captures.size();
-    reduce_spec s{reduce_kind::custom,
-                  scalar_type_of<I>,
-                  cast_to<I>(render_sub<std::tuple<I, I>>(op, c)),
-                  {}};
-    if (c.uses_index || d.captures.size() != ncap)
-      throw invalid_argument(
-          "kiln::reduce: the combine operation may use only _1 and _2 (no _i, no captured host "
-          "values)");
-    const I v = init;
-    s.init = c.add_capture(scalar_type_of<I>, &v, sizeof v);
+    reduce_spec s{reduce_kind::custom, scalar_type_of<I>, lower_combine<I>(d, op, "kiln::reduce")};
+    s.init = d.graph.new_capture(init);
     // The kernels fold init in last: std::reduce's contract (op associative and commutative).
     return bits_as<I>(reduce(d, s).value_bits);
   }

@@ -1,0 +1,135 @@
+#include "codegen/expr_render.hpp"
+
+#include <stdexcept>
+#include <string_view>
+
+namespace kiln::codegen {
+namespace {
+
+// Joins by appending: GCC 12 warns falsely (-Wrestrict, bug 105329) on "literal" + string&&.
+template <class... P>
+std::string cat(const P&... parts) {
+  std::string s;
+  (s.append(std::string_view(parts)), ...);
+  return s;
+}
+
+using ir::op;
+using ir::op_class;
+
+const char* spelling(op o) {
+  switch (o) {
+    case op::add: return " + ";
+    case op::sub: return " - ";
+    case op::mul: return " * ";
+    case op::div: return " / ";
+    case op::mod: return " % ";
+    case op::band: return " & ";
+    case op::bor: return " | ";
+    case op::bxor: return " ^ ";
+    case op::lt: return " < ";
+    case op::le: return " <= ";
+    case op::gt: return " > ";
+    case op::ge: return " >= ";
+    case op::eq: return " == ";
+    case op::ne: return " != ";
+    case op::land: return " && ";
+    case op::lor: return " || ";
+    case op::shl: return " << ";
+    case op::shr: return " >> ";
+    case op::neg: return "-";
+    case op::bnot: return "~";
+    default: throw std::logic_error("kiln::codegen: op has no operator spelling");
+  }
+}
+
+bool is_helper(op o) { return o == op::abs || o == op::min || o == op::max || o == op::clamp; }
+
+std::string leaf(const ir::node& n) {
+  switch (n.o) {
+    case op::component: return value_name(n.slot);
+    case op::index: return "((int64_t)kq_i)";
+    case op::capture: return capture_name(n.slot);
+    case op::combine_a: return "kq_a";
+    case op::combine_b: return "kq_b";
+    default: throw std::logic_error("kiln::codegen: not a leaf");
+  }
+}
+
+}  // namespace
+
+std::string value_name(int var) { return cat("v", std::to_string(var)); }
+std::string capture_name(int slot) { return cat("kq_c", std::to_string(slot)); }
+
+std::string render_expr(const ir::graph& g, ir::node_id root) {
+  const ir::node& n = g[root];
+  const auto sub = [&](int k) { return render_expr(g, n.operands[k]); };
+  const std::string t = type_name(n.dtype);
+  switch (ir::info(n.o).cls) {
+    case op_class::leaf: return leaf(n);
+    case op_class::arithmetic:
+    case op_class::compare: return cat("(", sub(0), spelling(n.o), sub(1), ")");
+    case op_class::logical: return cat("((bool)", sub(0), spelling(n.o), "(bool)", sub(1), ")");
+    case op_class::shift: return cat("(", sub(0), spelling(n.o), "(", sub(1), "))");
+    case op_class::unary:
+      if (n.o == op::lnot) return cat("(!(bool)", sub(0), ")");
+      return cat("((", t, ")(", spelling(n.o), sub(0), "))");
+    case op_class::select: return cat("((bool)", sub(0), " ? ", sub(1), " : ", sub(2), ")");
+    case op_class::cast: return cat("((", t, ")(", sub(0), "))");
+    case op_class::math: {
+      std::string s = is_helper(n.o) ? helper_name({n.o, n.dtype}) : ir::info(n.o).name;
+      s.append("(");
+      for (int k = 0; k < ir::info(n.o).arity; ++k) s.append(k ? ", " : "").append(sub(k));
+      return s.append(")");
+    }
+  }
+  throw std::logic_error("kiln::codegen: unknown op class");
+}
+
+std::string helper_name(const helper& h) {
+  return cat("kq_", ir::info(h.o).name, "_", type_name(h.t));
+}
+
+std::string helper_def(const helper& h) {
+  const std::string t = type_name(h.t), name = helper_name(h);
+  const bool is_float = h.t == scalar_type::f32 || h.t == scalar_type::f64;
+  const std::string s = cat("KILN_FUNC ", t, " ", name);
+  switch (h.o) {
+    case op::abs:
+      return cat(s, "(", t, " x) { return ",
+                 is_float ? std::string("fabs(x)") : cat("x < (", t, ")0 ? (", t, ")(-x) : x"),
+                 "; }\n");
+    case op::min: return cat(s, "(", t, " a, ", t, " b) { return b < a ? b : a; }\n");
+    case op::max: return cat(s, "(", t, " a, ", t, " b) { return a < b ? b : a; }\n");
+    case op::clamp:
+      return cat(s, "(", t, " v, ", t, " lo, ", t,
+                 " hi) { return v < lo ? lo : hi < v ? hi : v; }\n");
+    default: throw std::logic_error(cat("kiln::codegen: no helper for ", name));
+  }
+}
+
+namespace {
+// Pre-order, select's operands last to first: the order in which the string renderer this
+// replaced (its operands evaluated right to left by GCC) named helpers, so kernels keep their
+// text.
+void collect(const ir::graph& g, ir::node_id id, std::vector<helper>& out) {
+  const ir::node& n = g[id];
+  if (is_helper(n.o)) {
+    const helper h{n.o, n.dtype};
+    bool seen = false;
+    for (const helper& x : out) seen |= x == h;
+    if (!seen) out.push_back(h);
+  }
+  const int arity = ir::info(n.o).arity;
+  for (int k = 0; k < arity; ++k)
+    collect(g, n.operands[n.o == op::select ? arity - 1 - k : k], out);
+}
+}  // namespace
+
+std::vector<helper> helpers_of(const ir::graph& g, const std::vector<ir::node_id>& roots) {
+  std::vector<helper> out;
+  for (ir::node_id r : roots) collect(g, r, out);
+  return out;
+}
+
+}  // namespace kiln::codegen

@@ -1,0 +1,29 @@
+// Renders IR expressions into kernel-language C expressions (docs/kernel_language.md). The
+// one place IR becomes text: every front end's generator calls it. Fully parenthesised, with
+// the casts the graph holds; abs/min/max/clamp call generated helpers with std:: semantics.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kiln/ir/node.hpp"
+
+namespace kiln::codegen {
+
+std::string value_name(int var);     // a component leaf's value: "v3"
+std::string capture_name(int slot);  // a captured scalar's kernel parameter: "kq_c3"
+
+std::string render_expr(const ir::graph& g, ir::node_id root);
+
+// A generated helper function: abs, min, max or clamp in one type ("kq_min_float").
+struct helper {
+  ir::op o;
+  scalar_type t;
+  bool operator==(const helper&) const = default;
+};
+std::string helper_name(const helper& h);
+std::string helper_def(const helper& h);
+// The helpers the roots call, each once, in the order kernels have always defined them.
+std::vector<helper> helpers_of(const ir::graph& g, const std::vector<ir::node_id>& roots);
+
+}  // namespace kiln::codegen

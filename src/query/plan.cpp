@@ -1,0 +1,122 @@
+#include "query/plan.hpp"
+
+#include <stdexcept>
+
+#include "ir/hash.hpp"
+#include "ir/print.hpp"
+#include "ir/verify.hpp"
+
+namespace kiln::detail::q {
+
+std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_filter_at_end,
+                          bool no_scan_at_end) {
+#ifndef NDEBUG
+  // The header templates built the graph; a debug build checks what they built.
+  if (const std::string e = ir::verify(d.graph); !e.empty())
+    throw std::logic_error("kiln::query: malformed IR: " + e);
+#endif
+  std::vector<segment> out;
+  segment seg;
+  std::vector<int> vars;
+  std::vector<scalar_type> types;
+  // Sources number their inputs first: input k is value k.
+  for (std::size_t k = 0; k < d.inputs.size(); ++k) {
+    const int v = static_cast<int>(k);
+    seg.inputs.push_back({v, v, d.inputs[k].type, {}});
+    vars.push_back(v);
+    types.push_back(d.inputs[k].type);
+  }
+  bool filtered = false, scanned = false, indexed = false;
+
+  auto close = [&] {
+    seg.out_vars = vars;
+    seg.out_types = types;
+    seg.end = scanned ? segment_end::scan : segment_end::collect;
+  };
+  auto materialize = [&] {
+    close();
+    seg.materialise = true;
+    segment next;
+    next.after = static_cast<int>(out.size());
+    for (std::size_t k = 0; k < vars.size(); ++k)
+      next.inputs.push_back({static_cast<int>(k), vars[k], types[k], {}});
+    out.push_back(std::move(seg));
+    seg = std::move(next);
+    filtered = scanned = indexed = false;
+  };
+
+  for (const stage& s : d.stages) {
+    const bool positional = s.kind == stage_kind::take || s.kind == stage_kind::skip ||
+                            s.kind == stage_kind::enumerate || s.kind == stage_kind::scan ||
+                            s.uses_index;
+    if ((filtered && positional) ||
+        (scanned && s.kind != stage_kind::map && s.kind != stage_kind::enumerate))
+      materialize();
+    if (s.kind == stage_kind::take || s.kind == stage_kind::skip) {
+      // take keeps earlier positions; skip would shift the ones earlier stages saw.
+      if (indexed && s.kind == stage_kind::skip) materialize();
+      seg.slices.push_back({s.kind, s.count});
+      continue;
+    }
+    seg.stages.push_back(s);
+    switch (s.kind) {
+      case stage_kind::map:
+      case stage_kind::scan:
+        vars = {s.var};
+        types = {s.type};
+        break;
+      case stage_kind::enumerate:
+        vars.insert(vars.begin(), s.var);
+        types.insert(types.begin(), s.type);
+        break;
+      default: break;
+    }
+    filtered |= s.kind == stage_kind::filter;
+    scanned |= s.kind == stage_kind::scan;
+    indexed |= s.uses_index;
+  }
+  if ((no_filter_at_end && filtered) || (no_scan_at_end && scanned)) materialize();
+  close();
+  if (terminal == segment_end::reduce) seg.end = segment_end::reduce;
+  out.push_back(std::move(seg));
+  return out;
+}
+
+std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_spec* r, bool gpu,
+                          const char* target) {
+  ir::hasher h;
+  const auto u = [](auto x) { return static_cast<std::uint64_t>(x); };
+  h.add(gpu ? "gpu" : "cpu").add(target).add(u(s.end)).add(s.inputs.size());
+  for (const auto& in : s.inputs) h.add(u(in.var)).add(u(in.type)).add(in.shape);
+  h.add(s.stages.size());
+  for (const auto& st : s.stages) {
+    h.add(u(st.kind)).add(u(st.var)).add(u(st.type)).add(u(st.uses_index));
+    h.add(u(st.exclusive)).add(u(st.init)).add(u(st.arg));
+    if (st.expr >= 0) h.add(d.graph, st.expr);
+  }
+  h.add(s.out_vars.size());
+  for (std::size_t k = 0; k < s.out_vars.size(); ++k)
+    h.add(u(s.out_vars[k])).add(u(s.out_types[k]));
+  // Every kernel of a query takes all its captures and defines the helpers of all its roots.
+  h.add(ir::structural_hash(d.graph));
+  if (r) {
+    h.add(u(r->kind)).add(u(r->acc)).add(u(r->init));
+    if (r->op >= 0) h.add(d.graph, r->op);
+  }
+  return h.value();
+}
+
+std::string describe(const segment& s, const ir::graph& g) {
+  static constexpr const char* kinds[] = {"map", "filter", "take", "skip", "enumerate", "scan"};
+  static constexpr const char* ends[] = {"collect", "reduce", "scan"};
+  std::string t = "kiln::query segment ending in ";
+  t.append(ends[static_cast<int>(s.end)]).append(":");
+  for (const stage& st : s.stages) {
+    t.append(" ").append(kinds[static_cast<int>(st.kind)]);
+    if (st.var >= 0) t.append(" v").append(std::to_string(st.var));
+    t.append(" %").append(std::to_string(st.expr)).append(";");
+  }
+  return t.append("\n").append(ir::print(g));
+}
+
+}  // namespace kiln::detail::q

@@ -1,0 +1,99 @@
+#include "runtime/generated_kernels.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <list>
+#include <map>
+#include <mutex>
+#include <string_view>
+#include <tuple>
+
+namespace kiln::detail {
+namespace {
+
+struct cache {
+  using key_t = std::tuple<const void*, std::string, std::uint64_t>;
+  std::mutex mu;
+  std::map<key_t, std::vector<kernel>> entries;
+  std::list<std::map<key_t, std::vector<kernel>>::iterator> order;  // oldest first
+  generated_kernel_stats stats;
+  static constexpr std::size_t max_entries = 512;
+};
+cache& the_cache() {
+  static auto* c = new cache;  // never destroyed: holds device objects
+  return *c;
+}
+
+const char* dump_dir() {
+  const char* dir = std::getenv("KILN_DUMP_KERNELS");
+  return dir && *dir ? dir : nullptr;
+}
+
+void dump(const char* generator, std::uint64_t key, const generated_program& g) {
+  const char* dir = dump_dir();
+  if (!dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  std::ofstream out(std::filesystem::path(dir) / generated_name(generator, key));
+  std::size_t at = 0;
+  while (at < g.about.size()) {
+    const std::size_t end = std::min(g.about.find('\n', at), g.about.size());
+    out << "// " << std::string_view(g.about).substr(at, end - at) << "\n";
+    at = end + 1;
+  }
+  out << g.source;
+}
+
+}  // namespace
+
+std::string generated_name(const char* generator, std::uint64_t key) {
+  char hex[20];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(key));
+  return std::string(generator) + "_" + hex + ".kiln";
+}
+
+generated_kernels get_generated(const device& dev, const char* generator, std::uint64_t key,
+                                const std::function<generated_program()>& render) {
+  cache& c = the_cache();
+  cache::key_t k{dev.impl().get(), generator, key};
+  {
+    std::lock_guard lock(c.mu);
+    if (auto it = c.entries.find(k); it != c.entries.end()) {
+      c.stats.hits++;
+      std::vector<kernel> ks = it->second;
+      if (dump_dir()) dump(generator, key, render());
+      return {std::move(ks), false};
+    }
+    c.stats.misses++;
+  }
+  // Compiled outside the lock: other shapes stay served meanwhile.
+  const generated_program g = render();
+  dump(generator, key, g);
+  const auto before = cache_stats().compiles;
+  const program p = program::compile(dev, g.source);
+  generated_kernels r;
+  r.compiled = cache_stats().compiles > before;
+  for (const auto& name : g.kernels) r.kernels.push_back(p.get_kernel(name));
+  std::lock_guard lock(c.mu);
+  if (r.compiled) c.stats.compiles++;
+  auto [it, fresh] = c.entries.emplace(std::move(k), r.kernels);
+  if (fresh) {
+    c.order.push_back(it);
+    if (c.entries.size() > cache::max_entries) {
+      c.entries.erase(c.order.front());
+      c.order.pop_front();
+    }
+  }
+  return r;
+}
+
+generated_kernel_stats generated_stats() {
+  cache& c = the_cache();
+  std::lock_guard lock(c.mu);
+  return c.stats;
+}
+
+}  // namespace kiln::detail
