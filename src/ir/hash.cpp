@@ -5,13 +5,24 @@
 
 namespace kiln::ir {
 
+void hasher::flush() {
+  if (used_) h_ = XXH3_64bits_withSeed(buf_.data(), used_ * sizeof buf_[0], h_);
+  used_ = 0;
+}
+
+std::uint64_t hasher::value() const {
+  return used_ ? XXH3_64bits_withSeed(buf_.data(), used_ * sizeof buf_[0], h_) : h_;
+}
+
 hasher& hasher::add(std::uint64_t v) {
-  h_ = XXH3_64bits_withSeed(&v, sizeof v, h_);
+  if (used_ == buf_.size()) flush();
+  buf_[used_++] = v;
   return *this;
 }
 
 hasher& hasher::add(std::string_view s) {
   add(s.size());
+  flush();
   h_ = XXH3_64bits_withSeed(s.data(), s.size(), h_);
   return *this;
 }

@@ -3,6 +3,8 @@
 // generated kernels and keys their cache (runtime/generated_kernels.hpp).
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <string_view>
 
@@ -10,7 +12,9 @@
 
 namespace kiln::ir {
 
-// Folds values into one 64-bit hash (XXH3, seeded with the running value).
+// Folds values into one 64-bit hash: words are buffered and hashed 32 at a time (XXH3, seeded
+// with the running value), so a key of a few dozen fields costs one or two hash calls (it is
+// computed on every query).
 class hasher {
  public:
   hasher& add(std::uint64_t v);
@@ -19,10 +23,13 @@ class hasher {
   hasher& add(const graph& g, node_id root);
   // Rank and strides: they choose the indexing code. Dims are run-time sizes.
   hasher& add(const layout& l);
-  std::uint64_t value() const { return h_; }
+  std::uint64_t value() const;
 
  private:
+  void flush();
   std::uint64_t h_ = 0x6b696c6e;  // "kiln"
+  std::array<std::uint64_t, 32> buf_{};
+  std::size_t used_ = 0;
 };
 
 std::uint64_t structural_hash(const graph& g, node_id root);

@@ -3,22 +3,32 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <list>
-#include <map>
 #include <mutex>
 #include <string_view>
-#include <tuple>
+#include <unordered_map>
+
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 namespace kiln::detail {
 namespace {
 
 struct cache {
-  using key_t = std::tuple<const void*, std::string, std::uint64_t>;
+  // (device, generator's name folded into the key): a hit costs one hash-table probe.
+  using key_t = std::pair<const void*, std::uint64_t>;
+  struct key_hash {
+    std::size_t operator()(const key_t& k) const noexcept {
+      return static_cast<std::size_t>(
+          k.second ^ (reinterpret_cast<std::uintptr_t>(k.first) * 0x9E3779B97F4A7C15ull));
+    }
+  };
   std::mutex mu;
-  std::map<key_t, std::vector<kernel>> entries;
-  std::list<std::map<key_t, std::vector<kernel>>::iterator> order;  // oldest first
+  std::unordered_map<key_t, std::vector<kernel>, key_hash> entries;
+  std::list<key_t> order;  // oldest first
   generated_kernel_stats stats;
   static constexpr std::size_t max_entries = 512;
 };
@@ -58,7 +68,8 @@ std::string generated_name(const char* generator, std::uint64_t key) {
 generated_kernels get_generated(const device& dev, const char* generator, std::uint64_t key,
                                 const std::function<generated_program()>& render) {
   cache& c = the_cache();
-  cache::key_t k{dev.impl().get(), generator, key};
+  const cache::key_t k{dev.impl().get(),
+                       XXH3_64bits_withSeed(generator, std::strlen(generator), key)};
   {
     std::lock_guard lock(c.mu);
     if (auto it = c.entries.find(k); it != c.entries.end()) {
@@ -79,9 +90,9 @@ generated_kernels get_generated(const device& dev, const char* generator, std::u
   for (const auto& name : g.kernels) r.kernels.push_back(p.get_kernel(name));
   std::lock_guard lock(c.mu);
   if (r.compiled) c.stats.compiles++;
-  auto [it, fresh] = c.entries.emplace(std::move(k), r.kernels);
+  auto [it, fresh] = c.entries.emplace(k, r.kernels);
   if (fresh) {
-    c.order.push_back(it);
+    c.order.push_back(k);
     if (c.entries.size() > cache::max_entries) {
       c.entries.erase(c.order.front());
       c.order.pop_front();
