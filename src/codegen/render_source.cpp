@@ -12,10 +12,26 @@ using kernel_lang::excerpt;
 using kernel_lang::kernel_decl;
 using kernel_lang::parsed_source;
 
+namespace {
+// Constant-initialised (zeros) before any registration's constructor runs, whatever the order
+// of static initialisation across files.
+constexpr std::size_t max_targets = 16;
+const target* g_targets[max_targets];
+std::size_t g_target_count;
+}  // namespace
+
+target_registration::target_registration(const target& t) noexcept {
+  if (g_target_count < max_targets) g_targets[g_target_count++] = &t;
+}
+
 const target& target_for(std::string_view name) {
-  for (const target* t : {&cpp_target, &cuda_target, &opencl_target})
-    if (name == t->name) return *t;
-  throw unsupported("Kiln has no codegen target named '" + std::string(name) + "'");
+  for (std::size_t i = 0; i < g_target_count; ++i)
+    if (name == g_targets[i]->name) return *g_targets[i];
+  std::string known;
+  for (std::size_t i = 0; i < g_target_count; ++i)
+    known.append(known.empty() ? "" : ", ").append(g_targets[i]->name);
+  throw unsupported("Kiln has no codegen target named '" + std::string(name) +
+                    "' (targets: " + known + ")");
 }
 
 std::string body_name(const std::string& kernel) { return "kiln__body_" + kernel; }

@@ -84,6 +84,14 @@ struct target {
 // when there is none.
 const target& target_for(std::string_view name);
 
+// Each target file registers its target, so no list of targets exists in core code; a new
+// dialect is one file. libkiln is a shared library: every registration runs when it loads.
+//
+//   const target_registration registered{cuda_target};
+struct target_registration {
+  explicit target_registration(const target& t) noexcept;
+};
+
 extern const target cuda_target;
 extern const target cpp_target;
 extern const target opencl_target;

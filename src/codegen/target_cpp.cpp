@@ -190,4 +190,8 @@ const target cpp_target = {.name = "cpp",
                            .emit_entry = emit_entry,
                            .ring = &ring};
 
+namespace {
+const target_registration registered{cpp_target};
+}  // namespace
+
 }  // namespace kiln::codegen

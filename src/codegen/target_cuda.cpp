@@ -136,4 +136,8 @@ const target cuda_target = {.name = "cuda",
                             .warp = &warp,
                             .ring = &ring};
 
+namespace {
+const target_registration registered{cuda_target};
+}  // namespace
+
 }  // namespace kiln::codegen

@@ -169,4 +169,8 @@ const target opencl_target = {.name = "opencl",
                               .emit_prologue = emit_prologue,
                               .respell = respell};
 
+namespace {
+const target_registration registered{opencl_target};
+}  // namespace
+
 }  // namespace kiln::codegen
