@@ -22,6 +22,9 @@ struct kiln_device_s {
   CUcontext ctx = nullptr;
   CUstream internal = nullptr;  // for NULL-queue allocations and frees
   CUmemoryPool pool = nullptr;  // null: device lacks memory pools, fall back to cuMemAlloc
+  // The context's cuBLAS handle (blas.cpp), created on first use, under blas_mu.
+  void* blas = nullptr;
+  std::mutex blas_mu;
 };
 
 struct kiln_queue_s {
@@ -85,6 +88,13 @@ kiln_status make_current_checked(kiln_device_s* d) noexcept;
 inline CUdeviceptr dptr(const kiln_mem_ref& m) {
   return reinterpret_cast<CUdeviceptr>(m.base) + m.offset;
 }
+
+// The "blas" extension (blas.cpp): cuBLAS, when it loads and a device exists.
+bool blas_loaded() noexcept;
+const void* blas_extension(const char* name, uint32_t version) noexcept;
+const char* blas_extension_list() noexcept;
+// Destroys the device's cuBLAS handle; its context must be current.
+void blas_release(kiln_device_s* d) noexcept;
 
 // ABI entry points, implemented across device.cpp, memory.cpp, queue.cpp and program.cpp.
 // They may throw (std::bad_alloc); plugin.cpp wraps each one in a catch-all guard.
