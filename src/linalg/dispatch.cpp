@@ -1,5 +1,7 @@
 // What gemm.cpp and gemv.cpp share: operand checks, the vendor table, the path record.
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "linalg/linalg.hpp"
 
@@ -61,7 +63,11 @@ kiln_dtype dtype_of(scalar_type t) {
   return t == scalar_type::f64 ? KILN_DTYPE_F64 : KILN_DTYPE_F32;
 }
 
+// KILN_LINALG_PORTABLE=1 skips the vendor library (to compare with it, and to test the
+// portable kernels where a library exists). Read on every call: a GEMM outweighs getenv.
 const kiln_blas_v1* vendor_table(const kiln::detail::device_impl& dev, scalar_type t) {
+  const char* portable = std::getenv("KILN_LINALG_PORTABLE");
+  if (portable && *portable && std::string_view(portable) != "0") return nullptr;
   if (!dev.supports_op(KILN_OP_GEMM, dtype_of(t))) return nullptr;
   const auto* table =
       static_cast<const kiln_blas_v1*>(dev.extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION));
