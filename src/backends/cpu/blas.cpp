@@ -1,19 +1,68 @@
-// The CPU backend's "blas" extension: OpenBLAS (found at configure time; without it the CPU
-// backend has no extension and kiln::linalg runs its portable kernel). Calls are queued on the
-// queue's worker thread, in order with copies and launches; OpenBLAS threads each call itself.
+// The CPU backend's "blas" extension: OpenBLAS. cblas.h is found at configure time (types
+// only); the library is loaded with dlopen on first need, never linked, so libkiln still loads
+// where OpenBLAS is absent (a build folder carried to a GPU machine): the CPU backend then has
+// no extension and kiln::linalg runs its portable kernel. Calls are queued on the queue's
+// worker thread, in order with copies and launches; OpenBLAS threads each call itself.
 #include "backends/cpu/cpu_backend.hpp"
 #include "blas_abi.h"
 #include "plugin_table.hpp"
 
 #ifdef KILN_HAVE_OPENBLAS
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <sstream>
 #include <string>
 
 namespace kiln::cpu {
 namespace {
+
+#define KILN_OPENBLAS_FUNCS(X) \
+  X(cblas_sgemm)               \
+  X(cblas_dgemm)               \
+  X(cblas_sgemv)               \
+  X(cblas_dgemv)               \
+  X(openblas_get_config)
+
+#define KILN_OPENBLAS_MEMBER(name) decltype(&::name) name = nullptr;
+struct openblas_api {
+  void* lib = nullptr;
+  std::string library;  // "OpenBLAS 0.3.21"
+  KILN_OPENBLAS_FUNCS(KILN_OPENBLAS_MEMBER)
+};
+#undef KILN_OPENBLAS_MEMBER
+
+// $KILN_OPENBLAS_LIBRARY, else the Debian soname, else the plain name; loaded once.
+const openblas_api& openblas() {
+  static openblas_api api;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    const char* env = std::getenv("KILN_OPENBLAS_LIBRARY");
+    for (const char* name : {env, "libopenblas.so.0", "libopenblas.so"})
+      if (name && *name && (api.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE))) break;
+    if (!api.lib) return;
+    bool ok = true;
+#define KILN_OPENBLAS_RESOLVE(name)                                       \
+  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.lib, #name)); \
+  ok = ok && api.name;
+    KILN_OPENBLAS_FUNCS(KILN_OPENBLAS_RESOLVE)
+#undef KILN_OPENBLAS_RESOLVE
+    if (!ok) {
+      api.lib = nullptr;  // RTLD_NODELETE: stays mapped, unused
+      return;
+    }
+    // openblas_get_config() is "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY ...": two words.
+    std::istringstream config(api.openblas_get_config());
+    std::string name, version;
+    config >> name >> version;
+    api.library = name + " " + version;
+  });
+  return api;
+}
 
 char* at(kiln_mem_ref r) { return static_cast<char*>(r.base) + r.offset; }
 
@@ -45,11 +94,11 @@ void run_gemm(const kiln_blas_gemm_desc& d, T alpha, T beta) {
     const int m = int(d.m), n = int(d.n), k = int(d.k);
     const int lda = int(d.lda), ldb = int(d.ldb), ldc = int(d.ldc);
     if constexpr (std::is_same_v<T, float>)
-      cblas_sgemm(CblasRowMajor, trans(d.trans_a), trans(d.trans_b), m, n, k, alpha,
-                  a + i * d.stride_a, lda, b + i * d.stride_b, ldb, beta, ci, ldc);
+      openblas().cblas_sgemm(CblasRowMajor, trans(d.trans_a), trans(d.trans_b), m, n, k, alpha,
+                             a + i * d.stride_a, lda, b + i * d.stride_b, ldb, beta, ci, ldc);
     else
-      cblas_dgemm(CblasRowMajor, trans(d.trans_a), trans(d.trans_b), m, n, k, alpha,
-                  a + i * d.stride_a, lda, b + i * d.stride_b, ldb, beta, ci, ldc);
+      openblas().cblas_dgemm(CblasRowMajor, trans(d.trans_a), trans(d.trans_b), m, n, k, alpha,
+                             a + i * d.stride_a, lda, b + i * d.stride_b, ldb, beta, ci, ldc);
   }
 }
 
@@ -59,11 +108,11 @@ void run_gemv(const kiln_blas_gemv_desc& d, T alpha, T beta) {
   const T* x = reinterpret_cast<const T*>(at(d.x));
   T* y = reinterpret_cast<T*>(at(d.y));
   if constexpr (std::is_same_v<T, float>)
-    cblas_sgemv(CblasRowMajor, trans(d.trans), int(d.m), int(d.n), alpha, a, int(d.lda), x, 1, beta,
-                y, 1);
+    openblas().cblas_sgemv(CblasRowMajor, trans(d.trans), int(d.m), int(d.n), alpha, a, int(d.lda),
+                           x, 1, beta, y, 1);
   else
-    cblas_dgemv(CblasRowMajor, trans(d.trans), int(d.m), int(d.n), alpha, a, int(d.lda), x, 1, beta,
-                y, 1);
+    openblas().cblas_dgemv(CblasRowMajor, trans(d.trans), int(d.m), int(d.n), alpha, a, int(d.lda),
+                           x, 1, beta, y, 1);
 }
 
 template <class T, class Desc>
@@ -99,25 +148,32 @@ kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept try {
   return fail(KILN_ERR_OUT_OF_MEMORY, std::string("OpenBLAS gemv: ") + e.what());
 }
 
-// OPENBLAS_VERSION is " OpenBLAS 0.3.21 ": trimmed once.
-const std::string library_name = [] {
-  std::string s = OPENBLAS_VERSION;
-  s.erase(0, s.find_first_not_of(' '));
-  s.erase(s.find_last_not_of(' ') + 1);
-  return s;
-}();
+const kiln_blas_v1 blas_table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, nullptr, gemm, gemv};
 
-const kiln_blas_v1 blas_table = {
-    {KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, library_name.c_str(), gemm, gemv};
+bool loaded() noexcept {
+  try {
+    return openblas().lib != nullptr;
+  } catch (...) {  // std::bad_alloc naming the library: no extension
+    return false;
+  }
+}
 
 }  // namespace
 
 const void* blas_extension(const char* name, uint32_t version) noexcept {
-  return kiln_plugin::is_op(name, KILN_BLAS_EXTENSION) && version == KILN_BLAS_VERSION ? &blas_table
-                                                                                       : nullptr;
+  if (!kiln_plugin::is_op(name, KILN_BLAS_EXTENSION) || version != KILN_BLAS_VERSION || !loaded())
+    return nullptr;
+  static const kiln_blas_v1 table = [] {
+    kiln_blas_v1 t = blas_table;
+    t.library = openblas().library.c_str();
+    return t;
+  }();
+  return &table;
 }
-const char* blas_extension_list() noexcept { return "blas/1"; }
-bool blas_supports(kiln_dtype t) noexcept { return t == KILN_DTYPE_F32 || t == KILN_DTYPE_F64; }
+const char* blas_extension_list() noexcept { return loaded() ? "blas/1" : ""; }
+bool blas_supports(kiln_dtype t) noexcept {
+  return (t == KILN_DTYPE_F32 || t == KILN_DTYPE_F64) && loaded();
+}
 
 }  // namespace kiln::cpu
 
