@@ -124,28 +124,30 @@ kiln_status enqueue(kiln_queue_h q, const Desc& d, void (*run)(const Desc&, T, T
   return KILN_OK;
 }
 
-kiln_status gemm(kiln_queue_h q, const kiln_blas_gemm_desc* d) noexcept try {
-  if (!fits_int({d->m, d->n, d->k, d->lda, d->ldb, d->ldc}))
-    return fail(KILN_ERR_INVALID_ARGUMENT,
-                "OpenBLAS gemm: a size or leading dimension exceeds "
-                "INT_MAX (OpenBLAS built with 32-bit integers)");
-  if (d->dtype == KILN_DTYPE_F32) return enqueue<float>(q, *d, run_gemm<float>);
-  if (d->dtype == KILN_DTYPE_F64) return enqueue<double>(q, *d, run_gemm<double>);
-  return fail(KILN_ERR_UNSUPPORTED, "OpenBLAS gemm: only f32 and f64");
+// Checks what OpenBLAS's 32-bit integers can address, then queues the f32 or f64 run.
+template <class Desc>
+kiln_status submit(kiln_queue_h q, const Desc& d, const char* what,
+                   std::initializer_list<uint64_t> sizes, void (*run_f)(const Desc&, float, float),
+                   void (*run_d)(const Desc&, double, double)) noexcept try {
+  if (!fits_int(sizes))
+    return set_error(KILN_ERR_INVALID_ARGUMENT,
+                     "OpenBLAS %s: a size or leading dimension exceeds INT_MAX (OpenBLAS built "
+                     "with 32-bit integers)",
+                     what);
+  if (d.dtype == KILN_DTYPE_F32) return enqueue<float>(q, d, run_f);
+  if (d.dtype == KILN_DTYPE_F64) return enqueue<double>(q, d, run_d);
+  return set_error(KILN_ERR_UNSUPPORTED, "OpenBLAS %s: only f32 and f64", what);
 } catch (const std::exception& e) {
-  return fail(KILN_ERR_OUT_OF_MEMORY, std::string("OpenBLAS gemm: ") + e.what());
+  return set_error(KILN_ERR_OUT_OF_MEMORY, "OpenBLAS %s: %s", what, e.what());
 }
 
-kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept try {
-  if (!fits_int({d->m, d->n, d->lda}))
-    return fail(KILN_ERR_INVALID_ARGUMENT,
-                "OpenBLAS gemv: a size or leading dimension exceeds "
-                "INT_MAX (OpenBLAS built with 32-bit integers)");
-  if (d->dtype == KILN_DTYPE_F32) return enqueue<float>(q, *d, run_gemv<float>);
-  if (d->dtype == KILN_DTYPE_F64) return enqueue<double>(q, *d, run_gemv<double>);
-  return fail(KILN_ERR_UNSUPPORTED, "OpenBLAS gemv: only f32 and f64");
-} catch (const std::exception& e) {
-  return fail(KILN_ERR_OUT_OF_MEMORY, std::string("OpenBLAS gemv: ") + e.what());
+kiln_status gemm(kiln_queue_h q, const kiln_blas_gemm_desc* d) noexcept {
+  return submit(q, *d, "gemm", {d->m, d->n, d->k, d->lda, d->ldb, d->ldc}, run_gemm<float>,
+                run_gemm<double>);
+}
+
+kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept {
+  return submit(q, *d, "gemv", {d->m, d->n, d->lda}, run_gemv<float>, run_gemv<double>);
 }
 
 const kiln_blas_v1 blas_table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, nullptr, gemm, gemv};
