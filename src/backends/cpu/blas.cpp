@@ -5,11 +5,11 @@
 // worker thread, in order with copies and launches; OpenBLAS threads each call itself.
 #include "backends/cpu/cpu_backend.hpp"
 #include "blas_abi.h"
+#include "dl_library.hpp"
 #include "plugin_table.hpp"
 
 #ifdef KILN_HAVE_OPENBLAS
 #include <cblas.h>
-#include <dlfcn.h>
 
 #include <climits>
 #include <cstdlib>
@@ -28,29 +28,21 @@ namespace {
   X(cblas_dgemv)               \
   X(openblas_get_config)
 
-#define KILN_OPENBLAS_MEMBER(name) decltype(&::name) name = nullptr;
 struct openblas_api {
   void* lib = nullptr;
   std::string library;  // "OpenBLAS 0.3.21"
-  KILN_OPENBLAS_FUNCS(KILN_OPENBLAS_MEMBER)
+  KILN_OPENBLAS_FUNCS(KILN_DL_MEMBER)
 };
-#undef KILN_OPENBLAS_MEMBER
 
 // $KILN_OPENBLAS_LIBRARY, else the Debian soname, else the plain name; loaded once.
 const openblas_api& openblas() {
   static openblas_api api;
   static std::once_flag once;
   std::call_once(once, [] {
-    const char* env = std::getenv("KILN_OPENBLAS_LIBRARY");
-    for (const char* name : {env, "libopenblas.so.0", "libopenblas.so"})
-      if (name && *name && (api.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE))) break;
-    if (!api.lib) return;
-    bool ok = true;
-#define KILN_OPENBLAS_RESOLVE(name)                                       \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.lib, #name)); \
-  ok = ok && api.name;
-    KILN_OPENBLAS_FUNCS(KILN_OPENBLAS_RESOLVE)
-#undef KILN_OPENBLAS_RESOLVE
+    api.lib =
+        kiln_plugin::dl_open_first("KILN_OPENBLAS_LIBRARY", {"libopenblas.so.0", "libopenblas.so"});
+    bool ok = api.lib != nullptr;
+    KILN_OPENBLAS_FUNCS(KILN_DL_RESOLVE)
     if (!ok) {
       api.lib = nullptr;  // RTLD_NODELETE: stays mapped, unused
       return;

@@ -4,7 +4,6 @@
 // column-major transpose, so C = op(A) op(B) runs as C^T = op(B)^T op(A)^T with A and B
 // swapped and the same transpose flags.
 #include <cublas_api.h>
-#include <dlfcn.h>
 
 #include <climits>
 #include <cstdlib>
@@ -14,6 +13,7 @@
 
 #include "blas_abi.h"
 #include "cuda_backend.hpp"
+#include "dl_library.hpp"
 #include "plugin_table.hpp"
 
 namespace kiln_cuda {
@@ -33,15 +33,13 @@ namespace {
 kiln_status gemm(kiln_queue_h q, const kiln_blas_gemm_desc* d) noexcept;
 kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept;
 
-#define KILN_CUBLAS_MEMBER(name) decltype(&::name) name = nullptr;
 struct CublasApi {
   void* lib = nullptr;
   std::string library;   // "cuBLAS 13.0.2"
   std::string why;       // why it is not loaded
   kiln_blas_v1 table{};  // get_extension("blas", 1), set once loaded
-  KILN_CUBLAS_FUNCS(KILN_CUBLAS_MEMBER)
+  KILN_CUBLAS_FUNCS(KILN_DL_MEMBER)
 };
-#undef KILN_CUBLAS_MEMBER
 
 // Loads cuBLAS once: $KILN_CUBLAS_LIBRARY, else the CUDA 13 and 12 sonames, else the plain
 // name. Only where the driver found a device: cuBLAS cannot run without one.
@@ -50,19 +48,11 @@ const CublasApi& cublas() {
   static std::once_flag once;
   std::call_once(once, [] {
     if (!state().driver_ok) return void(api.why = "no CUDA device");
-    const char* env = std::getenv("KILN_CUBLAS_LIBRARY");
-    for (const char* name : {env, "libcublas.so.13", "libcublas.so.12", "libcublas.so"}) {
-      if (!name || !*name) continue;
-      if ((api.lib = dlopen(name, RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE))) break;
-      if (name == env) return void(api.why = std::string("KILN_CUBLAS_LIBRARY: ") + dlerror());
-    }
+    api.lib = kiln_plugin::dl_open_first("KILN_CUBLAS_LIBRARY",
+                                         {"libcublas.so.13", "libcublas.so.12", "libcublas.so"});
     if (!api.lib) return void(api.why = "libcublas.so.13/.12 not found");
     bool ok = true;
-#define KILN_CUBLAS_RESOLVE(name)                                         \
-  api.name = reinterpret_cast<decltype(api.name)>(dlsym(api.lib, #name)); \
-  ok = ok && api.name;
-    KILN_CUBLAS_FUNCS(KILN_CUBLAS_RESOLVE)
-#undef KILN_CUBLAS_RESOLVE
+    KILN_CUBLAS_FUNCS(KILN_DL_RESOLVE)
     int major = 0, minor = 0, patch = 0;
     if (ok && api.cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
         api.cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
@@ -72,8 +62,7 @@ const CublasApi& cublas() {
       api.table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, api.library.c_str(), gemm, gemv};
     } else {
       api.why = "cuBLAS lacks an entry point Kiln needs";
-      dlclose(api.lib);  // RTLD_NODELETE: stays mapped, but no member is used
-      api.lib = nullptr;
+      api.lib = nullptr;  // RTLD_NODELETE: stays mapped, unused
     }
   });
   return api;
