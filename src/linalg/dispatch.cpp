@@ -32,11 +32,12 @@ namespace detail {
 
 void set_path(path p) noexcept { last = p; }
 
-void check_device(const kiln::detail::queue_impl& q, const operand& x, const char* fn,
-                  const char* name) {
-  if (x.mem && x.mem->dev != q.dev)
-    throw invalid_argument(std::string("kiln::linalg::") + fn + ": " + name + " lives on " +
-                           x.mem->dev->id + " but the queue belongs to " + q.dev->id);
+void check_devices(const kiln::detail::queue_impl& q, const char* fn, const operand (&ops)[3],
+                   const char* names) {
+  for (int i = 0; i < 3; ++i)
+    if (ops[i].mem && ops[i].mem->dev != q.dev)
+      throw invalid_argument(std::string("kiln::linalg::") + fn + ": " + names[i] + " lives on " +
+                             ops[i].mem->dev->id + " but the queue belongs to " + q.dev->id);
 }
 
 std::uint64_t span_of(std::uint64_t batch, std::uint64_t stride, std::uint64_t rows,

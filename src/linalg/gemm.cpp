@@ -94,9 +94,7 @@ void run_portable(queue& q, scalar_type ty, const operand* ops, const matrix* mx
 void gemm(queue& q, scalar_type ty, operand a, operand b, operand c, const gemm_shape& s,
           const gemm_options& o) {
   kiln::detail::queue_impl& qi = *q.impl();
-  check_device(qi, a, "gemm", "A");
-  check_device(qi, b, "gemm", "B");
-  check_device(qi, c, "gemm", "C");
+  check_devices(qi, "gemm", {a, b, c}, "ABC");
   const operand ops[] = {a, b, c};
   matrix mx[] = {{"A", o.trans_a ? s.k : s.m, o.trans_a ? s.m : s.k, 0, 0},
                  {"B", o.trans_b ? s.n : s.k, o.trans_b ? s.k : s.n, 0, 0},

@@ -10,9 +10,7 @@ namespace kiln::linalg::detail {
 void gemv(queue& q, scalar_type ty, operand a, operand x, operand y, const gemv_shape& s,
           const gemv_options& o) {
   kiln::detail::queue_impl& qi = *q.impl();
-  check_device(qi, a, "gemv", "A");
-  check_device(qi, x, "gemv", "x");
-  check_device(qi, y, "gemv", "y");
+  check_devices(qi, "gemv", {a, x, y}, "Axy");
   const std::uint64_t lda = s.lda ? s.lda : std::max<std::uint64_t>(s.n, 1);
   if (lda < s.n)
     throw invalid_argument("kiln::linalg::gemv: lda (" + std::to_string(lda) +

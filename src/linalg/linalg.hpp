@@ -14,9 +14,10 @@ namespace kiln::linalg::detail {
 // Records the path this thread's last call took (last_path()).
 void set_path(path p) noexcept;
 
-// Throws invalid_argument unless the operand lives on the queue's device.
-void check_device(const kiln::detail::queue_impl& q, const operand& x, const char* fn,
-                  const char* name);
+// Throws invalid_argument unless the three operands live on the queue's device; names[i] is
+// operand i's one-letter name ("ABC").
+void check_devices(const kiln::detail::queue_impl& q, const char* fn, const operand (&ops)[3],
+                   const char* names);
 // Elements a strided batch of rows x cols matrices with pitch ld spans (0 when empty);
 // throws invalid_argument naming `what` when the count overflows.
 std::uint64_t span_of(std::uint64_t batch, std::uint64_t stride, std::uint64_t rows,
