@@ -9,12 +9,13 @@
 namespace kiln::linalg::detail {
 namespace {
 
-constexpr const char* tiled_text = R"(
-KILN_KERNEL void kiln_gemm_tiled(KILN_GLOBAL T_* c, KILN_GLOBAL const T_* a,
-                                 KILN_GLOBAL const T_* b, uint64_t m, uint64_t n, uint64_t k,
-                                 uint64_t lda, uint64_t ldb, uint64_t ldc, uint64_t sa,
-                                 uint64_t sb, uint64_t sc, int32_t ta, int32_t tb, T_ alpha,
-                                 T_ beta) {
+// Both GEMM kernels take one argument list, so gemm.cpp binds it once for either.
+#define KILN_GEMM_PARAMS                                                              \
+  "(KILN_GLOBAL T_* c, KILN_GLOBAL const T_* a, KILN_GLOBAL const T_* b, uint64_t m," \
+  " uint64_t n, uint64_t k, uint64_t lda, uint64_t ldb, uint64_t ldc, uint64_t sa,"   \
+  " uint64_t sb, uint64_t sc, int32_t ta, int32_t tb, T_ alpha, T_ beta)"
+
+constexpr const char* tiled_text = "\nKILN_KERNEL void kiln_gemm_tiled" KILN_GEMM_PARAMS R"( {
   KILN_LOCAL T_ as[16 * 64];  // as[kk * 64 + row]
   KILN_LOCAL T_ bs[16 * 64];  // bs[kk * 64 + col]
   const uint32_t tx = (uint32_t)kiln_local_id(0), ty = (uint32_t)kiln_local_id(1);
@@ -62,12 +63,7 @@ KILN_KERNEL void kiln_gemm_tiled(KILN_GLOBAL T_* c, KILN_GLOBAL const T_* a,
 )";
 
 // beta == 0 never reads the output, so whatever it held (NaN) is overwritten.
-constexpr const char* simple_text = R"(
-KILN_KERNEL void kiln_gemm_simple(KILN_GLOBAL T_* c, KILN_GLOBAL const T_* a,
-                                  KILN_GLOBAL const T_* b, uint64_t m, uint64_t n, uint64_t k,
-                                  uint64_t lda, uint64_t ldb, uint64_t ldc, uint64_t sa,
-                                  uint64_t sb, uint64_t sc, int32_t ta, int32_t tb, T_ alpha,
-                                  T_ beta) {
+constexpr const char* simple_text = "\nKILN_KERNEL void kiln_gemm_simple" KILN_GEMM_PARAMS R"( {
   const uint64_t j = kiln_global_id(0), i = kiln_global_id(1), z = kiln_global_id(2);
   a += z * sa;
   b += z * sb;
