@@ -1,6 +1,6 @@
 // The CUDA plugin's "blas" extension: cuBLAS, loaded with dlopen (never linked) on first need;
-// cublas_api.h is included for types only. One cuBLAS handle per device context, created on
-// first use. Kiln is row-major and cuBLAS column-major: a row-major m x n matrix is its
+// cublas_api.h is included for types only. One cuBLAS handle per queue (its stream), created
+// on first use. Kiln is row-major and cuBLAS column-major: a row-major m x n matrix is its
 // column-major transpose, so C = op(A) op(B) runs as C^T = op(B)^T op(A)^T with A and B
 // swapped and the same transpose flags.
 #include <cublas_api.h>
@@ -86,20 +86,22 @@ bool fits_int(std::initializer_list<uint64_t> values) {
   return true;
 }
 
-// Makes the context current, creates the device's handle on first use and binds the stream.
-// The caller holds d->blas_mu: a handle's stream and math mode are per handle, not per call.
+// Makes the context current, creates the queue's handle on first use (bound to its stream for
+// good) and sets the math mode. The caller holds q->blas_mu.
 kiln_status bind(kiln_queue_h q, uint32_t math_mode) {
-  kiln_device_s* d = q->dev;
-  if (kiln_status s = make_current(d)) return s;
-  if (!d->blas) {
+  if (kiln_status s = make_current(q->dev)) return s;
+  if (!q->blas) {
     cublasHandle_t h = nullptr;
     KILN_CUBLAS_CHECK(cublasCreate_v2, &h);
-    d->blas = h;
+    if (cublasStatus_t st = cublas().cublasSetStream_v2(h, q->stream);
+        st != CUBLAS_STATUS_SUCCESS) {
+      cublas().cublasDestroy_v2(h);
+      return blas_fail(st, "cublasSetStream_v2");
+    }
+    q->blas = h;
   }
-  auto h = static_cast<cublasHandle_t>(d->blas);
-  KILN_CUBLAS_CHECK(cublasSetStream_v2, h, reinterpret_cast<cudaStream_t>(q->stream));
   KILN_CUBLAS_CHECK(
-      cublasSetMathMode, h,
+      cublasSetMathMode, static_cast<cublasHandle_t>(q->blas),
       math_mode == KILN_BLAS_MATH_TF32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH);
   return KILN_OK;
 }
@@ -114,10 +116,10 @@ const T* ptr(kiln_mem_ref r) {
 kiln_status gemm(kiln_queue_h q, const kiln_blas_gemm_desc* d) noexcept {
   if (!fits_int({d->m, d->n, d->k, d->lda, d->ldb, d->ldc, d->batch}))
     return set_error(KILN_ERR_INVALID_ARGUMENT, "cuBLAS gemm: a size exceeds INT_MAX");
-  std::lock_guard<std::mutex> lock(q->dev->blas_mu);
+  std::lock_guard<std::mutex> lock(q->blas_mu);
   if (kiln_status s = bind(q, d->dtype == KILN_DTYPE_F32 ? d->math_mode : KILN_BLAS_MATH_DEFAULT))
     return s;
-  auto h = static_cast<cublasHandle_t>(q->dev->blas);
+  auto h = static_cast<cublasHandle_t>(q->blas);
   const int m = int(d->m), n = int(d->n), k = int(d->k), batch = int(d->batch);
   const auto sa = static_cast<long long>(d->stride_a), sb = static_cast<long long>(d->stride_b),
              sc = static_cast<long long>(d->stride_c);
@@ -141,9 +143,9 @@ kiln_status gemm(kiln_queue_h q, const kiln_blas_gemm_desc* d) noexcept {
 kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept {
   if (!fits_int({d->m, d->n, d->lda}))
     return set_error(KILN_ERR_INVALID_ARGUMENT, "cuBLAS gemv: a size exceeds INT_MAX");
-  std::lock_guard<std::mutex> lock(q->dev->blas_mu);
+  std::lock_guard<std::mutex> lock(q->blas_mu);
   if (kiln_status s = bind(q, KILN_BLAS_MATH_DEFAULT)) return s;
-  auto h = static_cast<cublasHandle_t>(q->dev->blas);
+  auto h = static_cast<cublasHandle_t>(q->blas);
   // Row-major A (m x n) is column-major A^T (n x m): op(A) = A runs as OP_T on it, and back.
   const cublasOperation_t t = d->trans == KILN_BLAS_OP_T ? CUBLAS_OP_N : CUBLAS_OP_T;
   const int rows = int(d->n), cols = int(d->m), lda = int(d->lda);
@@ -181,9 +183,9 @@ const void* blas_extension(const char* name, uint32_t version) noexcept {
 
 const char* blas_extension_list() noexcept { return blas_loaded() ? "blas/1" : ""; }
 
-void blas_release(kiln_device_s* d) noexcept {
-  if (d->blas && cublas().lib) cublas().cublasDestroy_v2(static_cast<cublasHandle_t>(d->blas));
-  d->blas = nullptr;
+void blas_release(kiln_queue_s* q) noexcept {
+  if (q->blas && cublas().lib) cublas().cublasDestroy_v2(static_cast<cublasHandle_t>(q->blas));
+  q->blas = nullptr;
 }
 
 }  // namespace kiln_cuda

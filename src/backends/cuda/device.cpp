@@ -165,8 +165,6 @@ kiln_status open_device(kiln_device_s* d) {
 
 // Errors are ignored: this also runs while the driver is being torn down.
 void close_device(kiln_device_s* d) {
-  if (d->blas && make_current_checked(d) == KILN_OK) blas_release(d);
-  d->blas = nullptr;
   if (d->internal && make_current_checked(d) == KILN_OK) {
     g_cu.cuStreamSynchronize(d->internal);
     g_cu.cuStreamDestroy(d->internal);
