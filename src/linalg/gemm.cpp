@@ -102,9 +102,11 @@ void gemm(queue& q, scalar_type ty, operand a, operand b, operand c, const gemm_
   resolve(mx[0], s.lda, s.stride_a, s.batch, a);
   resolve(mx[1], s.ldb, s.stride_b, s.batch, b);
   resolve(mx[2], s.ldc, s.stride_c, s.batch, c);
-  if (s.batch > 1 && s.m && mx[2].stride < s.m * mx[2].ld)
+  // Matrices of C may share nothing (the work on them runs in parallel); A and B may overlap.
+  const std::uint64_t c_span = span_of(1, 0, s.m, s.n, mx[2].ld, "C");
+  if (s.batch > 1 && mx[2].stride < c_span)
     throw invalid_argument("kiln::linalg::gemm: stride_c (" + std::to_string(mx[2].stride) +
-                           ") is smaller than one C matrix (" + std::to_string(s.m * mx[2].ld) +
+                           ") is smaller than one C matrix spans (" + std::to_string(c_span) +
                            " elements): the batch's outputs would overlap");
   if (s.m == 0 || s.n == 0 || s.batch == 0) return set_path(path::none);
   // k == 0 is C = beta C, which vendor libraries disagree on: the portable kernel does it.
