@@ -85,6 +85,18 @@ TEST(LinalgExtension, CpuListsBlasWithOpenBlas) {
     EXPECT_FALSE(listed);
 #endif
   }
+  // The capability query and the table agree; other versions and dtypes are absent.
+  const auto& cpu = *kiln::device::get("cpu:0").impl();
+  const void* table = cpu.extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION);
+  EXPECT_EQ(table != nullptr, cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_F32));
+  EXPECT_EQ(table != nullptr, cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_F64));
+  EXPECT_FALSE(cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_F16));
+  EXPECT_EQ(cpu.extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION + 1), nullptr);
+  if (table) {
+    const auto* t = static_cast<const kiln_blas_v1*>(table);
+    EXPECT_EQ(t->header.version, KILN_BLAS_VERSION);
+    EXPECT_GE(t->header.struct_size, sizeof(kiln_blas_v1));
+  }
   for (const kiln::backend_status& b : kiln::backends()) {
     if (b.name == "opencl") {
       EXPECT_TRUE(b.extensions.empty()) << "a portable layer: no library behind it";
