@@ -37,7 +37,7 @@ double median_ms(kiln::queue& q, const options& o, const std::function<void()>& 
 }
 
 void row(const char* name, double flops, double bytes, double ms) {
-  std::printf("%-28s %-7s %10.3f ms %9.2f TFLOP/s %9.1f GB/s\n", name,
+  std::printf("%-28s %-7s %10.3f ms %9.3f TFLOP/s %9.1f GB/s\n", name,
               kiln::linalg::to_string(kiln::linalg::last_path()), ms, flops / ms * 1e-9,
               bytes / ms * 1e-6);
 }
