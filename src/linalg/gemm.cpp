@@ -19,9 +19,9 @@ void resolve(matrix& x, std::uint64_t ld, std::uint64_t stride, std::uint64_t ba
              const operand& op) {
   x.ld = ld ? ld : std::max<std::uint64_t>(x.cols, 1);
   if (x.ld < x.cols)
-    throw invalid_argument(std::string("kiln::linalg::gemm: ld") + x.name + " (" +
-                           std::to_string(x.ld) + ") is smaller than a row of " + x.name + " (" +
-                           std::to_string(x.cols) + " elements)");
+    throw invalid_argument(std::string("kiln::linalg::gemm: ld") + char(x.name[0] - 'A' + 'a') +
+                           " (" + std::to_string(x.ld) + ") is smaller than a row of " + x.name +
+                           " (" + std::to_string(x.cols) + " elements)");
   x.stride = stride ? stride : x.rows * x.ld;
   const std::string shape = std::to_string(x.rows) + " x " + std::to_string(x.cols) + ", ld " +
                             std::to_string(x.ld) + ", batch " + std::to_string(batch) +

@@ -29,7 +29,7 @@ TEST_P(LinalgErrorsTest, GemmShapes) {
               HasSubstr("C holds 4 elements but the shape needs 6"));
   EXPECT_THAT(
       message_of([&] { kiln::linalg::gemm(q, a, b, c, {.m = 2, .n = 2, .k = 3, .ldb = 1}); }),
-      HasSubstr("ldB (1) is smaller than a row of B (2 elements)"));
+      HasSubstr("ldb (1) is smaller than a row of B (2 elements)"));
   EXPECT_THAT(message_of([&] {
                 kiln::linalg::gemm(q, a, b, c, {.m = 2, .n = 3, .k = 2}, {.trans_b = true});
               }),
