@@ -36,7 +36,6 @@ kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept;
 struct CublasApi {
   void* lib = nullptr;
   std::string library;   // "cuBLAS 13.0.2"
-  std::string why;       // why it is not loaded
   kiln_blas_v1 table{};  // get_extension("blas", 1), set once loaded
   KILN_CUBLAS_FUNCS(KILN_DL_MEMBER)
 };
@@ -47,10 +46,10 @@ const CublasApi& cublas() {
   static CublasApi api;
   static std::once_flag once;
   std::call_once(once, [] {
-    if (!state().driver_ok) return void(api.why = "no CUDA device");
+    if (!state().driver_ok) return;
     api.lib = kiln_plugin::dl_open_first("KILN_CUBLAS_LIBRARY",
                                          {"libcublas.so.13", "libcublas.so.12", "libcublas.so"});
-    if (!api.lib) return void(api.why = "libcublas.so.13/.12 not found");
+    if (!api.lib) return;
     bool ok = true;
     KILN_CUBLAS_FUNCS(KILN_DL_RESOLVE)
     int major = 0, minor = 0, patch = 0;
@@ -61,8 +60,7 @@ const CublasApi& cublas() {
                     std::to_string(patch);
       api.table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, api.library.c_str(), gemm, gemv};
     } else {
-      api.why = "cuBLAS lacks an entry point Kiln needs";
-      api.lib = nullptr;  // RTLD_NODELETE: stays mapped, unused
+      api.lib = nullptr;  // lacks an entry point Kiln needs; RTLD_NODELETE: stays mapped, unused
     }
   });
   return api;
