@@ -21,3 +21,19 @@ export OCL_ICD_VENDORS=$vendors
 export KILN_PLUGIN_PATH=$PWD/$build/lib
 export KILN_CUDA_PLUGIN=$PWD/$build/lib/libkiln_backend_cuda.so  # for cuda_plugin_test
 export KILN_CACHE_DIR=${KILN_CACHE_DIR:-/tmp/kiln-cache}
+
+# cuBLAS (the CUDA plugin dlopens it for kiln::linalg): on the lent machine it comes with
+# PyTorch's pip packages (nvidia-cublas), outside the loader's path. Add its folder unless the
+# loader already knows a libcublas.so.12/13.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.1[23]'; then
+  for _kiln_site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    for _kiln_dir in "$_kiln_site"/nvidia/*/lib; do
+      if ls "$_kiln_dir"/libcublas.so.1[23]* >/dev/null 2>&1; then
+        export LD_LIBRARY_PATH="$_kiln_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        echo "cuBLAS from $_kiln_dir"
+        break 2
+      fi
+    done
+  done
+  unset _kiln_site _kiln_dir
+fi

@@ -16,8 +16,9 @@ case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test [--no-sanitizers]" 
 
 # OpenCL: the ICD loader and headers (ocl-icd-opencl-dev) and PoCL, OpenCL on the CPU, so that
 # the OpenCL backend runs the whole suite without a GPU.
+# OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg).
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
-          pocl-opencl-icd)
+          pocl-opencl-icd libopenblas-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

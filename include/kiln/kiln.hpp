@@ -4,6 +4,7 @@
 #include "kiln/device.hpp"
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "kiln/linalg.hpp"
 #include "kiln/queue.hpp"
 #include "kiln/scalar_type.hpp"
 #include "kiln/query.hpp"

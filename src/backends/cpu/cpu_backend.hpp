@@ -71,6 +71,11 @@ const std::string& compiler_path();
 // Runs argv (no shell), stdout+stderr to log_path; returns the exit status or -1.
 int run_process(const std::vector<std::string>& argv, const std::string& log_path);
 
+// The "blas" extension (blas.cpp): OpenBLAS when found at configure time, else none.
+const void* blas_extension(const char* name, uint32_t version) noexcept;
+const char* blas_extension_list() noexcept;
+bool blas_supports(kiln_dtype t) noexcept;  // GEMM on t through the extension
+
 }  // namespace kiln::cpu
 
 struct kiln_device_s {

@@ -52,11 +52,12 @@ void shutdown() {}
 const char* availability() noexcept { return availability_text.c_str(); }
 int device_count() { return 1; }
 
-constexpr auto get_extension = kiln_plugin::no_extension;
-constexpr auto extension_list = kiln_plugin::no_extension_list;
-// Rings: the serving loop runs on host threads over the same mapped queues.
-int supports_op(int, const char* op, kiln_dtype) noexcept {
-  return kiln_plugin::is_op(op, KILN_OP_RING);
+constexpr auto get_extension = blas_extension;
+constexpr auto extension_list = blas_extension_list;
+// Rings: the serving loop runs on host threads over the same mapped queues. GEMM: OpenBLAS.
+int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
+  return kiln_plugin::is_op(op, KILN_OP_RING) ||
+         (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype));
 }
 
 const kiln_backend table = KILN_PLUGIN_TABLE("cpu", "cpp", 0);

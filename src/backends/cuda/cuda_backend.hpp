@@ -27,6 +27,11 @@ struct kiln_device_s {
 struct kiln_queue_s {
   kiln_device_s* dev;
   CUstream stream;
+  // The queue's cuBLAS handle (blas.cpp), bound to `stream`, created on first use under
+  // blas_mu. Per queue, not per context: a handle's workspace must not serve two streams
+  // at once, and its math mode is per handle.
+  void* blas = nullptr;
+  std::mutex blas_mu;
 };
 
 struct kiln_event_s {
@@ -85,6 +90,13 @@ kiln_status make_current_checked(kiln_device_s* d) noexcept;
 inline CUdeviceptr dptr(const kiln_mem_ref& m) {
   return reinterpret_cast<CUdeviceptr>(m.base) + m.offset;
 }
+
+// The "blas" extension (blas.cpp): cuBLAS, when it loads and a device exists.
+bool blas_loaded() noexcept;
+const void* blas_extension(const char* name, uint32_t version) noexcept;
+const char* blas_extension_list() noexcept;
+// Destroys the queue's cuBLAS handle, if any; its context must be current.
+void blas_release(kiln_queue_s* q) noexcept;
 
 // ABI entry points, implemented across device.cpp, memory.cpp, queue.cpp and program.cpp.
 // They may throw (std::bad_alloc); plugin.cpp wraps each one in a catch-all guard.

@@ -5,11 +5,13 @@
 namespace kiln_cuda {
 namespace {
 
-constexpr auto get_extension = kiln_plugin::no_extension;
-constexpr auto extension_list = kiln_plugin::no_extension_list;
-// Rings need system-scope atomics on mapped host memory, which CUDA has.
-int supports_op(int, const char* op, kiln_dtype) noexcept {
-  return kiln_plugin::is_op(op, KILN_OP_RING);
+constexpr auto get_extension = blas_extension;
+constexpr auto extension_list = blas_extension_list;
+// Rings need system-scope atomics on mapped host memory, which CUDA has. GEMM: cuBLAS.
+int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
+  return kiln_plugin::is_op(op, KILN_OP_RING) ||
+         (kiln_plugin::is_op(op, KILN_OP_GEMM) &&
+          (dtype == KILN_DTYPE_F32 || dtype == KILN_DTYPE_F64) && blas_loaded());
 }
 
 const kiln_backend table = KILN_PLUGIN_TABLE("cuda", "cuda", 0);

@@ -10,7 +10,10 @@ kiln_status queue_create(kiln_device_h dev, kiln_queue_h* out) {
   CUstream s = nullptr;
   if (CUresult r = g_cu.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING); r != CUDA_SUCCESS)
     return cu_fail(r, "cuStreamCreate");
-  *out = new kiln_queue_s{dev, s};
+  auto* q = new kiln_queue_s{};
+  q->dev = dev;
+  q->stream = s;
+  *out = q;
   return KILN_OK;
 }
 
@@ -21,6 +24,7 @@ void queue_destroy(kiln_queue_h queue) {
     CUresult r = g_cu.cuStreamSynchronize(queue->stream);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) cu_fail(r, "cuStreamSynchronize");
     if (r != CUDA_ERROR_DEINITIALIZED) {
+      blas_release(queue);
       r = g_cu.cuStreamDestroy(queue->stream);
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) cu_fail(r, "cuStreamDestroy");
     }

@@ -1,0 +1,71 @@
+// Shared by the linalg tests: a double-precision reference, random operands, the path each
+// device should take, and the error bound each result is held to.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <kiln/kiln.hpp>
+#include <limits>
+#include <optional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "conformance/backends.hpp"
+#include "linalg/linalg.hpp"  // the kernel sources (src/linalg)
+
+namespace linalg_test {
+
+// Random values in [-1, -0.25] u [0.25, 1]: never zero, so every product term matters.
+template <class T>
+std::vector<T> random_values(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> mag(0.25, 1.0);
+  std::vector<T> v(n);
+  for (T& x : v) x = static_cast<T>((rng() & 1 ? 1 : -1) * mag(rng));
+  return v;
+}
+
+// Error bound for one element computed in T from k products: (k + 2) rounding steps of unit
+// eps, each relative to the magnitudes summed (|alpha| sum |a||b| + |beta| |c|), times 2 for
+// the order of summation (blocked, FMA or not). TF32 rounds inputs to 10 mantissa bits.
+template <class T>
+double bound(std::uint64_t k, double magnitude, bool tf32 = false) {
+  const double eps = tf32 ? std::ldexp(1.0, -10) : std::numeric_limits<T>::epsilon();
+  return 2.0 * eps * double(k + 2) * magnitude + std::numeric_limits<T>::min();
+}
+
+// The path a device's GEMM takes with the library in place (unless KILN_LINALG_PORTABLE is
+// set): PoCL (OpenCL, barriers) must run the tiled kernel.
+inline kiln::linalg::path expected_path(const kiln::device& dev) {
+  if (*kiln::linalg::vendor_library(dev)) return kiln::linalg::path::vendor;
+  return dev.supports(kiln::feature::barrier) ? kiln::linalg::path::tiled
+                                              : kiln::linalg::path::simple;
+}
+// GEMV's portable kernel is the per-element one everywhere.
+inline kiln::linalg::path expected_gemv_path(const kiln::device& dev) {
+  return *kiln::linalg::vendor_library(dev) ? kiln::linalg::path::vendor
+                                            : kiln::linalg::path::simple;
+}
+
+// Sets an environment variable for one scope.
+class scoped_env {
+ public:
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    ::setenv(name, value, 1);
+  }
+  ~scoped_env() {
+    if (had_)
+      ::setenv(name_, old_.c_str(), 1);
+    else
+      ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+}  // namespace linalg_test
