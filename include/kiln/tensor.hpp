@@ -67,15 +67,22 @@ class tensor {
   tensor() = default;  // undefined: every operation on it throws kiln::invalid_argument
 
   // ---- creation ----
-  // Copies host data; numel(shape) must equal data.size() (else kiln::shape_error). An empty
-  // shape means 1-D of data.size() elements.
+  // Copies host data; numel(shape) must equal data.size() (else kiln::shape_error). Without a
+  // shape: 1-D of data.size() elements; shape {} is rank 0 (one element).
   template <scalar T>
-  static tensor from(const device& dev, std::span<const T> data, const shape_t& shape = {}) {
-    return detail::tensor_from_host(dev, scalar_type_of<T>, data.data(), data.size(),
-                                    shape.empty() ? shape_t{std::int64_t(data.size())} : shape);
+  static tensor from(const device& dev, std::span<const T> data, const shape_t& shape) {
+    return detail::tensor_from_host(dev, scalar_type_of<T>, data.data(), data.size(), shape);
   }
   template <scalar T>
-  static tensor from(const device& dev, const std::vector<T>& data, const shape_t& shape = {}) {
+  static tensor from(const device& dev, std::span<const T> data) {
+    return from(dev, data, shape_t{static_cast<std::int64_t>(data.size())});
+  }
+  template <scalar T>
+  static tensor from(const device& dev, const std::vector<T>& data) {
+    return from(dev, data, shape_t{static_cast<std::int64_t>(data.size())});
+  }
+  template <scalar T>
+  static tensor from(const device& dev, const std::vector<T>& data, const shape_t& shape) {
     if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is not contiguous
       std::unique_ptr<bool[]> tmp(new bool[data.size()]);
       for (std::size_t i = 0; i < data.size(); ++i) tmp[i] = data[i];

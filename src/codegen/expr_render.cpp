@@ -1,5 +1,6 @@
 #include "codegen/expr_render.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string_view>
 
@@ -114,6 +115,15 @@ std::string helper_def(const helper& h) {
                  " hi) { return v < lo ? lo : hi < v ? hi : v; }\n");
     default: throw std::logic_error(cat("kiln::codegen: no helper for ", name));
   }
+}
+
+std::vector<helper> helpers_in(const ir::graph& g) {
+  std::vector<helper> out;
+  for (const ir::node& n : g.nodes) {
+    const helper h{n.o, n.dtype};
+    if (is_helper(n.o) && std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+  }
+  return out;
 }
 
 namespace {

@@ -31,5 +31,7 @@ std::string helper_name(const helper& h);
 std::string helper_def(const helper& h);
 // The helpers the roots call, each once, in the order kernels have always defined them.
 std::vector<helper> helpers_of(const ir::graph& g, const std::vector<ir::node_id>& roots);
+// Every node's helpers, in node order: linear in a DAG whose shared nodes the walk above repeats.
+std::vector<helper> helpers_in(const ir::graph& g);
 
 }  // namespace kiln::codegen

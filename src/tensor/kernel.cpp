@@ -88,7 +88,7 @@ std::string render_kernel(const lowered& l) {
   for (const ir::input& in : g.inputs) decompose |= !ir::is_flat(in.l);
 
   std::string s;
-  for (const codegen::helper& h : codegen::helpers_of(g, g.roots)) s += codegen::helper_def(h);
+  for (const codegen::helper& h : codegen::helpers_in(g)) s += codegen::helper_def(h);
   s += cat("KILN_KERNEL void kt_eval(KILN_GLOBAL ", type_name(g[root].dtype),
            "* KILN_RESTRICT kt_out");
   for (std::size_t k = 0; k < g.inputs.size(); ++k)

@@ -44,6 +44,7 @@ tensor tensor::view(const shape_t& shape) const {
 }
 
 tensor tensor::reshape(const shape_t& shape) const {
+  detail::reset_stats();  // counts its evaluation and its copy together
   stored(*this, "reshape");
   detail::infer_shape(shape, numel(), this->shape(), "reshape");  // its errors before a copy
   return is_contiguous() ? view(shape) : detail::contiguous_of(*this).view(shape);
@@ -104,7 +105,7 @@ tensor tensor::slice(int dim, std::int64_t start, std::int64_t end, std::int64_t
 
 tensor tensor::expand(const shape_t& shape) const {
   const tensor_impl& x = stored(*this, "expand");
-  detail::check_shape(shape, "expand");  // -1 entries are checked below
+  if (shape.size() > static_cast<std::size_t>(max_tensor_rank)) detail::check_shape(shape, "expand");
   const auto fail = [&] {
     throw shape_error("kiln::tensor::expand: shape " + to_string(x.shape) +
                       " cannot expand to " + to_string(shape));
