@@ -91,8 +91,10 @@ class tensor {
       return from(dev, std::span<const T>(data), shape);
     }
   }
-  static tensor empty(const device& dev, const shape_t& shape, scalar_type dtype = scalar_type::f32);
-  static tensor zeros(const device& dev, const shape_t& shape, scalar_type dtype = scalar_type::f32);
+  static tensor empty(const device& dev, const shape_t& shape,
+                      scalar_type dtype = scalar_type::f32);
+  static tensor zeros(const device& dev, const shape_t& shape,
+                      scalar_type dtype = scalar_type::f32);
   static tensor ones(const device& dev, const shape_t& shape, scalar_type dtype = scalar_type::f32);
   template <scalar T>
   static tensor full(const device& dev, const shape_t& shape, scalar_type dtype, T value) {
@@ -162,18 +164,18 @@ class tensor {
 };
 
 // ---- lazy elementwise operations (NumPy broadcasting) ----
-#define KILN_TENSOR_BINARY(sym, name)                                                       \
-  inline tensor operator sym(const tensor& a, const tensor& b) {                            \
-    return detail::binary(detail::binary_op::name, a, b);                                   \
-  }                                                                                         \
-  template <scalar T>                                                                       \
-  tensor operator sym(const tensor& a, T b) {                                               \
-    return detail::binary(detail::binary_op::name, a,                                       \
-                          detail::scalar_like(a, scalar_type_of<T>, detail::bits_of(b)));   \
-  }                                                                                         \
-  template <scalar T>                                                                       \
-  tensor operator sym(T a, const tensor& b) {                                               \
-    return detail::binary(detail::binary_op::name,                                          \
+#define KILN_TENSOR_BINARY(sym, name)                                                        \
+  inline tensor operator sym(const tensor& a, const tensor& b) {                             \
+    return detail::binary(detail::binary_op::name, a, b);                                    \
+  }                                                                                          \
+  template <scalar T>                                                                        \
+  tensor operator sym(const tensor& a, T b) {                                                \
+    return detail::binary(detail::binary_op::name, a,                                        \
+                          detail::scalar_like(a, scalar_type_of<T>, detail::bits_of(b)));    \
+  }                                                                                          \
+  template <scalar T>                                                                        \
+  tensor operator sym(T a, const tensor& b) {                                                \
+    return detail::binary(detail::binary_op::name,                                           \
                           detail::scalar_like(b, scalar_type_of<T>, detail::bits_of(a)), b); \
   }
 KILN_TENSOR_BINARY(+, add)

@@ -34,7 +34,7 @@ class hasher {
  private:
   void flush();
   void add_node(const graph& g, const node& n);  // op, dtype; a leaf's slot and what it names
-  std::uint64_t h_ = 0x6b696c6e;  // "kiln"
+  std::uint64_t h_ = 0x6b696c6e;                 // "kiln"
   std::array<std::uint64_t, 32> buf_{};
   std::size_t used_ = 0;
 };

@@ -1,9 +1,9 @@
 // Evaluation of a lazy tensor: lower its expression (tensor/kernel.cpp), find or render and
 // compile its one kernel by structural key, launch it over the contiguous output on the
 // device's default queue, and keep the result in the tensor itself.
-#include "kiln/kernel.hpp"
 #include "ir/layout.hpp"
 #include "ir/print.hpp"
+#include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
 #include "tensor/kernel.hpp"
 

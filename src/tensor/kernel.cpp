@@ -127,8 +127,8 @@ std::string render_kernel(const lowered& l) {
       }
       if (at.empty()) at.append("0");
     }
-    s += cat("  const ", type_name(g.inputs[k].type), " ",
-             codegen::load_name(static_cast<int>(k)), " = kt_in", num(k), "[", at, "];\n");
+    s += cat("  const ", type_name(g.inputs[k].type), " ", codegen::load_name(static_cast<int>(k)),
+             " = kt_in", num(k), "[", at, "];\n");
   }
   // One statement per operation node: a shared subexpression is computed once.
   const auto name = [&](ir::node_id x) {

@@ -14,9 +14,9 @@
 namespace kiln::detail {
 
 struct lowered {
-  ir::graph g;                              // one root; inputs laid out over `shape`
-  std::vector<const tensor_impl*> leaves;   // the stored tensor behind each input slot
-  shape_t shape;                            // the output's
+  ir::graph g;                             // one root; inputs laid out over `shape`
+  std::vector<const tensor_impl*> leaves;  // the stored tensor behind each input slot
+  shape_t shape;                           // the output's
 };
 
 lowered lower(const tensor_impl& root);

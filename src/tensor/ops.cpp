@@ -35,7 +35,8 @@ impl_ptr scalar_of(const device& dev, scalar_type t, std::uint64_t bits) {
 // x as dtype t: itself, a converted scalar (no node), or a cast node.
 impl_ptr cast_to(const impl_ptr& x, scalar_type t) {
   if (x->dtype == t) return x;
-  if (x->kind == tensor_kind::scalar) return scalar_of(x->dev, t, convert_bits(x->dtype, x->value.bits, t));
+  if (x->kind == tensor_kind::scalar)
+    return scalar_of(x->dev, t, convert_bits(x->dtype, x->value.bits, t));
   return node(ir::op::cast, t, x->shape, {x});
 }
 
@@ -69,7 +70,8 @@ tensor binary(binary_op o, const tensor& a, const tensor& b) {
   const scalar_type c = promote(x->dtype, y->dtype);
   const ir::op op = ir_of(o);
   const bool compare = ir::info(op).cls == ir::op_class::compare;
-  return tensor(node(op, compare ? scalar_type::boolean : c, shape, {cast_to(x, c), cast_to(y, c)}));
+  return tensor(
+      node(op, compare ? scalar_type::boolean : c, shape, {cast_to(x, c), cast_to(y, c)}));
 }
 
 tensor unary(unary_op o, const tensor& a) {
@@ -78,19 +80,23 @@ tensor unary(unary_op o, const tensor& a) {
     case unary_op::neg:
     case unary_op::abs: {
       const scalar_type t = integral_promote(x->dtype);
-      return tensor(node(o == unary_op::neg ? ir::op::neg : ir::op::abs, t, x->shape, {cast_to(x, t)}));
+      return tensor(
+          node(o == unary_op::neg ? ir::op::neg : ir::op::abs, t, x->shape, {cast_to(x, t)}));
     }
     case unary_op::relu:
       return tensor(node(ir::op::max, x->dtype, x->shape, {x, scalar_of(x->dev, x->dtype, 0)}));
     case unary_op::sigmoid: {
       const scalar_type t = math_type(x->dtype);
       const impl_ptr one = scalar_of(x->dev, t, convert_bits(scalar_type::i32, 1, t));
-      const impl_ptr e = node(ir::op::exp, t, x->shape, {node(ir::op::neg, t, x->shape, {cast_to(x, t)})});
-      return tensor(node(ir::op::div, t, x->shape, {one, node(ir::op::add, t, x->shape, {one, e})}));
+      const impl_ptr e =
+          node(ir::op::exp, t, x->shape, {node(ir::op::neg, t, x->shape, {cast_to(x, t)})});
+      return tensor(
+          node(ir::op::div, t, x->shape, {one, node(ir::op::add, t, x->shape, {one, e})}));
     }
     default: break;
   }
-  constexpr ir::op math[] = {ir::op::sqrt, ir::op::exp, ir::op::log, ir::op::sin, ir::op::cos, ir::op::tanh};
+  constexpr ir::op math[] = {ir::op::sqrt, ir::op::exp, ir::op::log,
+                             ir::op::sin,  ir::op::cos, ir::op::tanh};
   const ir::op op = math[static_cast<int>(o) - static_cast<int>(unary_op::sqrt)];
   const scalar_type t = math_type(x->dtype);
   return tensor(node(op, t, x->shape, {cast_to(x, t)}));
@@ -129,8 +135,7 @@ tensor tensor::to(scalar_type dtype) const {
   return tensor(detail::cast_to(x, dtype));
 }
 
-tensor tensor::arange(const device& dev, double start, double end, double step,
-                      scalar_type dtype) {
+tensor tensor::arange(const device& dev, double start, double end, double step, scalar_type dtype) {
   using namespace detail;
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
     throw invalid_argument("kiln::tensor::arange: step must be non-zero and bounds finite");
@@ -145,9 +150,10 @@ tensor tensor::arange(const device& dev, double start, double end, double step,
   const tensor i(std::move(index));
   // Evaluated at once (one kernel): the index leaf must not meet another shape lazily.
   reset_stats();
-  tensor r = is_floating(dtype)
-                 ? (i.to(scalar_type::f64) * step + start).to(dtype)
-                 : (i * static_cast<std::int64_t>(step) + static_cast<std::int64_t>(start)).to(dtype);
+  tensor r =
+      is_floating(dtype)
+          ? (i.to(scalar_type::f64) * step + start).to(dtype)
+          : (i * static_cast<std::int64_t>(step) + static_cast<std::int64_t>(start)).to(dtype);
   if (!r.is_lazy()) r = copy_node(r);
   materialise(*r.impl());
   return r;

@@ -80,8 +80,8 @@ tensor full_bits(const device& dev, const shape_t& shape, scalar_type dtype, sca
 void tensor_read(const tensor& x, scalar_type want, void* dst, std::uint64_t count) {
   tensor_impl& t = impl_of(x, "to_vector");
   if (t.dtype != want)
-    throw dtype_error(std::string("kiln::tensor: reading a tensor of dtype ") +
-                      type_name(t.dtype) + " as " + type_name(want) +
+    throw dtype_error(std::string("kiln::tensor: reading a tensor of dtype ") + type_name(t.dtype) +
+                      " as " + type_name(want) +
                       " (to_vector<T> and item<T> need T to be the tensor's dtype; use to())");
   const auto n = static_cast<std::uint64_t>(numel_of(t.shape));
   if (n != count)

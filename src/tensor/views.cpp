@@ -95,7 +95,9 @@ tensor tensor::slice(int dim, std::int64_t start, std::int64_t end, std::int64_t
                            std::to_string(step));
   if (x.shape.empty()) throw axis_error("kiln::tensor::slice: a rank-0 tensor has no dimension");
   const std::int64_t size = x.shape[d];
-  const auto clampi = [&](std::int64_t v) { return std::clamp<std::int64_t>(v < 0 ? v + size : v, 0, size); };
+  const auto clampi = [&](std::int64_t v) {
+    return std::clamp<std::int64_t>(v < 0 ? v + size : v, 0, size);
+  };
   const std::int64_t lo = clampi(start), hi = clampi(end);
   shape_t s = x.shape, st = x.strides;
   s[d] = hi > lo ? (hi - lo + step - 1) / step : 0;
@@ -105,10 +107,11 @@ tensor tensor::slice(int dim, std::int64_t start, std::int64_t end, std::int64_t
 
 tensor tensor::expand(const shape_t& shape) const {
   const tensor_impl& x = stored(*this, "expand");
-  if (shape.size() > static_cast<std::size_t>(max_tensor_rank)) detail::check_shape(shape, "expand");
+  if (shape.size() > static_cast<std::size_t>(max_tensor_rank))
+    detail::check_shape(shape, "expand");
   const auto fail = [&] {
-    throw shape_error("kiln::tensor::expand: shape " + to_string(x.shape) +
-                      " cannot expand to " + to_string(shape));
+    throw shape_error("kiln::tensor::expand: shape " + to_string(x.shape) + " cannot expand to " +
+                      to_string(shape));
   };
   if (shape.size() < x.shape.size()) fail();
   const std::size_t lead = shape.size() - x.shape.size();

@@ -58,9 +58,9 @@ TEST_P(CreateTest, ArangeMatchesPython) {
             (std::vector<std::int32_t>{0, 1, 2, 3, 4}));
   EXPECT_EQ(kiln::tensor::arange(dev(), 1, 2, 0.25, kiln::scalar_type::f64).to_vector<double>(),
             (std::vector<double>{1, 1.25, 1.5, 1.75}));
-  EXPECT_EQ(kiln::tensor::arange(dev(), 10, 1, -3, kiln::scalar_type::i64)
-                .to_vector<std::int64_t>(),
-            (std::vector<std::int64_t>{10, 7, 4}));
+  EXPECT_EQ(
+      kiln::tensor::arange(dev(), 10, 1, -3, kiln::scalar_type::i64).to_vector<std::int64_t>(),
+      (std::vector<std::int64_t>{10, 7, 4}));
   EXPECT_EQ(kiln::tensor::arange(dev(), 3, 3, 1, kiln::scalar_type::f32).numel(), 0);
   EXPECT_THROW(kiln::tensor::arange(dev(), 0, 1, 0), kiln::invalid_argument);
 }

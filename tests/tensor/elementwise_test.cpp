@@ -11,15 +11,16 @@ KILN_INSTANTIATE_TENSOR_PER_DEVICE(ElementwiseTest);
 // Pairs of shapes covering every broadcasting case: equal, missing leading dims, size-1 dims
 // on either side and on both, rank 0, size 0, rank 4.
 const std::vector<std::pair<shape_t, shape_t>> patterns = {
-    {{2, 3}, {2, 3}},    {{2, 3}, {3}},       {{2, 3}, {2, 1}},      {{1, 3}, {2, 1}},
-    {{4, 1, 3}, {2, 1}}, {{}, {2, 3}},        {{0, 3}, {3}},         {{1}, {5}},
+    {{2, 3}, {2, 3}},          {{2, 3}, {3}},    {{2, 3}, {2, 1}}, {{1, 3}, {2, 1}},
+    {{4, 1, 3}, {2, 1}},       {{}, {2, 3}},     {{0, 3}, {3}},    {{1}, {5}},
     {{3, 1, 1, 2}, {1, 4, 1}}, {{2, 0}, {1, 1}}, {{5, 7}, {}},
 };
 
 // (a + b) * (a - b) / b in C++'s promoted type: every arithmetic operator in one fused kernel
 // (bool has no divisor: + b instead).
 template <class A, class B>
-void check_arith(const kiln::device& dev, const shape_t& sa, const shape_t& sb, std::uint64_t seed) {
+void check_arith(const kiln::device& dev, const shape_t& sa, const shape_t& sb,
+                 std::uint64_t seed) {
   SCOPED_TRACE(kiln::to_string(sa) + " with " + kiln::to_string(sb) + ", " + name_of<A>() +
                " and " + name_of<B>());
   using R = decltype(A() + B());
@@ -77,9 +78,8 @@ TEST_P(ElementwiseTest, ScalarsOnEitherSideAndNewValuesReuseTheKernel) {
   const host<float> h = random_host<float>({3, 5}, 9);
   const kiln::tensor x = upload(dev(), h);
   for (float s : {1.5f, -3.25f}) {
-    const auto want = map2<float>(h, host<float>{{}, {s}}, [](float a, float b) {
-      return (2.f - a) * b + a / b;
-    });
+    const auto want = map2<float>(h, host<float>{{}, {s}},
+                                  [](float a, float b) { return (2.f - a) * b + a / b; });
     EXPECT_TRUE(matches((2.f - x) * s + x / s, want));
   }
   EXPECT_EQ(stats().programs_compiled, 0u);  // the second value: same kernel
@@ -96,16 +96,22 @@ TEST_P(ElementwiseTest, NonContiguousOperands) {
   // a: [4, 3], the transpose of every second row; b: row[1:4] expanded to [4, 3].
   const kiln::tensor a = tb.slice(0, 0, 6, 2).t();
   const kiln::tensor b = tr.slice(0, 1, 4).unsqueeze(0).expand({4, 3});
-  const host<float> ha = remap<float>(base, {4, 3}, [](shape_t c) { return shape_t{c[1] * 2, c[0]}; });
+  const host<float> ha = remap<float>(base, {4, 3}, [](shape_t c) {
+    return shape_t{c[1] * 2, c[0]};
+  });
   const host<double> hb = remap<double>(row, {4, 3}, [](shape_t c) { return shape_t{c[1] + 1}; });
-  EXPECT_TRUE(matches(a * b - a, map2<double>(ha, hb, [](float x, double y) { return x * y - x; })));
+  EXPECT_TRUE(
+      matches(a * b - a, map2<double>(ha, hb, [](float x, double y) { return x * y - x; })));
   // Permuted integer operands against a contiguous one.
   const host<std::int64_t> hi = random_host<std::int64_t>({2, 3, 4}, 23);
   const kiln::tensor ti = upload(dev(), hi);
-  const host<std::int64_t> hp = remap<std::int64_t>(hi, {4, 2, 3}, [](shape_t c) { return shape_t{c[1], c[2], c[0]}; });
+  const host<std::int64_t> hp = remap<std::int64_t>(hi, {4, 2, 3}, [](shape_t c) {
+    return shape_t{c[1], c[2], c[0]};
+  });
   const host<std::int32_t> hc = random_host<std::int32_t>({4, 2, 3}, 24);
-  EXPECT_TRUE(matches(ti.permute({2, 0, 1}) * upload(dev(), hc),
-                      map2<std::int64_t>(hp, hc, [](std::int64_t x, std::int32_t y) { return x * y; })));
+  EXPECT_TRUE(
+      matches(ti.permute({2, 0, 1}) * upload(dev(), hc),
+              map2<std::int64_t>(hp, hc, [](std::int64_t x, std::int32_t y) { return x * y; })));
 }
 
 template <class T>
@@ -129,7 +135,8 @@ TEST_P(ElementwiseTest, ComparisonsGiveBool) {
   check(a >= b, [](float x, int y) { return x >= y; });
   check(a == b, [](float x, int y) { return x == y; });
   check(a != b, [](float x, int y) { return x != y; });
-  EXPECT_TRUE(matches(2 < a, map2<bool>(ha, host<int>{{}, {2}}, [](float x, int y) { return y < x; })));
+  EXPECT_TRUE(
+      matches(2 < a, map2<bool>(ha, host<int>{{}, {2}}, [](float x, int y) { return y < x; })));
 }
 
 TEST_P(ElementwiseTest, UnaryFunctions) {
@@ -152,7 +159,8 @@ TEST_P(ElementwiseTest, UnaryFunctions) {
   check_f(kiln::relu(f), [](double x) { return x > 0 ? x : 0; });
   check_f(kiln::sigmoid(f), [](double x) { return 1 / (1 + std::exp(-x)); });
   host<double> w{hd.shape, {}};
-  for (double x : hd.v) w.v.push_back(std::tanh(x) + 1 / (1 + std::exp(-x)) - std::sqrt(std::fabs(x)));
+  for (double x : hd.v)
+    w.v.push_back(std::tanh(x) + 1 / (1 + std::exp(-x)) - std::sqrt(std::fabs(x)));
   EXPECT_TRUE(matches(kiln::tanh(d) + kiln::sigmoid(d) - kiln::sqrt(kiln::abs(d)), w, 1e-12));
 }
 
@@ -168,10 +176,13 @@ TEST_P(ElementwiseTest, UnaryOnIntegersPromotesAsCpp) {
     return w;
   };
   EXPECT_TRUE(matches(-upload(dev(), h8), each(h8, [](std::int8_t x) { return -x; })));  // int32
-  EXPECT_TRUE(matches(kiln::abs(upload(dev(), h8)), each(h8, [](std::int8_t x) { return std::abs(x); })));
+  EXPECT_TRUE(
+      matches(kiln::abs(upload(dev(), h8)), each(h8, [](std::int8_t x) { return std::abs(x); })));
   EXPECT_TRUE(matches(-upload(dev(), hb), each(hb, [](bool x) { return -x; })));
-  EXPECT_TRUE(matches(kiln::relu(upload(dev(), hl)), each(hl, [](std::int64_t x) { return x > 0 ? x : std::int64_t(0); })));
-  EXPECT_TRUE(matches(kiln::sqrt(upload(dev(), hu)), each(hu, [](std::uint8_t x) { return std::sqrt(double(x)); })));
+  EXPECT_TRUE(matches(kiln::relu(upload(dev(), hl)),
+                      each(hl, [](std::int64_t x) { return x > 0 ? x : std::int64_t(0); })));
+  EXPECT_TRUE(matches(kiln::sqrt(upload(dev(), hu)),
+                      each(hu, [](std::uint8_t x) { return std::sqrt(double(x)); })));
   EXPECT_TRUE(matches(kiln::relu(upload(dev(), hu)), hu));
 }
 

@@ -30,23 +30,45 @@ TEST_P(ErrorsTest, ShapeErrorsNameBothShapes) {
   const kiln::tensor a = kiln::tensor::ones(dev(), {2, 3}), b = kiln::tensor::ones(dev(), {4});
   EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)(a + b); }, {"[2, 3] and [4]"}));
   EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)kiln::where(a > 0.f, a, b); }, {"[4]"}));
-  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.view({4, 2}); }, {"[4, 2]", "[2, 3]"}));
-  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.reshape({-1, 4}); }, {"[-1, 4]", "[2, 3]"}));
+  EXPECT_TRUE(throws_naming<kiln::shape_error>(
+      [&] {
+        (void)a.view({4, 2});
+      },
+      {"[4, 2]", "[2, 3]"}));
+  EXPECT_TRUE(throws_naming<kiln::shape_error>(
+      [&] {
+        (void)a.reshape({-1, 4});
+      },
+      {"[-1, 4]", "[2, 3]"}));
   EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.view({-1, -1}); }, {"[-1, -1]"}));
   EXPECT_TRUE(throws_naming<kiln::shape_error>(
-      [&] { (void)kiln::tensor::from(dev(), std::vector<float>(5), {2, 3}); }, {"[2, 3]", "[5]"}));
-  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.expand({2, 4}); }, {"[2, 3]", "[2, 4]"}));
-  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.item<float>(); }, {"[2, 3]", "6"}));
-  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.t().view({6}); }, {"[3, 2]", "[1, 3]"}));
+      [&] {
+        (void)kiln::tensor::from(dev(), std::vector<float>(5), {2, 3});
+      },
+      {"[2, 3]", "[5]"}));
   EXPECT_TRUE(throws_naming<kiln::shape_error>(
-      [&] { (void)kiln::tensor::zeros(dev(), {1, 1, 1, 1, 1, 1, 1, 1, 1}); }, {"at most 8"}));
-  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.unsqueeze(0).unsqueeze(0).t(); }, {"[1, 1, 2, 3]"}));
+      [&] {
+        (void)a.expand({2, 4});
+      },
+      {"[2, 3]", "[2, 4]"}));
+  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.item<float>(); }, {"[2, 3]", "6"}));
+  EXPECT_TRUE(
+      throws_naming<kiln::shape_error>([&] { (void)a.t().view({6}); }, {"[3, 2]", "[1, 3]"}));
+  EXPECT_TRUE(throws_naming<kiln::shape_error>(
+      [&] {
+        (void)kiln::tensor::zeros(dev(), {1, 1, 1, 1, 1, 1, 1, 1, 1});
+      },
+      {"at most 8"}));
+  EXPECT_TRUE(throws_naming<kiln::shape_error>([&] { (void)a.unsqueeze(0).unsqueeze(0).t(); },
+                                               {"[1, 1, 2, 3]"}));
 }
 
 TEST_P(ErrorsTest, DtypeErrorNamesBothTypes) {
   const kiln::tensor a = kiln::tensor::ones(dev(), {2}, kiln::scalar_type::i32);
-  EXPECT_TRUE(throws_naming<kiln::dtype_error>([&] { (void)a.to_vector<float>(); }, {"int32_t", "float"}));
-  EXPECT_TRUE(throws_naming<kiln::dtype_error>([&] { (void)(a * 2.0).to_vector<std::int32_t>(); }, {"double"}));
+  EXPECT_TRUE(
+      throws_naming<kiln::dtype_error>([&] { (void)a.to_vector<float>(); }, {"int32_t", "float"}));
+  EXPECT_TRUE(throws_naming<kiln::dtype_error>([&] { (void)(a * 2.0).to_vector<std::int32_t>(); },
+                                               {"double"}));
   EXPECT_TRUE(throws_naming<kiln::dtype_error>([&] { (void)(a < 1).item<int>(); }, {"bool"}));
 }
 
@@ -66,11 +88,14 @@ TEST_P(ErrorsTest, AxisErrorsNameTheAxisAndRank) {
 
 TEST_P(ErrorsTest, DeviceMismatchNamesBothDevices) {
   const auto all = kiln::device::all();
-  const auto other = std::find_if(all.begin(), all.end(), [&](const kiln::device& d) { return !(d == dev()); });
+  const auto other =
+      std::find_if(all.begin(), all.end(), [&](const kiln::device& d) { return !(d == dev()); });
   if (other == all.end()) GTEST_SKIP() << "one device only: no second device to mix with";
   const kiln::tensor a = kiln::tensor::ones(dev(), {2}), b = kiln::tensor::ones(*other, {2});
-  EXPECT_TRUE(throws_naming<kiln::device_mismatch>([&] { (void)(a + b); }, {dev().id(), other->id()}));
-  EXPECT_TRUE(throws_naming<kiln::device_mismatch>([&] { (void)kiln::where(a > 0.f, a, b); }, {other->id()}));
+  EXPECT_TRUE(
+      throws_naming<kiln::device_mismatch>([&] { (void)(a + b); }, {dev().id(), other->id()}));
+  EXPECT_TRUE(throws_naming<kiln::device_mismatch>([&] { (void)kiln::where(a > 0.f, a, b); },
+                                                   {other->id()}));
 }
 
 }  // namespace

@@ -1,10 +1,10 @@
 // Dtype promotion is C++'s: checked against decltype for every pair of element types.
+#include "tensor/promote.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
-
-#include "tensor/promote.hpp"
 
 namespace {
 
@@ -16,7 +16,7 @@ using all = types<bool, std::int8_t, std::int16_t, std::int32_t, std::int64_t, s
 template <class A, class... B>
 constexpr bool row(types<B...>) {
   return ((kiln::detail::promote(kiln::scalar_type_of<A>, kiln::scalar_type_of<B>) ==
-           kiln::scalar_type_of<decltype(A() + B())>) && ...);
+           kiln::scalar_type_of<decltype(A() + B())>)&&...);
 }
 template <class... A>
 constexpr bool table(types<A...>) {
@@ -27,7 +27,7 @@ static_assert(table(all{}), "promote() differs from C++'s usual arithmetic conve
 template <class... A>
 constexpr bool unary(types<A...>) {
   return ((kiln::detail::integral_promote(kiln::scalar_type_of<A>) ==
-           kiln::scalar_type_of<decltype(-A())>) && ...);
+           kiln::scalar_type_of<decltype(-A())>)&&...);
 }
 static_assert(unary(all{}), "integral_promote() differs from C++'s unary minus");
 

@@ -129,7 +129,8 @@ host<R> map2(const host<A>& a, const host<B>& b, F f) {
 
 // A view on the host: out[c] = a[to_base(c)], for a view's coordinate map.
 template <class T>
-host<T> remap(const host<T>& a, const shape_t& shape, const std::function<shape_t(shape_t)>& to_base) {
+host<T> remap(const host<T>& a, const shape_t& shape,
+              const std::function<shape_t(shape_t)>& to_base) {
   host<T> r{shape, {}};
   for (std::int64_t i = 0; i < numel(shape); ++i)
     r.v.push_back(a.v[static_cast<std::size_t>(flat(a.shape, to_base(coords(shape, i))))]);
@@ -142,17 +143,16 @@ template <class T>
 ::testing::AssertionResult matches(const kiln::tensor& got, const host<T>& want,
                                    double rel = std::is_same_v<T, float> ? 2e-6 : 1e-13) {
   if (got.shape() != want.shape)
-    return ::testing::AssertionFailure()
-           << "shape " << kiln::to_string(got.shape()) << ", expected " << kiln::to_string(want.shape);
+    return ::testing::AssertionFailure() << "shape " << kiln::to_string(got.shape())
+                                         << ", expected " << kiln::to_string(want.shape);
   if (got.dtype() != kiln::scalar_type_of<T>)
-    return ::testing::AssertionFailure() << "dtype " << kiln::type_name(got.dtype()) << ", expected "
-                                         << name_of<T>();
+    return ::testing::AssertionFailure()
+           << "dtype " << kiln::type_name(got.dtype()) << ", expected " << name_of<T>();
   const std::vector<T> v = got.to_vector<T>();
   if constexpr (std::is_floating_point_v<T>) {
     std::vector<double> w(want.v.begin(), want.v.end());
-    return conformance::elements_near(v, w, [&](std::uint64_t i) {
-      return rel * std::max(1.0, std::fabs(w[i]));
-    });
+    return conformance::elements_near(
+        v, w, [&](std::uint64_t i) { return rel * std::max(1.0, std::fabs(w[i])); });
   } else {
     return conformance::elements_equal(v, want.v);
   }

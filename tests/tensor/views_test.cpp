@@ -20,7 +20,9 @@ TEST_P(ViewsTest, ViewAndReshapeKeepTheOrder) {
   // Not contiguous: reshape copies (one strided-copy kernel), view refuses.
   const kiln::tensor p = x.permute({2, 0, 1});
   EXPECT_FALSE(p.is_contiguous());
-  const host<float> hp = remap<float>(h, {4, 2, 3}, [](shape_t c) { return shape_t{c[1], c[2], c[0]}; });
+  const host<float> hp = remap<float>(h, {4, 2, 3}, [](shape_t c) {
+    return shape_t{c[1], c[2], c[0]};
+  });
   const kiln::tensor r = p.reshape({4, 6});
   EXPECT_EQ(stats().kernel_launches, 1u);
   EXPECT_TRUE(r.is_contiguous());
@@ -33,14 +35,16 @@ TEST_P(ViewsTest, PermuteTransposeAndT) {
   const kiln::tensor x = upload(dev(), h);
   const kiln::tensor p = x.permute({-1, 0, 1});
   EXPECT_EQ(p.strides(), (shape_t{1, 12, 4}));
-  EXPECT_TRUE(matches(p, remap<std::int32_t>(h, {4, 2, 3}, [](shape_t c) { return shape_t{c[1], c[2], c[0]}; })));
+  EXPECT_TRUE(matches(p, remap<std::int32_t>(h, {4, 2, 3}, [](shape_t c) {
+                        return shape_t{c[1], c[2], c[0]};
+                      })));
   EXPECT_TRUE(matches(x.transpose(0, 2), remap<std::int32_t>(h, {4, 3, 2}, [](shape_t c) {
-    return shape_t{c[2], c[1], c[0]};
-  })));
+                        return shape_t{c[2], c[1], c[0]};
+                      })));
   const host<std::int32_t> m = random_host<std::int32_t>({3, 5}, 3);
   EXPECT_TRUE(matches(upload(dev(), m).t(), remap<std::int32_t>(m, {5, 3}, [](shape_t c) {
-    return shape_t{c[1], c[0]};
-  })));
+                        return shape_t{c[1], c[0]};
+                      })));
 }
 
 TEST_P(ViewsTest, SliceIsPythonSlicing) {
@@ -62,9 +66,10 @@ TEST_P(ViewsTest, SliceIsPythonSlicing) {
     s[static_cast<std::size_t>(d)] = c.len;
     const kiln::tensor v = x.slice(c.dim, c.start, c.end, c.step);
     EXPECT_TRUE(matches(v, remap<double>(h, s, [&](shape_t k) {
-      k[static_cast<std::size_t>(d)] = lo + k[static_cast<std::size_t>(d)] * c.step;
-      return k;
-    })));
+                          k[static_cast<std::size_t>(d)] =
+                              lo + k[static_cast<std::size_t>(d)] * c.step;
+                          return k;
+                        })));
   }
 }
 
@@ -73,7 +78,9 @@ TEST_P(ViewsTest, ExpandSqueezeUnsqueeze) {
   const kiln::tensor x = upload(dev(), h);
   const kiln::tensor e = x.expand({2, -1, 4});
   EXPECT_EQ(e.strides(), (shape_t{0, 1, 0}));
-  EXPECT_TRUE(matches(e, remap<std::uint8_t>(h, {2, 3, 4}, [](shape_t c) { return shape_t{c[1], 0}; })));
+  EXPECT_TRUE(matches(e, remap<std::uint8_t>(h, {2, 3, 4}, [](shape_t c) {
+                        return shape_t{c[1], 0};
+                      })));
   EXPECT_EQ(x.unsqueeze(0).shape(), (shape_t{1, 3, 1}));
   EXPECT_EQ(x.unsqueeze(-1).shape(), (shape_t{3, 1, 1}));
   EXPECT_EQ(x.squeeze().shape(), (shape_t{3}));
@@ -107,11 +114,15 @@ TEST_P(ViewsTest, ViewsOfLazyTensorsEvaluateFirst) {
   const kiln::tensor t = y.t();
   EXPECT_FALSE(y.is_lazy());
   EXPECT_EQ(stats().kernel_launches, 1u);
-  EXPECT_TRUE(matches(t, remap<float>(host<float>{h.shape, [&] {
-    std::vector<float> v;
-    for (float a : h.v) v.push_back(a * 2.f);
-    return v;
-  }()}, {3, 2}, [](shape_t c) { return shape_t{c[1], c[0]}; })));
+  EXPECT_TRUE(matches(t, remap<float>(host<float>{h.shape,
+                                                  [&] {
+                                                    std::vector<float> v;
+                                                    for (float a : h.v) v.push_back(a * 2.f);
+                                                    return v;
+                                                  }()},
+                                      {3, 2}, [](shape_t c) {
+                                        return shape_t{c[1], c[0]};
+                                      })));
 }
 
 }  // namespace
