@@ -40,6 +40,32 @@ class invalid_argument : public error {
   explicit invalid_argument(const std::string& m) : error(error_category::invalid_argument, m) {}
 };
 
+// Tensors (kiln/tensor.hpp): shapes that do not broadcast, a view or reshape to another
+// number of elements, host data of the wrong size. The message names both shapes: "[2, 3] and
+// [4]".
+class shape_error : public invalid_argument {
+ public:
+  explicit shape_error(const std::string& m) : invalid_argument(m) {}
+};
+
+// A tensor read as an element type other than its dtype (to_vector<T>, item<T>).
+class dtype_error : public invalid_argument {
+ public:
+  explicit dtype_error(const std::string& m) : invalid_argument(m) {}
+};
+
+// Operands of one tensor operation on different devices; the message names both.
+class device_mismatch : public invalid_argument {
+ public:
+  explicit device_mismatch(const std::string& m) : invalid_argument(m) {}
+};
+
+// A tensor dimension (axis) out of range for the tensor's rank.
+class axis_error : public invalid_argument {
+ public:
+  explicit axis_error(const std::string& m) : invalid_argument(m) {}
+};
+
 class out_of_memory : public error {
  public:
   explicit out_of_memory(const std::string& m) : error(error_category::out_of_memory, m) {}

@@ -9,4 +9,5 @@
 #include "kiln/scalar_type.hpp"
 #include "kiln/query.hpp"
 #include "kiln/ring.hpp"
+#include "kiln/tensor.hpp"
 #include "kiln/version.hpp"

@@ -1,5 +1,6 @@
 #include "codegen/expr_render.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string_view>
 
@@ -52,6 +53,7 @@ std::string leaf(const ir::node& n) {
     case op::capture: return capture_name(n.slot);
     case op::combine_a: return "kq_a";
     case op::combine_b: return "kq_b";
+    case op::load: return load_name(n.slot);
     default: throw std::logic_error("kiln::codegen: not a leaf");
   }
 }
@@ -61,9 +63,16 @@ std::string leaf(const ir::node& n) {
 std::string value_name(int var) { return cat("v", std::to_string(var)); }
 std::string capture_name(int slot) { return cat("kq_c", std::to_string(slot)); }
 
+std::string load_name(int slot) { return cat("kl", std::to_string(slot)); }
+
 std::string render_expr(const ir::graph& g, ir::node_id root) {
-  const ir::node& n = g[root];
-  const auto sub = [&](int k) { return render_expr(g, n.operands[k]); };
+  return render_node(g, root, [&](ir::node_id x) { return render_expr(g, x); });
+}
+
+std::string render_node(const ir::graph& g, ir::node_id id,
+                        const std::function<std::string(ir::node_id)>& operand) {
+  const ir::node& n = g[id];
+  const auto sub = [&](int k) { return operand(n.operands[k]); };
   const std::string t = type_name(n.dtype);
   switch (ir::info(n.o).cls) {
     case op_class::leaf: return leaf(n);
@@ -106,6 +115,15 @@ std::string helper_def(const helper& h) {
                  " hi) { return v < lo ? lo : hi < v ? hi : v; }\n");
     default: throw std::logic_error(cat("kiln::codegen: no helper for ", name));
   }
+}
+
+std::vector<helper> helpers_in(const ir::graph& g) {
+  std::vector<helper> out;
+  for (const ir::node& n : g.nodes) {
+    const helper h{n.o, n.dtype};
+    if (is_helper(n.o) && std::find(out.begin(), out.end(), h) == out.end()) out.push_back(h);
+  }
+  return out;
 }
 
 namespace {

@@ -3,6 +3,7 @@
 // the casts the graph holds; abs/min/max/clamp call generated helpers with std:: semantics.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -12,8 +13,13 @@ namespace kiln::codegen {
 
 std::string value_name(int var);     // a component leaf's value: "v3"
 std::string capture_name(int slot);  // a captured scalar's kernel parameter: "kq_c3"
+std::string load_name(int slot);     // the value a load leaf read, declared by the kernel: "kl3"
 
 std::string render_expr(const ir::graph& g, ir::node_id root);
+// One node, its operands spelled by `operand` (a name a kernel declared earlier, say), so a
+// DAG renders each shared node once instead of once per use.
+std::string render_node(const ir::graph& g, ir::node_id id,
+                        const std::function<std::string(ir::node_id)>& operand);
 
 // A generated helper function: abs, min, max or clamp in one type ("kq_min_float").
 struct helper {
@@ -25,5 +31,7 @@ std::string helper_name(const helper& h);
 std::string helper_def(const helper& h);
 // The helpers the roots call, each once, in the order kernels have always defined them.
 std::vector<helper> helpers_of(const ir::graph& g, const std::vector<ir::node_id>& roots);
+// Every node's helpers, in node order: linear in a DAG whose shared nodes the walk above repeats.
+std::vector<helper> helpers_in(const ir::graph& g);
 
 }  // namespace kiln::codegen

@@ -1,5 +1,7 @@
 #include "ir/hash.hpp"
 
+#include "ir/layout.hpp"
+
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
@@ -27,21 +29,45 @@ hasher& hasher::add(std::string_view s) {
   return *this;
 }
 
+void hasher::add_node(const graph& g, const node& n) {
+  add(static_cast<std::uint64_t>(n.o) << 8 | static_cast<std::uint64_t>(n.dtype));
+  if (info(n.o).cls != op_class::leaf) return;
+  add(static_cast<std::uint64_t>(n.slot));
+  // A capture's type is structure (the kernel parameter's type); its value is not.
+  if (n.o == op::capture) add(static_cast<std::uint64_t>(g.captures[n.slot].type));
+  if (n.o == op::load) add_input(g.inputs[static_cast<std::size_t>(n.slot)]);
+}
+
 hasher& hasher::add(const graph& g, node_id root) {
   const node& n = g[root];
-  add(static_cast<std::uint64_t>(n.o) << 8 | static_cast<std::uint64_t>(n.dtype));
-  if (info(n.o).cls == op_class::leaf) {
-    add(static_cast<std::uint64_t>(n.slot));
-    // A capture's type is structure (the kernel parameter's type); its value is not.
-    if (n.o == op::capture) add(static_cast<std::uint64_t>(g.captures[n.slot].type));
-  }
+  add_node(g, n);
   for (int k = 0; k < info(n.o).arity; ++k) add(g, n.operands[k]);
+  return *this;
+}
+
+hasher& hasher::add_nodes(const graph& g) {
+  add(g.nodes.size());
+  for (const node& n : g.nodes) {
+    add_node(g, n);
+    for (int k = 0; k < info(n.o).arity; ++k) add(static_cast<std::uint64_t>(n.operands[k]));
+  }
+  add(g.roots.size());
+  for (node_id r : g.roots) add(static_cast<std::uint64_t>(r));
   return *this;
 }
 
 hasher& hasher::add(const layout& l) {
   add(l.rank);
   for (int k = 0; k < l.rank; ++k) add(static_cast<std::uint64_t>(l.strides[k]));
+  return *this;
+}
+
+hasher& hasher::add_input(const input& in) {
+  const bool flat = is_flat(in.l);
+  add(static_cast<std::uint64_t>(in.type) << 16 | std::uint64_t{flat} << 8 | in.l.rank);
+  if (!flat)
+    for (int k = 0; k < in.l.rank; ++k)
+      add(static_cast<std::uint64_t>(classify(in.l.dims[k], in.l.strides[k])));
   return *this;
 }
 

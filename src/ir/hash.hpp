@@ -21,13 +21,20 @@ class hasher {
   hasher& add(std::string_view s);
   // The subtree at root, in prefix order: each op's arity fixes where its operands end.
   hasher& add(const graph& g, node_id root);
+  // Every node in order, operands as node numbers: linear in the size of a DAG whose shared
+  // subexpressions the prefix form above would repeat (tensor expressions).
+  hasher& add_nodes(const graph& g);
   // Rank and strides: they choose the indexing code. Dims are run-time sizes.
   hasher& add(const layout& l);
+  // A load leaf's input: its type, rank, and whether it is flat, else each dimension's stride
+  // class (ir/layout.hpp): a new size or general stride value keeps the hash.
+  hasher& add_input(const input& in);
   std::uint64_t value() const;
 
  private:
   void flush();
-  std::uint64_t h_ = 0x6b696c6e;  // "kiln"
+  void add_node(const graph& g, const node& n);  // op, dtype; a leaf's slot and what it names
+  std::uint64_t h_ = 0x6b696c6e;                 // "kiln"
   std::array<std::uint64_t, 32> buf_{};
   std::size_t used_ = 0;
 };

@@ -20,6 +20,13 @@ std::string print(const graph& g) {
     num("capture #", static_cast<std::int64_t>(i));
     s.append(": ").append(type_name(g.captures[i].type)).append("\n");
   }
+  for (std::size_t i = 0; i < g.inputs.size(); ++i) {
+    const layout& l = g.inputs[i].l;
+    num("input #", static_cast<std::int64_t>(i));
+    s.append(": ").append(type_name(g.inputs[i].type)).append(" strides [");
+    for (int k = 0; k < l.rank; ++k) num(k ? ", " : "", l.strides[k]);
+    s.append("]\n");
+  }
   s.append("roots:");
   for (node_id r : g.roots) num(" %", r);
   return s.append("\n");

@@ -45,6 +45,12 @@ std::string verify(const graph& g) {
     }
     if (n.o == op::capture && (n.slot < 0 || static_cast<std::size_t>(n.slot) >= g.captures.size()))
       return at + "no such capture slot";
+    if (n.o == op::load) {
+      if (n.slot < 0 || static_cast<std::size_t>(n.slot) >= g.inputs.size())
+        return at + "no such input";
+      if (g.inputs[static_cast<std::size_t>(n.slot)].type != n.dtype)
+        return at + "a load's dtype differs from its input's";
+    }
     if (const char* e = dtype_error(g, n)) return at + e;
   }
   for (node_id r : g.roots)

@@ -34,7 +34,8 @@ enum class op_class : std::uint8_t {
 
 // X(name, arity, class). Leaves use node::slot: component = the element's value number
 // (v<slot>), capture = index into graph::captures; index is the element's position;
-// combine_a/combine_b are the two operands of a scan's or custom reduction's combine.
+// combine_a/combine_b are the two operands of a scan's or custom reduction's combine;
+// load = a strided read of graph::inputs[slot] at the element's position (tensors).
 // clang-format off
 #define KILN_IR_OPS(X)                                                                     \
   X(component, 0, leaf) X(index, 0, leaf) X(capture, 0, leaf)                              \
@@ -48,7 +49,7 @@ enum class op_class : std::uint8_t {
   X(sqrt, 1, math) X(rsqrt, 1, math) X(exp, 1, math) X(log, 1, math) X(sin, 1, math)       \
   X(cos, 1, math) X(tanh, 1, math) X(floor, 1, math) X(ceil, 1, math) X(pow, 2, math)      \
   X(fma, 3, math) X(abs, 1, math) X(min, 2, math) X(max, 2, math) X(clamp, 3, math)        \
-  X(select, 3, select) X(cast, 1, cast)
+  X(select, 3, select) X(cast, 1, cast) X(load, 0, leaf)
 // clang-format on
 
 #define KILN_IR_OP_ENUM(name, arity, cls) name,
@@ -95,12 +96,21 @@ struct layout {
   std::array<std::int64_t, max_rank> strides{1};
 };
 
-// Nodes in creation order (operands always precede their users), the captures they read, and
-// the roots: the expressions the program evaluates, in the order the front end built them.
+// An array a load leaf reads: its element type and its layout over the output's positions
+// (dims are the output's; a broadcast or size-1 dimension has stride 0).
+struct input {
+  scalar_type type = scalar_type::f32;
+  layout l;
+};
+
+// Nodes in creation order (operands always precede their users), the captures they read, the
+// inputs load leaves read, and the roots: the expressions the program evaluates, in the order
+// the front end built them. Queries read their inputs through component leaves (no inputs).
 struct graph {
   std::vector<node> nodes;
   std::vector<capture> captures;
   std::vector<node_id> roots;
+  std::vector<input> inputs;
 
   node_id add(op o, scalar_type t, std::initializer_list<node_id> operands = {},
               std::int32_t slot = 0) {

@@ -1,0 +1,229 @@
+// kiln::tensor: an n-dimensional array on one device, with a run-time dtype, strided views that
+// share storage, and lazy elementwise arithmetic fused into one generated kernel per evaluation.
+//
+//   const kiln::device dev = kiln::device::best();
+//   auto a = kiln::tensor::from(dev, std::vector<float>{1, -2, 3, -4, 5, -6}, {2, 3});
+//   auto b = kiln::tensor::arange(dev, 0, 3, 1, kiln::scalar_type::f32);   // [3]: broadcasts
+//   auto c = kiln::relu(a * b + 1.f);        // lazy: records nodes, runs nothing
+//   std::vector<float> v = c.to_vector<float>();   // one kernel launch for the whole expression
+//   auto t = a.t().slice(0, 0, 3, 2);        // views, no copy: [2, 2], strides [2, 3]
+//   float x = (t * t).slice(0, 0, 1).slice(1, 0, 1).item<float>();   // 1 * 1
+//
+// Promotion follows C++'s usual arithmetic conversions of the two element types (int8 + int8
+// is int32, int + float is float, and a scalar operand has its own C++ type: f32 tensor * 2.0
+// is f64, f32 tensor * 2.f is f32). docs/tensor.md has the rules, laziness and what is missing.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "kiln/device.hpp"
+#include "kiln/error.hpp"
+#include "kiln/scalar_type.hpp"
+
+namespace kiln {
+
+class tensor;
+using shape_t = std::vector<std::int64_t>;
+inline constexpr int max_tensor_rank = 8;
+
+// What the last evaluating call (to_vector, item, eval, contiguous, a view of a lazy tensor)
+// of this thread ran: generated kernels launched and programs compiled (cache misses that ran a
+// compiler). relu(a * b + c) is one launch; a new scalar value compiles nothing.
+struct tensor_stats {
+  std::uint64_t kernel_launches = 0;
+  std::uint64_t programs_compiled = 0;
+};
+tensor_stats last_tensor_stats();
+
+namespace detail {
+struct tensor_impl;
+enum class unary_op : std::uint8_t { neg, abs, sqrt, exp, log, sin, cos, tanh, relu, sigmoid };
+enum class binary_op : std::uint8_t { add, sub, mul, div, lt, le, gt, ge, eq, ne };
+tensor tensor_from_host(const device& dev, scalar_type t, const void* data, std::uint64_t count,
+                        const shape_t& shape);
+// Checks the dtype (dtype_error) and count, evaluates, and copies numel elements to dst.
+void tensor_read(const tensor& x, scalar_type want, void* dst, std::uint64_t count);
+tensor scalar_like(const tensor& like, scalar_type t, std::uint64_t bits);
+tensor binary(binary_op o, const tensor& a, const tensor& b);
+tensor unary(unary_op o, const tensor& a);
+tensor full_bits(const device& dev, const shape_t& shape, scalar_type dtype, scalar_type from,
+                 std::uint64_t bits);
+tensor clamp_bits(const tensor& x, scalar_type from, std::uint64_t lo, std::uint64_t hi);
+template <scalar T>
+std::uint64_t bits_of(T v) {
+  std::uint64_t b = 0;
+  std::memcpy(&b, &v, sizeof v);
+  return b;
+}
+}  // namespace detail
+
+class tensor {
+ public:
+  tensor() = default;  // undefined: every operation on it throws kiln::invalid_argument
+
+  // ---- creation ----
+  // Copies host data; numel(shape) must equal data.size() (else kiln::shape_error). Without a
+  // shape: 1-D of data.size() elements; shape {} is rank 0 (one element).
+  template <scalar T>
+  static tensor from(const device& dev, std::span<const T> data, const shape_t& shape) {
+    return detail::tensor_from_host(dev, scalar_type_of<T>, data.data(), data.size(), shape);
+  }
+  template <scalar T>
+  static tensor from(const device& dev, std::span<const T> data) {
+    return from(dev, data, shape_t{static_cast<std::int64_t>(data.size())});
+  }
+  template <scalar T>
+  static tensor from(const device& dev, const std::vector<T>& data) {
+    return from(dev, data, shape_t{static_cast<std::int64_t>(data.size())});
+  }
+  template <scalar T>
+  static tensor from(const device& dev, const std::vector<T>& data, const shape_t& shape) {
+    if constexpr (std::is_same_v<T, bool>) {  // std::vector<bool> is not contiguous
+      std::unique_ptr<bool[]> tmp(new bool[data.size()]);
+      for (std::size_t i = 0; i < data.size(); ++i) tmp[i] = data[i];
+      return from(dev, std::span<const bool>(tmp.get(), data.size()), shape);
+    } else {
+      return from(dev, std::span<const T>(data), shape);
+    }
+  }
+  static tensor empty(const device& dev, const shape_t& shape,
+                      scalar_type dtype = scalar_type::f32);
+  static tensor zeros(const device& dev, const shape_t& shape,
+                      scalar_type dtype = scalar_type::f32);
+  static tensor ones(const device& dev, const shape_t& shape, scalar_type dtype = scalar_type::f32);
+  template <scalar T>
+  static tensor full(const device& dev, const shape_t& shape, scalar_type dtype, T value) {
+    return detail::full_bits(dev, shape, dtype, scalar_type_of<T>, detail::bits_of(value));
+  }
+  // ceil((end - start) / step) values start, start + step, ...; lazy (generated on evaluation).
+  static tensor arange(const device& dev, double start, double end, double step = 1,
+                       scalar_type dtype = scalar_type::f32);
+
+  // ---- properties ----
+  bool defined() const noexcept { return impl_ != nullptr; }
+  std::int64_t numel() const;
+  int dim() const;
+  const shape_t& shape() const;
+  std::int64_t size(int d) const;  // negative d counts from the end
+  // Strides in elements. A lazy tensor reports the contiguous strides it will have.
+  shape_t strides() const;
+  std::int64_t storage_offset() const;
+  scalar_type dtype() const;
+  const device& get_device() const;
+  bool is_contiguous() const;
+  bool is_lazy() const;  // an unevaluated expression
+
+  // ---- evaluation and reading back ----
+  const tensor& eval() const;  // runs the expression's one kernel (no-op when materialised)
+  template <scalar T>
+  std::vector<T> to_vector() const {
+    const auto n = static_cast<std::size_t>(numel());
+    if constexpr (std::is_same_v<T, bool>) {
+      std::unique_ptr<bool[]> tmp(new bool[n]);
+      detail::tensor_read(*this, scalar_type::boolean, tmp.get(), n);
+      return std::vector<bool>(tmp.get(), tmp.get() + n);
+    } else {
+      std::vector<T> out(n);
+      detail::tensor_read(*this, scalar_type_of<T>, out.data(), n);
+      return out;
+    }
+  }
+  // The one element (numel must be 1, else kiln::shape_error).
+  template <scalar T>
+  T item() const {
+    T v{};
+    detail::tensor_read(*this, scalar_type_of<T>, &v, 1);
+    return v;
+  }
+
+  // ---- views: share storage (a lazy tensor is evaluated first) ----
+  tensor view(const shape_t& shape) const;     // contiguous only; one -1 inferred
+  tensor reshape(const shape_t& shape) const;  // a view when possible, else a contiguous copy
+  tensor permute(const std::vector<int>& dims) const;
+  tensor transpose(int a, int b) const;
+  tensor t() const;  // 2-D (or fewer) only
+  // Python slicing: negative start/end count from the end, clamped to [0, size]; step >= 1.
+  tensor slice(int dim, std::int64_t start, std::int64_t end, std::int64_t step = 1) const;
+  tensor expand(const shape_t& shape) const;  // size-1 dims to any size (-1 keeps), new leading
+  tensor squeeze() const;
+  tensor squeeze(int dim) const;
+  tensor unsqueeze(int dim) const;
+  tensor contiguous() const;  // itself when contiguous, else a copy (one strided-copy kernel)
+  tensor to(scalar_type dtype) const;  // lazy elementwise conversion (C++ static_cast)
+
+  explicit tensor(std::shared_ptr<detail::tensor_impl> impl) : impl_(std::move(impl)) {}
+  const std::shared_ptr<detail::tensor_impl>& impl() const noexcept { return impl_; }
+
+ private:
+  std::shared_ptr<detail::tensor_impl> impl_;
+};
+
+// ---- lazy elementwise operations (NumPy broadcasting) ----
+#define KILN_TENSOR_BINARY(sym, name)                                                        \
+  inline tensor operator sym(const tensor& a, const tensor& b) {                             \
+    return detail::binary(detail::binary_op::name, a, b);                                    \
+  }                                                                                          \
+  template <scalar T>                                                                        \
+  tensor operator sym(const tensor& a, T b) {                                                \
+    return detail::binary(detail::binary_op::name, a,                                        \
+                          detail::scalar_like(a, scalar_type_of<T>, detail::bits_of(b)));    \
+  }                                                                                          \
+  template <scalar T>                                                                        \
+  tensor operator sym(T a, const tensor& b) {                                                \
+    return detail::binary(detail::binary_op::name,                                           \
+                          detail::scalar_like(b, scalar_type_of<T>, detail::bits_of(a)), b); \
+  }
+KILN_TENSOR_BINARY(+, add)
+KILN_TENSOR_BINARY(-, sub)
+KILN_TENSOR_BINARY(*, mul)
+KILN_TENSOR_BINARY(/, div)
+KILN_TENSOR_BINARY(<, lt)
+KILN_TENSOR_BINARY(<=, le)
+KILN_TENSOR_BINARY(>, gt)
+KILN_TENSOR_BINARY(>=, ge)
+KILN_TENSOR_BINARY(==, eq)
+KILN_TENSOR_BINARY(!=, ne)
+#undef KILN_TENSOR_BINARY
+
+// neg and abs promote as C++ does (bool, 8- and 16-bit integers to int32); the math functions
+// give the operand's type for float and double, double for integers and bool (as std::sqrt).
+#define KILN_TENSOR_UNARY(name) \
+  inline tensor name(const tensor& a) { return detail::unary(detail::unary_op::name, a); }
+KILN_TENSOR_UNARY(neg)
+KILN_TENSOR_UNARY(abs)
+KILN_TENSOR_UNARY(sqrt)
+KILN_TENSOR_UNARY(exp)
+KILN_TENSOR_UNARY(log)
+KILN_TENSOR_UNARY(sin)
+KILN_TENSOR_UNARY(cos)
+KILN_TENSOR_UNARY(tanh)
+KILN_TENSOR_UNARY(relu)     // max(x, 0) in x's type
+KILN_TENSOR_UNARY(sigmoid)  // 1 / (1 + exp(-x))
+#undef KILN_TENSOR_UNARY
+inline tensor operator-(const tensor& a) { return neg(a); }
+
+// cond ? a : b elementwise; cond is read as bool; a and b promote to their common type.
+tensor where(const tensor& cond, const tensor& a, const tensor& b);
+template <scalar T>
+tensor where(const tensor& cond, const tensor& a, T b) {
+  return where(cond, a, detail::scalar_like(a, scalar_type_of<T>, detail::bits_of(b)));
+}
+template <scalar T>
+tensor where(const tensor& cond, T a, const tensor& b) {
+  return where(cond, detail::scalar_like(b, scalar_type_of<T>, detail::bits_of(a)), b);
+}
+// min(max(x, lo), hi) in x's dtype: the bounds are converted to it (PyTorch's rule).
+template <scalar T>
+tensor clamp(const tensor& x, T lo, T hi) {
+  return detail::clamp_bits(x, scalar_type_of<T>, detail::bits_of(lo), detail::bits_of(hi));
+}
+
+// "[2, 3]": how error messages spell shapes.
+std::string to_string(const shape_t& shape);
+
+}  // namespace kiln

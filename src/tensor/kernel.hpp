@@ -1,0 +1,33 @@
+// One lazy tensor's expression as IR, and the one elementwise kernel that evaluates it. Leaves:
+// stored tensors become load leaves (inputs read with their own strides, broadcast to the
+// output's shape by stride 0), scalars become captures (kernel parameters). Shared
+// subexpressions lower to one node each.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/node.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln::detail {
+
+struct lowered {
+  ir::graph g;                             // one root; inputs laid out over `shape`
+  std::vector<const tensor_impl*> leaves;  // the stored tensor behind each input slot
+  shape_t shape;                           // the output's
+};
+
+lowered lower(const tensor_impl& root);
+
+// The generated kernel's structural key: the IR (ops, dtypes, capture types, each input's
+// type and stride classes) and the output's rank, never sizes or stride values.
+std::uint64_t kernel_key(const lowered& l);
+
+// The kernel "kt_eval" in the portable kernel language. Parameters: the output, each input,
+// each capture, then (when an input is not flat) the output's sizes but the first, then each
+// general stride of each input (in input order, then dimension order).
+std::string render_kernel(const lowered& l);
+
+}  // namespace kiln::detail

@@ -1,0 +1,58 @@
+// What a kiln::tensor handle points at: either materialised (storage, shape, strides, offset)
+// or lazy (an elementwise operation over other tensors, or a captured scalar). Evaluating a
+// lazy tensor stores its result in the same object, so every handle sharing it sees the
+// storage and later expressions read it as a leaf.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/buffer.hpp"
+#include "kiln/ir/node.hpp"
+#include "kiln/tensor.hpp"
+
+namespace kiln::detail {
+
+enum class tensor_kind : std::uint8_t {
+  stored,  // mem, strides, offset hold the elements
+  scalar,  // a host scalar (rank 0), captured as a kernel parameter
+  op,      // o applied to args (broadcast to shape), computed on evaluation
+};
+
+struct tensor_impl {
+  device dev{nullptr};
+  scalar_type dtype = scalar_type::f32;
+  shape_t shape;
+  tensor_kind kind = tensor_kind::stored;
+  // stored
+  std::shared_ptr<memory_impl> mem;
+  shape_t strides;  // in elements
+  std::int64_t offset = 0;
+  // scalar
+  ir::capture value;
+  // op: a node of the IR whose operands are args (slot: a leaf's slot, e.g. index)
+  ir::op o = ir::op::cast;
+  std::vector<std::shared_ptr<tensor_impl>> args;
+};
+
+// Thread-local counters of the current evaluating call (last_tensor_stats reads them).
+tensor_stats& stats_now();
+void reset_stats();
+
+std::int64_t numel_of(const shape_t& s);
+shape_t contiguous_strides(const shape_t& s);
+// The tensor's impl, or kiln::invalid_argument for an undefined tensor (what: the operation).
+tensor_impl& impl_of(const tensor& t, const char* what);
+// A new stored tensor of the shape, contiguous, uninitialised.
+std::shared_ptr<tensor_impl> allocate_tensor(const device& dev, const shape_t& shape,
+                                             scalar_type dtype);
+// Evaluates t in place when lazy (one generated kernel).
+void materialise(tensor_impl& t);
+// contiguous() without resetting the stats (for callers that count their own launches).
+tensor contiguous_of(const tensor& t);
+// A lazy copy of a (a cast to its own dtype): contiguous() evaluates it.
+tensor copy_node(const tensor& a);
+
+}  // namespace kiln::detail

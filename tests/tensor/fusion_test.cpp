@@ -1,0 +1,88 @@
+// Fusion: one evaluation is one kernel launch whatever the expression; structure, not values
+// or sizes, decides whether a kernel compiles; the CUDA form of generated kernels compiles.
+#include "tensor/kernel.hpp"
+#include "tensor/tensor_fixture.hpp"
+
+namespace tensor_test {
+namespace {
+
+class FusionTest : public TensorTest {};
+KILN_INSTANTIATE_TENSOR_PER_DEVICE(FusionTest);
+
+TEST_P(FusionTest, ReluOfBroadcastExpressionIsOneLaunch) {
+  const host<float> ha = random_host<float>({4, 5}, 1), hb = random_host<float>({5}, 2),
+                    hc = random_host<float>({4, 1}, 3);
+  const kiln::tensor a = upload(dev(), ha), b = upload(dev(), hb), c = upload(dev(), hc);
+  const kiln::tensor r = kiln::relu(a * b + c);
+  EXPECT_TRUE(r.is_lazy());
+  r.eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  EXPECT_FALSE(r.is_lazy());
+  host<float> want{{4, 5}, {}};
+  for (std::int64_t i = 0; i < 20; ++i) {
+    const float v = ha.v[std::size_t(i)] * hb.v[std::size_t(i % 5)] + hc.v[std::size_t(i / 5)];
+    want.v.push_back(v > 0 ? v : 0);
+  }
+  EXPECT_TRUE(matches(r, want));
+  EXPECT_EQ(stats().kernel_launches, 0u);  // already evaluated: read back only
+  // The same structure with a new scalar and new sizes compiles nothing.
+  const kiln::tensor a2 = upload(dev(), random_host<float>({7, 3}, 4));
+  const kiln::tensor b2 = upload(dev(), random_host<float>({3}, 5));
+  const kiln::tensor c2 = upload(dev(), random_host<float>({7, 1}, 6));
+  kiln::relu(a * b + c).eval();
+  kiln::relu(a2 * b2 + c2).eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  EXPECT_EQ(stats().programs_compiled, 0u);
+  (kiln::relu(a * b + c) * 3.f).eval();
+  (kiln::relu(a * b + c) * -7.f).eval();
+  EXPECT_EQ(stats().programs_compiled, 0u);
+}
+
+TEST_P(FusionTest, SharedSubexpressionsAndChainsAreOneLaunch) {
+  const host<double> h = random_host<double>({33}, 7);
+  const kiln::tensor x = upload(dev(), h);
+  kiln::tensor y = x;
+  for (int k = 0; k < 40; ++k) y = y * 0.5 + kiln::sin(y);  // y used twice per step
+  std::vector<double> want = h.v;
+  for (int k = 0; k < 40; ++k)
+    for (double& v : want) v = v * 0.5 + std::sin(v);
+  EXPECT_TRUE(matches(y, host<double>{{33}, want}, 1e-10));
+  EXPECT_EQ(stats().kernel_launches, 1u);
+}
+
+TEST_P(FusionTest, EvaluatedIntermediatesBecomeInputs) {
+  const kiln::tensor x = upload(dev(), random_host<float>({8}, 8));
+  const kiln::tensor y = x * 2.f;
+  y.eval();
+  const kiln::tensor z = y + y * x;
+  const std::vector<float> yv = y.to_vector<float>(), xv = x.to_vector<float>();
+  host<float> want{{8}, {}};
+  for (std::size_t i = 0; i < 8; ++i) want.v.push_back(yv[i] + yv[i] * xv[i]);
+  EXPECT_TRUE(matches(z, want));
+  EXPECT_EQ(stats().kernel_launches, 1u);
+}
+
+TEST_P(FusionTest, EmptyResultsLaunchNothing) {
+  const kiln::tensor e = upload(dev(), random_host<float>({0, 3}, 9));
+  EXPECT_TRUE((e * 2.f + 1.f).to_vector<float>().empty());
+  EXPECT_EQ(stats().kernel_launches, 0u);
+}
+
+TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
+  if (!conformance::cuda_compile_only())
+    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
+                    "run the CUDA kernels";
+  const kiln::device cpu = kiln::device::get("cpu");
+  const kiln::tensor a = kiln::tensor::from(cpu, std::vector<float>(12, 1.f), {3, 4});
+  const kiln::tensor b = kiln::tensor::from(cpu, std::vector<std::int8_t>(4, 2), {4});
+  const kiln::tensor c = kiln::tensor::from(cpu, std::vector<bool>(3, true), {3, 1});
+  const kiln::tensor e = kiln::where(c, kiln::relu(a.t().t() * b + 1.5f), kiln::clamp(-b, 0, 3));
+  for (const kiln::tensor& x : {e, a.t() * 2.0, kiln::sigmoid(b) < kiln::abs(a)}) {
+    const auto l = kiln::detail::lower(*x.impl());
+    const std::string src = kiln::detail::render_kernel(l);
+    EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+  }
+}
+
+}  // namespace
+}  // namespace tensor_test
