@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -61,6 +62,16 @@ std::uint64_t bits_of(T v) {
   return b;
 }
 }  // namespace detail
+
+// Reduced axes: one (x.sum(1)), a list (x.sum({0, 2})), or none (x.sum(): every axis).
+// Negative axes count from the end.
+struct axes {
+  axes() = default;
+  axes(int a) : list{a} {}
+  axes(std::initializer_list<int> l) : list(l) {}
+  axes(std::vector<int> l) : list(std::move(l)) {}
+  std::vector<int> list;
+};
 
 class tensor {
  public:
@@ -156,6 +167,28 @@ class tensor {
   tensor contiguous() const;  // itself when contiguous, else a copy (one strided-copy kernel)
   tensor to(scalar_type dtype) const;  // lazy elementwise conversion (C++ static_cast)
 
+  // ---- reductions: lazy, and fused with the elementwise work before and after them ----
+  // relu(a * b + c).sum(1) is one kernel; so is x.mean({0, 2}, true) and (x * x).sum().
+  // keepdim keeps each reduced axis as size 1. Integer and bool sums are int64 (uint64 for
+  // unsigned types); mean, var, std and norm of integers are double. max/min/argmax/argmin
+  // of no elements is a kiln::shape_error; NaN wins max and min, argmax/argmin return the
+  // first NaN's or first extreme's index.
+  tensor sum(const axes& a = {}, bool keepdim = false) const;
+  tensor mean(const axes& a = {}, bool keepdim = false) const;
+  tensor max(const axes& a = {}, bool keepdim = false) const;
+  tensor min(const axes& a = {}, bool keepdim = false) const;
+  // Index along `dim`, or into the flattened tensor when dim is none (every axis).
+  tensor argmax(const axes& dim = {}, bool keepdim = false) const;
+  tensor argmin(const axes& dim = {}, bool keepdim = false) const;
+  // sum((x - mean)^2) / (N - correction): two kernels (the mean, then the rest).
+  tensor var(const axes& a = {}, std::int64_t correction = 1, bool keepdim = false) const;
+  tensor std(const axes& a = {}, std::int64_t correction = 1, bool keepdim = false) const;
+  // (sum |x|^p)^(1/p); p = 2, 1, 0 (count of non-zeros) and +-infinity (max/min of |x|).
+  tensor norm(double p = 2, const axes& a = {}, bool keepdim = false) const;
+  // exp(x - max) / sum(exp(x - max)) along dim, and its logarithm, computed stably.
+  tensor softmax(int dim) const;
+  tensor log_softmax(int dim) const;
+
   explicit tensor(std::shared_ptr<detail::tensor_impl> impl) : impl_(std::move(impl)) {}
   const std::shared_ptr<detail::tensor_impl>& impl() const noexcept { return impl_; }
 
@@ -222,6 +255,9 @@ template <scalar T>
 tensor clamp(const tensor& x, T lo, T hi) {
   return detail::clamp_bits(x, scalar_type_of<T>, detail::bits_of(lo), detail::bits_of(hi));
 }
+
+inline tensor softmax(const tensor& x, int dim) { return x.softmax(dim); }
+inline tensor log_softmax(const tensor& x, int dim) { return x.log_softmax(dim); }
 
 // "[2, 3]": how error messages spell shapes.
 std::string to_string(const shape_t& shape);

@@ -1,5 +1,7 @@
 #include "codegen/expr_render.hpp"
 
+#include "codegen/text.hpp"
+
 #include <algorithm>
 #include <stdexcept>
 #include <string_view>
@@ -7,13 +9,6 @@
 namespace kiln::codegen {
 namespace {
 
-// Joins by appending: GCC 12 warns falsely (-Wrestrict, bug 105329) on "literal" + string&&.
-template <class... P>
-std::string cat(const P&... parts) {
-  std::string s;
-  (s.append(std::string_view(parts)), ...);
-  return s;
-}
 
 using ir::op;
 using ir::op_class;
@@ -91,8 +86,10 @@ std::string render_node(const ir::graph& g, ir::node_id id,
       for (int k = 0; k < ir::info(n.o).arity; ++k) s.append(k ? ", " : "").append(sub(k));
       return s.append(")");
     }
+    case op_class::reduce: break;  // a kernel's structure, not an expression: see tensor/
   }
-  throw std::logic_error("kiln::codegen: unknown op class");
+  throw std::logic_error("kiln::codegen: op " + std::string(ir::info(n.o).name) +
+                         " is not an expression");
 }
 
 std::string helper_name(const helper& h) {

@@ -31,6 +31,7 @@ hasher& hasher::add(std::string_view s) {
 
 void hasher::add_node(const graph& g, const node& n) {
   add(static_cast<std::uint64_t>(n.o) << 8 | static_cast<std::uint64_t>(n.dtype));
+  if (info(n.o).cls == op_class::reduce) add(static_cast<std::uint64_t>(n.slot));
   if (info(n.o).cls != op_class::leaf) return;
   add(static_cast<std::uint64_t>(n.slot));
   // A capture's type is structure (the kernel parameter's type); its value is not.

@@ -23,6 +23,10 @@ const char* dtype_error(const graph& g, const node& n) {
     case op_class::select:
       return t(1) == n.dtype && t(2) == n.dtype ? nullptr : "select's choices differ in dtype";
     case op_class::cast: return nullptr;
+    case op_class::reduce:
+      if (n.o == op::argmax || n.o == op::argmin)
+        return n.dtype == scalar_type::i64 ? nullptr : "argmax/argmin must give int64";
+      return t(0) == n.dtype ? nullptr : "a reduction's operand differs from its result in dtype";
     case op_class::leaf:
       if (n.o == op::capture && g.captures[n.slot].type != n.dtype)
         return "a capture leaf's dtype differs from its slot's";

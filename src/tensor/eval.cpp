@@ -1,23 +1,18 @@
 // Evaluation of a lazy tensor: lower its expression (tensor/kernel.cpp), find or render and
 // compile its one kernel by structural key, launch it over the contiguous output on the
 // device's default queue, and keep the result in the tensor itself.
+#include <unordered_set>
+
 #include "ir/layout.hpp"
 #include "ir/print.hpp"
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "tensor/kernel_args.hpp"
 #include "tensor/kernel.hpp"
+#include "tensor/reduce_kernel.hpp"
 
 namespace kiln::detail {
 namespace {
-
-void add_mem(std::vector<arg_binding>& a, memory_impl& m, std::uint64_t byte_off, scalar_type t) {
-  arg_binding b;
-  b.is_mem = true;
-  b.mem = &m;
-  b.byte_offset = byte_off;
-  b.type = t;
-  a.push_back(b);
-}
 
 // The arguments in render_kernel's order.
 std::vector<arg_binding> arguments(const lowered& l, memory_impl& out) {
@@ -25,13 +20,7 @@ std::vector<arg_binding> arguments(const lowered& l, memory_impl& out) {
   add_mem(a, out, 0, l.g[l.g.roots[0]].dtype);
   for (const tensor_impl* t : l.leaves)
     add_mem(a, *t->mem, static_cast<std::uint64_t>(t->offset) * size_of(t->dtype), t->dtype);
-  for (const ir::capture& c : l.g.captures) {
-    arg_binding b;
-    b.type = c.type;
-    b.size = static_cast<std::uint32_t>(size_of(c.type));
-    b.scalar = c.bits;
-    a.push_back(b);
-  }
+  for (const ir::capture& c : l.g.captures) add_scalar(a, c);
   bool decompose = false;
   for (const ir::input& in : l.g.inputs) decompose |= !ir::is_flat(in.l);
   if (decompose)
@@ -45,10 +34,56 @@ std::vector<arg_binding> arguments(const lowered& l, memory_impl& out) {
   return a;
 }
 
+bool is_reduce(const tensor_impl& t) {
+  return t.kind == tensor_kind::op && ir::info(t.o).cls == ir::op_class::reduce;
+}
+
+// The unevaluated reductions t's elementwise expression reads, each once, not looking inside
+// them.
+void reductions_in(tensor_impl& t, std::vector<tensor_impl*>& out,
+                   std::unordered_set<const tensor_impl*>& seen) {
+  if (t.kind != tensor_kind::op || !seen.insert(&t).second) return;
+  if (is_reduce(t)) {
+    out.push_back(&t);
+    return;
+  }
+  for (auto& a : t.args) reductions_in(*a, out, seen);
+}
+
+void store_result(tensor_impl& t, std::shared_ptr<tensor_impl> out) {
+  // The expression is done with: drop it (its inputs may now be freed) and keep the storage.
+  t.kind = tensor_kind::stored;
+  t.mem = std::move(out->mem);
+  t.strides = std::move(out->strides);
+  t.offset = 0;
+  t.args.clear();
+}
+
 }  // namespace
 
 void materialise(tensor_impl& t) {
   if (t.kind == tensor_kind::stored) return;
+  // At most one reduction fuses with t's elementwise work: t itself, or one read once per
+  // element of t (same shape). Every other reduction runs first, as its own kernel.
+  std::vector<tensor_impl*> reds;
+  std::unordered_set<const tensor_impl*> seen;
+  reductions_in(t, reds, seen);
+  tensor_impl* fused = nullptr;
+  for (tensor_impl* r : reds) {
+    if (!fused && r->shape == t.shape)
+      fused = r;
+    else
+      materialise(*r);
+  }
+  if (fused && fused->kind != tensor_kind::op) fused = nullptr;  // another one evaluated it
+  if (fused) {
+    std::vector<tensor_impl*> inner;
+    seen.clear();
+    reductions_in(*fused->args.at(0), inner, seen);
+    for (tensor_impl* r : inner) materialise(*r);
+    store_result(t, run_reduce(t, *fused));
+    return;
+  }
   const lowered l = lower(t);
   auto out = allocate_tensor(t.dev, t.shape, t.dtype);
   const auto n = static_cast<std::uint64_t>(numel_of(t.shape));
@@ -62,12 +97,7 @@ void materialise(tensor_impl& t) {
     launch(*g.kernels.at(0).impl(), *q.impl(), range(n), nullptr, a.data(), a.size());
     stats_now().kernel_launches++;
   }
-  // The expression is done with: drop it (its inputs may now be freed) and keep the storage.
-  t.kind = tensor_kind::stored;
-  t.mem = std::move(out->mem);
-  t.strides = std::move(out->strides);
-  t.offset = 0;
-  t.args.clear();
+  store_result(t, std::move(out));
 }
 
 }  // namespace kiln::detail

@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "codegen/expr_render.hpp"
+#include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "ir/layout.hpp"
 
@@ -56,13 +57,8 @@ struct lowering {
   }
 };
 
-template <class... P>
-std::string cat(const P&... parts) {
-  std::string s;
-  (s.append(std::string_view(parts)), ...);
-  return s;
-}
-std::string num(std::size_t k) { return std::to_string(k); }
+using codegen::cat;
+using codegen::num;
 
 }  // namespace
 

@@ -35,6 +35,7 @@ struct tensor_impl {
   // op: a node of the IR whose operands are args (slot: a leaf's slot, e.g. index)
   ir::op o = ir::op::cast;
   std::vector<std::shared_ptr<tensor_impl>> args;
+  std::uint32_t axes = 0;  // a reduction's reduced dims of args[0], a bit mask
 };
 
 // Thread-local counters of the current evaluating call (last_tensor_stats reads them).

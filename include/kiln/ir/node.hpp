@@ -30,6 +30,7 @@ enum class op_class : std::uint8_t {
   select,
   cast,
   leaf,
+  reduce,  // folds its operand over the axes in node::slot (a bit mask); tensors only
 };
 
 // X(name, arity, class). Leaves use node::slot: component = the element's value number
@@ -49,7 +50,9 @@ enum class op_class : std::uint8_t {
   X(sqrt, 1, math) X(rsqrt, 1, math) X(exp, 1, math) X(log, 1, math) X(sin, 1, math)       \
   X(cos, 1, math) X(tanh, 1, math) X(floor, 1, math) X(ceil, 1, math) X(pow, 2, math)      \
   X(fma, 3, math) X(abs, 1, math) X(min, 2, math) X(max, 2, math) X(clamp, 3, math)        \
-  X(select, 3, select) X(cast, 1, cast) X(load, 0, leaf)
+  X(select, 3, select) X(cast, 1, cast) X(load, 0, leaf)                                  \
+  X(reduce_sum, 1, reduce) X(reduce_max, 1, reduce) X(reduce_min, 1, reduce)              \
+  X(argmax, 1, reduce) X(argmin, 1, reduce)
 // clang-format on
 
 #define KILN_IR_OP_ENUM(name, arity, cls) name,
@@ -75,7 +78,7 @@ struct node {
   op o = op::component;
   scalar_type dtype = scalar_type::f32;
   std::array<node_id, max_arity> operands{-1, -1, -1};  // indices of earlier nodes
-  std::int32_t slot = 0;                                // leaves only (see KILN_IR_OPS)
+  std::int32_t slot = 0;  // leaves (see KILN_IR_OPS); reductions: the reduced axes' bit mask
   bool operator==(const node&) const = default;
 };
 

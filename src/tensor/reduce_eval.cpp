@@ -1,0 +1,85 @@
+// Running one reduction kernel (or a split's two): arguments in render_reduce's order, the
+// launch shape of its plan, and the partials' scratch memory.
+#include "ir/layout.hpp"
+#include "ir/print.hpp"
+#include "kiln/kernel.hpp"
+#include "runtime/generated_kernels.hpp"
+#include "tensor/kernel_args.hpp"
+#include "tensor/reduce_kernel.hpp"
+
+namespace kiln::detail {
+std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_impl& red) {
+  const reduce_lowered l = lower_reduce(root, red);
+  auto out = allocate_tensor(root.dev, root.shape, root.dtype);
+  const std::int64_t outs = l.outputs();
+  if (outs == 0) return out;
+  const reduce_plan p = plan_reduce(l, root.dev);
+  const bool split = p.chunks > 1;
+  generated_kernels k = get_generated(root.dev, "tensor_reduce", reduce_key(l, p), [&] {
+    std::vector<std::string> names{split ? "kt_part" : "kt_reduce"};
+    if (split) names.push_back("kt_fold_parts");
+    return generated_program{render_reduce(l, p), names, ir::print(l.g)};
+  });
+  if (k.compiled) stats_now().programs_compiled++;
+
+  const ir::node& R = l.g[l.red];
+  const scalar_type acc = l.g[R.operands[0]].dtype;
+  const bool arg = R.o == ir::op::argmax || R.o == ir::op::argmin;
+  const auto parts = static_cast<std::uint64_t>(outs * p.chunks);
+  std::shared_ptr<memory_impl> pv, pi;
+  std::vector<arg_binding> a;
+  add_mem(a, *out->mem, 0, root.dtype);
+  if (split) {
+    pv = allocate(root.dev, parts * size_of(acc));
+    add_mem(a, *pv, 0, acc);
+    if (arg) {
+      pi = allocate(root.dev, parts * sizeof(std::int64_t));
+      add_mem(a, *pi, 0, scalar_type::i64);
+    }
+  }
+  for (const tensor_impl* t : l.leaves)
+    add_mem(a, *t->mem, static_cast<std::uint64_t>(t->offset) * size_of(t->dtype), t->dtype);
+  for (const ir::capture& c : l.g.captures) add_scalar(a, c);
+  add_scalar(a, reduce_init(R.o, acc));
+  for (std::size_t d = 1; d < l.kept.size(); ++d) a.push_back(bind_arg(l.kept[d]));
+  for (std::size_t j = 1; j < l.reduced.size(); ++j) a.push_back(bind_arg(l.reduced[j]));
+  a.push_back(bind_arg(l.rows()));
+  if (split) {
+    a.push_back(bind_arg(p.chunk_len));
+    a.push_back(bind_arg(p.chunks));
+    a.push_back(bind_arg(outs));
+  }
+  for (const ir::input& in : l.g.inputs)
+    for (int d = 0; d < in.l.rank; ++d)
+      if (ir::classify(in.l.dims[d], in.l.strides[d]) == ir::stride_class::general)
+        a.push_back(bind_arg(in.l.strides[d]));
+
+  queue& q = root.dev.default_queue();
+  const auto items = static_cast<std::uint64_t>(parts);
+  if (p.strategy == reduce_strategy::group) {
+    const local_size ls(reduce_policy::group);
+    launch(*k.kernels.at(0).impl(), *q.impl(), range(items * reduce_policy::group), &ls, a.data(),
+           a.size());
+  } else if (!root.dev.supports(feature::barrier) &&
+             items < std::uint64_t(std::max(root.dev.info().compute_units, 1u)) * 64) {
+    // Few long work-items on the CPU: one per work-group, so they spread over the cores.
+    const local_size ls(1);
+    launch(*k.kernels.at(0).impl(), *q.impl(), range(items), &ls, a.data(), a.size());
+  } else {
+    launch(*k.kernels.at(0).impl(), *q.impl(), range(items), nullptr, a.data(), a.size());
+  }
+  stats_now().kernel_launches++;
+  if (split && p.strategy == reduce_strategy::group) {
+    const std::uint64_t g = reduce_policy::group, n = (std::uint64_t(outs) + g - 1) / g * g;
+    const local_size ls(g);
+    launch(*k.kernels.at(1).impl(), *q.impl(), range(n), &ls, a.data(), a.size());
+    stats_now().kernel_launches++;
+  } else if (split) {
+    launch(*k.kernels.at(1).impl(), *q.impl(), range(static_cast<std::uint64_t>(outs)), nullptr,
+           a.data(), a.size());
+    stats_now().kernel_launches++;
+  }
+  return out;
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,78 @@
+// One reduction kernel with its fused elementwise work: a prologue (the elementwise expression
+// being reduced, read at every (output, reduced) position), the fold, and an epilogue (the
+// elementwise expression over the reduction's result, read at every output position). So
+// relu(a * b + c).sum(1) and sqrt((x * x).sum(1)) are one launch each.
+//
+// The iteration space is the reduced tensor's dims, coalesced (size-1 dims dropped, adjacent
+// dims of one kind merged when every input allows) and ordered kept dims first, then reduced
+// dims. The output is contiguous over the kept dims, so output position o is their flat index.
+//
+// Strategies (reduce_plan, shared by the renderer and the launcher as CUB's policies are):
+//   thread: one work-item folds one output (coalesced when the reduced dims are outer ones);
+//   group:  one work-group folds one output through local memory (reduced dims innermost,
+//           devices with barriers);
+//   split:  either of the above over `chunks` slices of the reduced range into partials, then
+//           a second kernel folds the partials and runs the epilogue (few outputs, long rows).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/ir/node.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln::detail {
+
+struct reduce_policy {
+  static constexpr std::uint32_t group = 256;              // work-items of a group-strategy group
+  static constexpr std::int64_t group_min_rows = 64;       // shorter reduced ranges: thread
+  static constexpr std::int64_t split_group_elems = 8192;  // at least per split group
+  static constexpr std::int64_t split_item_elems = 2048;   // at least per split work-item
+  static constexpr std::int64_t gpu_groups_per_unit = 8;
+  static constexpr std::int64_t gpu_items_per_unit = 2048;
+  static constexpr std::int64_t cpu_items_per_unit = 4;
+};
+
+enum class reduce_strategy : std::uint8_t { thread, group };
+
+struct reduce_plan {
+  reduce_strategy strategy = reduce_strategy::thread;
+  std::int64_t chunks = 1;  // > 1: split into partials and a second, folding kernel
+  std::int64_t chunk_len = 0;
+};
+
+struct reduce_lowered {
+  ir::graph g;  // one root: the epilogue's (the reduce node itself when there is none)
+  ir::node_id red = -1;
+  std::vector<std::uint8_t> in_epilogue;   // per node: computed after the fold
+  std::vector<const tensor_impl*> leaves;  // the stored tensor behind each input slot
+  shape_t kept, reduced;       // coalesced sizes; inputs' layouts are over kept then reduced dims
+  bool inner_reduced = false;  // the reduced dims include the innermost (fastest) one
+  shape_t out_shape;
+  std::int64_t outputs() const;
+  std::int64_t rows() const;  // elements folded per output
+};
+
+// red is the reduce node (a tensor_kind::op of class reduce); root is red or an elementwise
+// expression over red's shape that reads red once per element. Other reductions inside
+// either must already be stored.
+reduce_lowered lower_reduce(const tensor_impl& root, const tensor_impl& red);
+
+reduce_plan plan_reduce(const reduce_lowered& l, const device& dev);
+std::uint64_t reduce_key(const reduce_lowered& l, const reduce_plan& p);
+// Kernels: "kt_reduce" (no split) or "kt_part" then "kt_fold_parts" (split). Every kernel takes
+// the same parameters: out, (split: partial values, partial indices), inputs, captures,
+// kept sizes but the first, reduced sizes but the first, rows, (split: chunk length, chunks,
+// outputs), then each general stride of each input.
+std::string render_reduce(const reduce_lowered& l, const reduce_plan& p);
+
+// The identity a reduction starts from, as a capture of type t: 0, the lowest value (-inf),
+// or the highest value (+inf).
+ir::capture reduce_init(ir::op o, scalar_type t);
+
+// Renders (or finds), launches and returns the stored result of root, whose one unevaluated
+// reduction is red (tensor/reduce_eval.cpp).
+std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_impl& red);
+
+}  // namespace kiln::detail

@@ -1,0 +1,226 @@
+// Rendering a lowered reduction (reduce_kernel.hpp) into the portable kernel language.
+#include <string_view>
+
+#include "codegen/expr_render.hpp"
+#include "codegen/text.hpp"
+#include "ir/layout.hpp"
+#include "tensor/reduce_kernel.hpp"
+
+namespace kiln::detail {
+namespace {
+
+using codegen::cat;
+using codegen::num;
+
+constexpr const char* no_index = "(int64_t)0x7fffffffffffffff";
+
+bool is_arg(ir::op o) { return o == ir::op::argmax || o == ir::op::argmin; }
+
+struct renderer {
+  const reduce_lowered& l;
+  const reduce_plan& p;
+  const ir::graph& g = l.g;
+  const ir::node& R = g[l.red];
+  const bool arg = is_arg(R.o), split = p.chunks > 1;
+  const bool group = p.strategy == reduce_strategy::group;
+  const std::size_t K = l.kept.size(), M = l.reduced.size();
+  const std::string A = type_name(g[R.operands[0]].dtype);
+
+  std::string name(ir::node_id x) const {
+    if (x == l.red) return arg ? "kt_acci" : "kt_acc";
+    return ir::info(g[x].o).cls == ir::op_class::leaf ? codegen::render_expr(g, x)
+                                                      : cat("kt_n", num(std::size_t(x)));
+  }
+
+  // The fold of two accumulators: NaN wins max and min (as in PyTorch); argmax/argmin take
+  // the lower index among equals, and the first NaN.
+  std::string fold_helpers() const {
+    const char* cmp = R.o == ir::op::reduce_min || R.o == ir::op::argmin ? " < " : " > ";
+    if (arg)
+      return cat("KILN_FUNC bool kt_take(", A, " av, int64_t ai, ", A, " bv, int64_t bi) {\n",
+                 "  return bv", cmp, "av || (bv == av && bi < ai) || (bv != bv && (av == av || bi ",
+                 "< ai));\n}\n");
+    if (R.o == ir::op::reduce_sum)
+      return cat("KILN_FUNC ", A, " kt_fold(", A, " a, ", A, " b) { return a + b; }\n");
+    return cat("KILN_FUNC ", A, " kt_fold(", A, " a, ", A, " b) { return (a != a || a", cmp,
+               "b) ? a : b; }\n");
+  }
+
+  std::string params() const {
+    std::string s = cat("KILN_GLOBAL ", type_name(g[g.roots[0]].dtype), "* KILN_RESTRICT kt_out");
+    if (split) s += cat(", KILN_GLOBAL ", A, "* kt_pv", arg ? ", KILN_GLOBAL int64_t* kt_pi" : "");
+    for (std::size_t k = 0; k < g.inputs.size(); ++k)
+      s +=
+          cat(", KILN_GLOBAL const ", type_name(g.inputs[k].type), "* KILN_RESTRICT kt_in", num(k));
+    for (std::size_t c = 0; c < g.captures.size(); ++c)
+      s += cat(", ", type_name(g.captures[c].type), " ", codegen::capture_name(int(c)));
+    s += cat(", ", A, " kt_init");
+    for (std::size_t d = 1; d < K; ++d) s += cat(", int64_t kt_k", num(d));
+    for (std::size_t j = 1; j < M; ++j) s += cat(", int64_t kt_m", num(j));
+    s += ", int64_t kt_rn";
+    if (split) s += ", int64_t kt_cl, int64_t kt_nc, int64_t kt_on";
+    for (std::size_t k = 0; k < g.inputs.size(); ++k)
+      for (std::size_t d = 0; d < K + M; ++d)
+        if (cls(k, d) == ir::stride_class::general) s += cat(", int64_t kt_s", num(k), "_", num(d));
+    return s;
+  }
+
+  ir::stride_class cls(std::size_t k, std::size_t d) const {
+    const ir::layout& L = g.inputs[k].l;
+    return ir::classify(L.dims[d], L.strides[d]);
+  }
+  std::string term(std::size_t k, std::size_t d, const std::string& coord) const {
+    switch (cls(k, d)) {
+      case ir::stride_class::zero: return {};
+      case ir::stride_class::one: return coord;
+      default: return cat(coord, " * kt_s", num(k), "_", num(d));
+    }
+  }
+  static void add_term(std::string& s, const std::string& t) {
+    if (!t.empty()) s += cat(s.empty() ? "" : " + ", t);
+  }
+
+  // The kept coordinates of output kt_oi and each input's offset for them (kt_b<k>).
+  std::string output_position() const {
+    std::string s;
+    if (K > 0) {
+      s += "  int64_t kt_o = kt_oi;\n";
+      for (std::size_t d = K; d-- > 1;)
+        s += cat("  const int64_t kt_x", num(d), " = kt_o % kt_k", num(d), "; kt_o /= kt_k", num(d),
+                 ";\n");
+      s += "  const int64_t kt_x0 = kt_o;\n";
+    }
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      std::string at;
+      for (std::size_t d = 0; d < K; ++d) add_term(at, term(k, d, cat("kt_x", num(d))));
+      s += cat("  const int64_t kt_b", num(k), " = ", at.empty() ? "0" : at, ";\n");
+    }
+    return s;
+  }
+
+  std::string nodes(bool epilogue, const char* indent) const {
+    std::string s;
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+      const auto id = static_cast<ir::node_id>(i);
+      const ir::op_class c = ir::info(g[id].o).cls;
+      if (c == ir::op_class::leaf || c == ir::op_class::reduce) continue;
+      if (bool(l.in_epilogue[i]) != epilogue) continue;
+      s += cat(indent, "const ", type_name(g[id].dtype), " ", name(id), " = ",
+               codegen::render_node(g, id, [&](ir::node_id x) { return name(x); }), ";\n");
+    }
+    return s;
+  }
+
+  std::string loads(bool epilogue, const char* indent) const {
+    std::string s;
+    for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+      const ir::node& n = g.nodes[i];
+      if (n.o != ir::op::load || bool(l.in_epilogue[i]) != epilogue) continue;
+      const auto k = static_cast<std::size_t>(n.slot);
+      std::string at = cat("kt_b", num(k));
+      if (!epilogue)
+        for (std::size_t j = 0; j < M; ++j) add_term(at, term(k, K + j, cat("kt_y", num(j))));
+      s += cat(indent, "const ", type_name(g.inputs[k].type), " ", codegen::load_name(n.slot),
+               " = kt_in", num(k), "[", at, "];\n");
+    }
+    return s;
+  }
+
+  // One folded element: reduced coordinates of row kt_r, the prologue, the fold.
+  std::string element() const {
+    std::string s;
+    if (M == 1) s += "    const int64_t kt_y0 = kt_r;\n";
+    if (M > 1) {
+      s += "    int64_t kt_q = kt_r;\n";
+      for (std::size_t j = M; j-- > 1;)
+        s += cat("    const int64_t kt_y", num(j), " = kt_q % kt_m", num(j), "; kt_q /= kt_m",
+                 num(j), ";\n");
+      s += "    const int64_t kt_y0 = kt_q;\n";
+    }
+    s += loads(false, "    ") + nodes(false, "    ");
+    const std::string v = name(R.operands[0]);
+    if (arg)
+      return s += cat("    if (kt_take(kt_acc, kt_acci, ", v, ", kt_r)) { kt_acc = ", v,
+                      "; kt_acci = kt_r; }\n");
+    return s += cat("    kt_acc = kt_fold(kt_acc, ", v, ");\n");
+  }
+
+  std::string accumulators() const {
+    return cat("  ", A, " kt_acc = kt_init;\n",
+               arg ? cat("  int64_t kt_acci = ", no_index, ";\n") : std::string());
+  }
+
+  // The epilogue and the store (no split), or the partial's store (split).
+  std::string finish(const char* indent) const {
+    if (split)
+      return cat(indent, "kt_pv[kt_c * kt_on + kt_oi] = kt_acc;\n",
+                 arg ? cat(indent, "kt_pi[kt_c * kt_on + kt_oi] = kt_acci;\n") : std::string());
+    return loads(true, indent) + nodes(true, indent) +
+           cat(indent, "kt_out[kt_oi] = ", name(g.roots[0]), ";\n");
+  }
+
+  std::string main_kernel() const {
+    const std::string G = std::to_string(reduce_policy::group);
+    std::string s =
+        cat("KILN_KERNEL void ", split ? "kt_part" : "kt_reduce", "(", params(), ") {\n");
+    if (group)
+      s += cat("  KILN_LOCAL ", A, " kt_sh[", G, "];\n",
+               arg ? cat("  KILN_LOCAL int64_t kt_shi[", G, "];\n") : std::string(),
+               "  const uint32_t kt_t = (uint32_t)kiln_local_id(0);\n",
+               "  const int64_t kt_w = (int64_t)kiln_group_id(0);\n");
+    else
+      s += "  const int64_t kt_w = (int64_t)kiln_global_id(0);\n";
+    s += split ? "  const int64_t kt_oi = kt_w % kt_on, kt_c = kt_w / kt_on;\n"
+                 "  const int64_t kt_r0 = kt_c * kt_cl;\n"
+                 "  const int64_t kt_r1 = kt_r0 + kt_cl < kt_rn ? kt_r0 + kt_cl : kt_rn;\n"
+               : "  const int64_t kt_oi = kt_w, kt_r0 = 0, kt_r1 = kt_rn;\n";
+    s += output_position() + accumulators();
+    s += group ? cat("  for (int64_t kt_r = kt_r0 + kt_t; kt_r < kt_r1; kt_r += ", G, ") {\n")
+               : "  for (int64_t kt_r = kt_r0; kt_r < kt_r1; ++kt_r) {\n";
+    s += element() + "  }\n";
+    if (!group) return s + finish("  ") + "}\n";
+    // Tree over the group in local memory (the group size is a power of two).
+    s += cat("  kt_sh[kt_t] = kt_acc;\n", arg ? "  kt_shi[kt_t] = kt_acci;\n" : "",
+             "  kiln_barrier();\n  for (uint32_t kt_h = ", G,
+             " / 2; kt_h > 0; kt_h >>= 1) {\n    if (kt_t < kt_h) {\n");
+    s += arg ? "      if (kt_take(kt_sh[kt_t], kt_shi[kt_t], kt_sh[kt_t + kt_h], "
+               "kt_shi[kt_t + kt_h])) {\n"
+               "        kt_sh[kt_t] = kt_sh[kt_t + kt_h]; kt_shi[kt_t] = kt_shi[kt_t + kt_h];\n"
+               "      }\n"
+             : "      kt_sh[kt_t] = kt_fold(kt_sh[kt_t], kt_sh[kt_t + kt_h]);\n";
+    s += "    }\n    kiln_barrier();\n  }\n  if (kt_t == 0) {\n    kt_acc = kt_sh[0];\n";
+    if (arg) s += "    kt_acci = kt_shi[0];\n";
+    return s + finish("    ") + "  }\n}\n";
+  }
+
+  // Split: one work-item per output folds the partials in chunk order, then the epilogue.
+  std::string fold_kernel() const {
+    std::string s = cat("KILN_KERNEL void kt_fold_parts(", params(), ") {\n",
+                        "  const int64_t kt_oi = (int64_t)kiln_global_id(0);\n");
+    // A program with barriers launches whole groups: the items past the outputs stop.
+    if (group) s += "  if (kt_oi >= kt_on) return;\n";
+    s += output_position() + accumulators();
+    s += cat("  for (int64_t kt_c = 0; kt_c < kt_nc; ++kt_c) {\n", "    const ", A,
+             " kt_v = kt_pv[kt_c * kt_on + kt_oi];\n");
+    s +=
+        arg ? "    const int64_t kt_vi = kt_pi[kt_c * kt_on + kt_oi];\n"
+              "    if (kt_take(kt_acc, kt_acci, kt_v, kt_vi)) { kt_acc = kt_v; kt_acci = kt_vi; }\n"
+            : "    kt_acc = kt_fold(kt_acc, kt_v);\n";
+    s += "  }\n";
+    return s + loads(true, "  ") + nodes(true, "  ") +
+           cat("  kt_out[kt_oi] = ", name(g.roots[0]), ";\n}\n");
+  }
+};
+
+}  // namespace
+
+std::string render_reduce(const reduce_lowered& l, const reduce_plan& p) {
+  const renderer r{l, p};
+  std::string s;
+  for (const codegen::helper& h : codegen::helpers_in(l.g)) s += codegen::helper_def(h);
+  s += r.fold_helpers() + r.main_kernel();
+  if (p.chunks > 1) s += r.fold_kernel();
+  return s;
+}
+
+}  // namespace kiln::detail

@@ -1,0 +1,116 @@
+// Reductions fuse: the elementwise work before a reduction (its prologue) and after it (its
+// epilogue) run in the reduction's one kernel; launch counts prove it, and the CUDA dialect
+// of every reduction strategy compiles.
+#include "tensor/reduce_fixture.hpp"
+#include "tensor/reduce_kernel.hpp"
+
+namespace tensor_test {
+namespace {
+
+class ReduceFusionTest : public TensorTest {};
+KILN_INSTANTIATE_TENSOR_PER_DEVICE(ReduceFusionTest);
+
+TEST_P(ReduceFusionTest, ReluOfBroadcastExpressionSummedIsOneLaunch) {
+  const host<float> ha = random_host<float>({6, 50}, 31), hb = random_host<float>({50}, 32),
+                    hc = random_host<float>({6, 1}, 33);
+  const kiln::tensor a = upload(dev(), ha), b = upload(dev(), hb), c = upload(dev(), hc);
+  const kiln::tensor s = kiln::relu(a * b + c).sum(1);
+  EXPECT_TRUE(s.is_lazy());
+  s.eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  std::vector<double> want(6, 0), scale(6, 0);
+  for (std::size_t i = 0; i < 6; ++i)
+    for (std::size_t j = 0; j < 50; ++j) {
+      const float v = ha.v[i * 50 + j] * hb.v[j] + hc.v[i];
+      want[i] += v > 0 ? v : 0;
+      scale[i] += std::fabs(v);
+    }
+  EXPECT_TRUE(near_rows(read_doubles(s), want, scale, 1e-6));
+  // New sizes and scalars of the same structure compile nothing.
+  const kiln::tensor a2 = upload(dev(), random_host<float>({9, 7}, 34));
+  const kiln::tensor b2 = upload(dev(), random_host<float>({7}, 35));
+  const kiln::tensor c2 = upload(dev(), random_host<float>({9, 1}, 36));
+  kiln::relu(a2 * b2 + c2).sum(1).eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  EXPECT_EQ(stats().programs_compiled, 0u);
+}
+
+TEST_P(ReduceFusionTest, EpilogueFusesIntoTheReduction) {
+  const host<double> hx = random_host<double>({5, 8}, 37), hy = random_host<double>({5}, 38);
+  const kiln::tensor x = upload(dev(), hx), y = upload(dev(), hy);
+  // mean = sum / n, 2-norm = sqrt(sum(x * x)), then more elementwise work reading another input.
+  const kiln::tensor r = kiln::sqrt((x * x).sum(1)) * 2.0 + y + x.mean(1) * 0.0;
+  r.eval();
+  EXPECT_EQ(stats().kernel_launches, 2u);  // two reductions: one fuses, one runs first
+  const kiln::tensor n = kiln::sqrt((x * x).sum(1)) * 2.0 + y;
+  n.eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  std::vector<double> want;
+  for (std::size_t i = 0; i < 5; ++i) {
+    double s = 0;
+    for (std::size_t j = 0; j < 8; ++j) s += hx.v[i * 8 + j] * hx.v[i * 8 + j];
+    want.push_back(std::sqrt(s) * 2 + hy.v[i]);
+  }
+  EXPECT_TRUE(near_rows(read_doubles(n), want, std::vector<double>(5, 1.0), 1e-12));
+  EXPECT_TRUE(near_rows(read_doubles(r), want, std::vector<double>(5, 1.0), 1e-12));
+  x.mean(1).eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  x.norm(2, 1).eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+}
+
+TEST_P(ReduceFusionTest, BroadcastReductionsRunFirst) {
+  const host<float> h = random_host<float>({4, 30}, 39);
+  const kiln::tensor x = upload(dev(), h);
+  const kiln::tensor centred = x - x.mean(1, true);  // the mean is broadcast: its own kernel
+  centred.eval();
+  EXPECT_EQ(stats().kernel_launches, 2u);
+  x.var(1).eval();
+  EXPECT_EQ(stats().kernel_launches, 2u);
+  x.softmax(1).eval();
+  EXPECT_EQ(stats().kernel_launches, 3u);
+  // Row normalisation (x - mean) / sqrt(var + eps): mean, var (its own mean), then the rest.
+  const kiln::tensor norm = (x - x.mean(1, true)) / kiln::sqrt(x.var(1, 0, true) + 1e-5f);
+  norm.eval();
+  EXPECT_EQ(stats().kernel_launches, 4u);
+  std::vector<double> want;
+  for (std::size_t i = 0; i < 4; ++i) {
+    double m = 0, v = 0;
+    for (std::size_t j = 0; j < 30; ++j) m += h.v[i * 30 + j];
+    m /= 30;
+    for (std::size_t j = 0; j < 30; ++j) v += (h.v[i * 30 + j] - m) * (h.v[i * 30 + j] - m);
+    v /= 30;
+    for (std::size_t j = 0; j < 30; ++j)
+      want.push_back((h.v[i * 30 + j] - m) / std::sqrt(v + 1e-5));
+  }
+  EXPECT_TRUE(near_rows(read_doubles(norm), want, std::vector<double>(want.size(), 1.0), 1e-5));
+}
+
+TEST(TensorCodegen, ReductionKernelsCompileForCuda) {
+  if (!conformance::cuda_compile_only())
+    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
+                    "run the CUDA kernels";
+  const kiln::device cpu = kiln::device::get("cpu");
+  const kiln::tensor a = kiln::tensor::from(cpu, std::vector<float>(24, 1.f), {2, 3, 4});
+  const kiln::tensor b = kiln::tensor::from(cpu, std::vector<std::int8_t>(4, 2), {4});
+  using kiln::detail::reduce_plan;
+  using kiln::detail::reduce_strategy;
+  const std::vector<kiln::tensor> exprs{
+      kiln::relu(a * b).sum({0, 2}), a.permute({2, 0, 1}).argmax(1),
+      kiln::sqrt((a * a).sum(-1)) * 2.f + 1.f, b.min(), b.argmin()};
+  for (const kiln::tensor& x : exprs) {
+    // The fused reduction: the root, or the one its epilogue reads.
+    const kiln::detail::tensor_impl* red = x.impl().get();
+    while (kiln::ir::info(red->o).cls != kiln::ir::op_class::reduce) red = red->args.at(0).get();
+    for (const reduce_plan& p :
+         {reduce_plan{reduce_strategy::thread, 1, 0}, reduce_plan{reduce_strategy::group, 1, 0},
+          reduce_plan{reduce_strategy::thread, 3, 2}, reduce_plan{reduce_strategy::group, 3, 2}}) {
+      const auto l = kiln::detail::lower_reduce(*x.impl(), *red);
+      const std::string src = kiln::detail::render_reduce(l, p);
+      EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace tensor_test
