@@ -227,3 +227,4 @@ tensor clamp(const tensor& x, T lo, T hi) {
 std::string to_string(const shape_t& shape);
 
 }  // namespace kiln
+#include "kiln/tensor/linalg.hpp"  // matmul, gemm, gemv, transposes
