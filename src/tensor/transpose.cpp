@@ -2,6 +2,8 @@
 // out of place through a 16 x 16 local-memory tile (17 wide, so the column reads of the tile
 // fall in distinct banks) on devices with barriers, a strided copy on the CPU backend (no
 // barriers there); in place by swapping across the diagonal.
+#include "tensor/transpose.hpp"
+
 #include <string>
 
 #include "ir/hash.hpp"
@@ -17,7 +19,7 @@ namespace {
 using detail::tensor_impl;
 constexpr std::uint64_t side = 16;
 
-enum class variant : std::uint8_t { tiled, copy, swap };
+using variant = detail::transpose_variant;
 
 // out (cols x rows, contiguous) = in^T; in is rows x cols at strides s0, s1. The launch is
 // rounded up to whole 16 x 16 groups (barriers need them), so items check the bounds.
@@ -67,14 +69,12 @@ kernel transpose_kernel(const device& dev, scalar_type t, variant v) {
   h.add("tensor transpose v1").add(static_cast<std::uint64_t>(t)).add(std::uint64_t(v));
   const detail::generated_kernels g =
       detail::get_generated(dev, "tensor_transpose", h.value(), [&] {
-        const char* text = v == variant::tiled  ? tiled_text
-                           : v == variant::copy ? copy_text
-                                                : swap_text;
         const char* what = v == variant::tiled  ? "tiled out-of-place transpose"
                            : v == variant::copy ? "strided-copy out-of-place transpose"
                                                 : "in-place square transpose";
-        return detail::generated_program{
-            instantiate(text, t), {"kt_transpose"}, std::string(what) + " of " + type_name(t)};
+        return detail::generated_program{detail::transpose_source(t, v),
+                                         {"kt_transpose"},
+                                         std::string(what) + " of " + type_name(t)};
       });
   if (g.compiled) detail::stats_now().programs_compiled++;
   return g.kernels.at(0);
@@ -104,6 +104,13 @@ std::uint64_t round_up(std::int64_t v) {
 }
 
 }  // namespace
+
+std::string detail::transpose_source(scalar_type t, transpose_variant v) {
+  return instantiate(v == variant::tiled  ? tiled_text
+                     : v == variant::copy ? copy_text
+                                          : swap_text,
+                     t);
+}
 
 tensor transpose_copy(const tensor& x) {
   detail::reset_stats();

@@ -7,6 +7,7 @@
 
 #include "tensor/tensor_fixture.hpp"
 #include "tensor/tensor_impl.hpp"
+#include "tensor/transpose.hpp"
 
 namespace tensor_test {
 namespace {
@@ -314,6 +315,15 @@ TEST_P(TensorLinalgTest, TransposeInPlace) {
   const kiln::tensor lazy = upload(dev(), hf) + 0.f;
   kiln::transpose_(lazy);
   EXPECT_TRUE(matches(lazy, swapped(hf)));
+}
+
+// Every transpose kernel compiles for CUDA too (NVRTC, where the backend is compile-only).
+TEST_P(TensorLinalgTest, TransposeSourcesCompileEverywhere) {
+  using v = kiln::detail::transpose_variant;
+  for (const auto t : {kiln::scalar_type::f32, kiln::scalar_type::f64, kiln::scalar_type::boolean,
+                       kiln::scalar_type::i64})
+    for (const v var : {v::tiled, v::copy, v::swap})
+      EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::transpose_source(t, var)));
 }
 
 template <class E, class F>
