@@ -1,13 +1,13 @@
-// matmul, gemm, gemv and the transposes on tensors, against a naive double-precision triple
-// loop over seeded operands (never zero). Tolerance per element, as in docs/linalg.md:
-// 2 (k + 2) eps (|alpha| sum_p |a_ip b_pj| + |beta c_ij|), eps = 2^-23 (f32), 2^-52 (f64),
-// 2^-10 with TF32. Transposes move values and are compared exactly.
+// matmul, gemm and gemv on tensors, against a naive double-precision triple loop over seeded
+// operands (never zero), and the errors of every linear-algebra call (transposes included;
+// their values are checked in linalg_transpose_test.cpp). Tolerance per element, as in
+// docs/linalg.md: 2 (k + 2) eps (|alpha| sum_p |a_ip b_pj| + |beta c_ij|), eps = 2^-23 (f32),
+// 2^-52 (f64), 2^-10 with TF32.
 #include <cmath>
 #include <limits>
 
 #include "tensor/tensor_fixture.hpp"
 #include "tensor/tensor_impl.hpp"
-#include "tensor/transpose.hpp"
 
 namespace tensor_test {
 namespace {
@@ -265,65 +265,6 @@ TEST_P(TensorLinalgTest, GemvMatchesTheReference) {
       EXPECT_EQ(got[2 * i + 1], y2.v[2 * i + 1]) << i;
     }
   });
-}
-
-TEST_P(TensorLinalgTest, TransposeCopy) {
-  const auto check = [&]<class T>(const host<T>& h, const kiln::tensor& x) {
-    const kiln::tensor r = kiln::transpose_copy(x);
-    EXPECT_EQ(stats().kernel_launches, h.v.empty() ? 0u : 1u);
-    EXPECT_TRUE(r.is_contiguous());
-    EXPECT_TRUE(matches(r, swapped(h)));
-  };
-  for (const shape_t& s : {shape_t{1, 1}, shape_t{3, 5}, shape_t{17, 33}, shape_t{0, 4}}) {
-    SCOPED_TRACE(kiln::to_string(s));
-    const host<float> h = random_host<float>(s, 60);
-    check(h, upload(dev(), h));
-    const host<std::int32_t> hi = random_host<std::int32_t>(s, 61);
-    check(hi, upload(dev(), hi));
-  }
-  // From views: a transposed one, and every other column of a wider matrix.
-  const host<double> hd = random_host<double>({6, 20}, 62);
-  if (has_f64()) check(swapped(hd), upload(dev(), hd).t());
-  const host<float> hw = random_host<float>({18, 20}, 63);
-  check(remap<float>(hw, {18, 10},
-                     [](shape_t c) {
-                       return shape_t{c[0], 2 * c[1]};
-                     }),
-        upload(dev(), hw).slice(1, 0, 20, 2));
-  const host<bool> hb = random_host<bool>({4, 3}, 64);
-  check(hb, upload(dev(), hb));
-  // The kernel is cached: a new size compiles nothing.
-  kiln::transpose_copy(upload(dev(), random_host<float>({9, 2}, 65)));
-  EXPECT_EQ(stats().programs_compiled, 0u);
-}
-
-TEST_P(TensorLinalgTest, TransposeInPlace) {
-  for (const std::int64_t n : {1, 5, 19}) {
-    SCOPED_TRACE(n);
-    const host<float> h = random_host<float>({n, n}, 70);
-    const kiln::tensor x = upload(dev(), h);
-    EXPECT_EQ(kiln::transpose_(x).impl(), x.impl());
-    EXPECT_EQ(stats().kernel_launches, n > 1 ? 1u : 0u);
-    EXPECT_TRUE(matches(x, swapped(h)));
-  }
-  // A transposed view in place, and a lazy tensor (evaluated into its own storage first).
-  const host<std::int64_t> h = random_host<std::int64_t>({4, 4}, 71);
-  const kiln::tensor base = upload(dev(), h);
-  kiln::transpose_(base.t());
-  EXPECT_TRUE(matches(base, swapped(h)));
-  const host<float> hf = random_host<float>({3, 3}, 72);
-  const kiln::tensor lazy = upload(dev(), hf) + 0.f;
-  kiln::transpose_(lazy);
-  EXPECT_TRUE(matches(lazy, swapped(hf)));
-}
-
-// Every transpose kernel compiles for CUDA too (NVRTC, where the backend is compile-only).
-TEST_P(TensorLinalgTest, TransposeSourcesCompileEverywhere) {
-  using v = kiln::detail::transpose_variant;
-  for (const auto t : {kiln::scalar_type::f32, kiln::scalar_type::f64, kiln::scalar_type::boolean,
-                       kiln::scalar_type::i64})
-    for (const v var : {v::tiled, v::copy, v::swap})
-      EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::transpose_source(t, var)));
 }
 
 template <class E, class F>
