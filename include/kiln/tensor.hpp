@@ -263,3 +263,4 @@ inline tensor log_softmax(const tensor& x, int dim) { return x.log_softmax(dim);
 std::string to_string(const shape_t& shape);
 
 }  // namespace kiln
+#include "kiln/tensor/linalg.hpp"  // matmul, gemm, gemv, transposes

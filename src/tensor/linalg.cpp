@@ -1,0 +1,300 @@
+// matmul, gemm and gemv on tensors: operand checks, then each operand's last two dimensions
+// mapped onto kiln::linalg's row-major (leading dimension) or transposed layout and its batch
+// dimensions onto one batch stride. Layouts linalg cannot take are copied contiguous first:
+// matrices with neither dimension at unit stride, batch dimensions that do not collapse to one
+// stride, and broadcast batches (linalg reads a 0 batch stride as "tight"), except a right
+// operand broadcast over the whole batch, which folds the batch into the rows of the left one.
+#include "kiln/tensor/linalg.hpp"
+
+#include <optional>
+#include <string>
+
+#include "kiln/linalg.hpp"
+#include "runtime/runtime.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln {
+namespace {
+
+using detail::tensor_impl;
+
+tensor_impl& evaluated(const tensor& t, const char* fn, const char* name) {
+  if (!t.impl()) throw invalid_argument(std::string("kiln::") + fn + ": " + name + " is undefined");
+  detail::materialise(*t.impl());
+  return *t.impl();
+}
+
+void check_operands(const char* fn,
+                    std::initializer_list<std::pair<const char*, const tensor*>> xs) {
+  const tensor_impl* first = nullptr;
+  const char* first_name = nullptr;
+  for (const auto& [name, t] : xs) {
+    if (!t->impl())
+      throw invalid_argument(std::string("kiln::") + fn + ": " + name + " is undefined");
+    const tensor_impl& x = *t->impl();
+    if (!first) {
+      first = &x;
+      first_name = name;
+    }
+    if (!(x.dev == first->dev))
+      throw device_mismatch(std::string("kiln::") + fn +
+                            ": operands are on different devices: " + first_name + " on " +
+                            first->dev.id() + ", " + name + " on " + x.dev.id());
+  }
+  for (const auto& [name, t] : xs) {
+    const scalar_type d = t->impl()->dtype;
+    if (d != scalar_type::f32 && d != scalar_type::f64)
+      throw dtype_error(std::string("kiln::") + fn + ": " + name + " has dtype " + type_name(d) +
+                        "; only float and double are supported");
+    if (d != first->dtype)
+      throw dtype_error(std::string("kiln::") + fn + ": operands have different dtypes: " +
+                        first_name + " is " + type_name(first->dtype) + ", " + name + " is " +
+                        type_name(d) + " (convert one with to())");
+  }
+}
+
+struct layout {
+  bool trans;       // stored column-major: the operand is the transpose of a row-major matrix
+  std::int64_t ld;  // the stored matrix's row pitch, at least its columns (never 0)
+};
+
+// The last two dimensions of x (r x c, strides sr, sc) as a linalg operand, when they are one.
+std::optional<layout> layout_of(const tensor_impl& x) {
+  const std::size_t d = x.shape.size();
+  const std::int64_t r = x.shape[d - 2], c = x.shape[d - 1];
+  const std::int64_t sr = x.strides[d - 2], sc = x.strides[d - 1];
+  if (r == 0 || c == 0) return layout{false, std::max<std::int64_t>(c, 1)};
+  if (c == 1 || sc == 1) {
+    const std::int64_t ld = r == 1 ? c : sr;
+    if (ld >= c) return layout{false, ld};
+  }
+  if (r == 1 || sr == 1) {
+    const std::int64_t ld = c == 1 ? r : sc;
+    if (ld >= r) return layout{true, ld};
+  }
+  return std::nullopt;
+}
+
+// The one stride that steps through x's batch dimensions read over `batch` (right-aligned,
+// NumPy broadcasting: missing and size-1 dimensions step by 0); nullopt when they do not
+// collapse to one. 0 with more than one matrix: x is broadcast over the whole batch.
+std::optional<std::int64_t> batch_stride(const tensor_impl& x, const shape_t& batch) {
+  const std::size_t nb = x.shape.size() - 2, lead = batch.size() - nb;
+  std::optional<std::int64_t> inner;
+  std::int64_t next = 0;
+  for (std::size_t k = batch.size(); k-- > 0;) {
+    if (batch[k] == 1) continue;
+    const bool bcast = k < lead || x.shape[k - lead] == 1;
+    const std::int64_t st = bcast ? 0 : x.strides[k - lead];
+    if (inner && st != next) return std::nullopt;
+    if (!inner) inner = st;
+    next = st * batch[k];
+  }
+  return inner.value_or(0);
+}
+
+linalg::detail::operand operand_of(const tensor_impl& x) {
+  const std::uint64_t total = x.mem->bytes / size_of(x.dtype);
+  const auto off = static_cast<std::uint64_t>(x.offset);
+  return {x.mem.get(), off, total > off ? total - off : 0};
+}
+
+shape_t batch_of(const shape_t& s) { return shape_t(s.begin(), s.end() - 2); }
+
+shape_t with_matrix(shape_t batch, std::int64_t r, std::int64_t c) {
+  batch.push_back(r);
+  batch.push_back(c);
+  return batch;
+}
+
+// x's batch dims broadcast (right-aligned) to `to`'s.
+bool broadcasts_to(const shape_t& x, const shape_t& to) {
+  if (x.size() > to.size()) return false;
+  for (std::size_t k = 0; k < x.size(); ++k) {
+    const std::int64_t have = x[x.size() - 1 - k], want = to[to.size() - 1 - k];
+    if (have != want && have != 1) return false;
+  }
+  return true;
+}
+
+struct prepared {
+  tensor t;
+  layout l;
+  std::int64_t stride;  // batch stride, 0 with one matrix
+};
+
+// An operand linalg takes as it is, or its contiguous copy broadcast to the whole batch.
+prepared prepare(const tensor& x, const shape_t& batch, std::int64_t nbatch) {
+  const tensor_impl& xi = *x.impl();
+  const auto l = layout_of(xi);
+  const auto s = batch_stride(xi, batch);
+  if (l && s && (nbatch <= 1 || *s > 0)) return {x, *l, nbatch > 1 ? *s : 0};
+  const std::int64_t r = x.size(-2), c = x.size(-1);
+  const tensor copy = detail::contiguous_of(x.expand(with_matrix(batch, r, c)));
+  return {copy, layout{false, std::max<std::int64_t>(c, 1)}, nbatch > 1 ? r * c : 0};
+}
+
+// c = alpha a b + beta c over c's batch; a [..., m, k], b [..., k, n] stored, their batch
+// dimensions broadcasting to c's (checked by the callers), all on one device and of one dtype.
+void gemm_into(const tensor& a, const tensor& b, const tensor& c, double alpha, double beta,
+               bool tf32) {
+  const tensor_impl& ci = *c.impl();
+  if (detail::numel_of(ci.shape) == 0) return;
+  const std::optional<layout> cl = layout_of(ci);
+  const shape_t batch = batch_of(ci.shape);
+  const auto cs = batch_stride(ci, batch);
+  const std::int64_t nbatch = detail::numel_of(batch);
+  const std::int64_t m = c.size(-2), n = c.size(-1), k = a.size(-1);
+  if (!cl || !cs || (nbatch > 1 && *cs == 0))
+    throw invalid_argument("kiln::gemm: the output of shape " + to_string(ci.shape) +
+                           " and strides " + to_string(ci.strides) +
+                           " is not a batch of row- or column-major matrices at one stride "
+                           "(make it contiguous)");
+  if (cl->trans) {  // C^T = B^T A^T, with C^T row-major
+    gemm_into(b.transpose(-1, -2), a.transpose(-1, -2), c.transpose(-1, -2), alpha, beta, tf32);
+    return;
+  }
+  linalg::gemm_shape s{};
+  s.n = static_cast<std::uint64_t>(n), s.k = static_cast<std::uint64_t>(k);
+  s.ldc = static_cast<std::uint64_t>(cl->ld);
+  prepared pa{a, {}, 0}, pb{b, {}, 0};
+  // b broadcast over the whole batch, a's batch and rows one row-major run, c's too: one
+  // (batch m) x k by k x n product.
+  const auto la = layout_of(*a.impl()), lb = layout_of(*b.impl());
+  const auto sa = batch_stride(*a.impl(), batch), sb = batch_stride(*b.impl(), batch);
+  const bool fold = nbatch > 1 && lb && sb && *sb == 0 && la && !la->trans && sa &&
+                    *sa == m * la->ld && *cs == m * cl->ld;
+  if (fold) {
+    pa = {a, *la, 0};
+    pb = {b, *lb, 0};
+    s.m = static_cast<std::uint64_t>(nbatch * m);
+    s.batch = 1;
+  } else {
+    pa = prepare(a, batch, nbatch);
+    pb = prepare(b, batch, nbatch);
+    s.m = static_cast<std::uint64_t>(m);
+    s.batch = static_cast<std::uint64_t>(nbatch);
+    s.stride_a = static_cast<std::uint64_t>(pa.stride);
+    s.stride_b = static_cast<std::uint64_t>(pb.stride);
+    s.stride_c = nbatch > 1 ? static_cast<std::uint64_t>(*cs) : 0;
+  }
+  s.lda = static_cast<std::uint64_t>(pa.l.ld);
+  s.ldb = static_cast<std::uint64_t>(pb.l.ld);
+  const linalg::gemm_options o{pa.l.trans, pb.l.trans, alpha, beta, tf32};
+  queue& q = ci.dev.default_queue();
+  linalg::detail::gemm(q, ci.dtype, operand_of(*pa.t.impl()), operand_of(*pb.t.impl()),
+                       operand_of(ci), s, o);
+  if (linalg::last_path() != linalg::path::none) detail::stats_now().kernel_launches++;
+}
+
+[[noreturn]] void shapes_fail(const char* fn, const std::string& what, const shape_t& a,
+                              const shape_t& b) {
+  throw shape_error(std::string("kiln::") + fn + ": " + what + " (shapes " + to_string(a) +
+                    " and " + to_string(b) + ")");
+}
+
+}  // namespace
+
+tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
+  detail::reset_stats();
+  check_operands("matmul", {{"a", &a}, {"b", &b}});
+  const shape_t as = a.shape(), bs = b.shape();
+  if (as.empty() || bs.empty())
+    shapes_fail("matmul", "both operands need at least 1 dimension", as, bs);
+  const tensor_impl& ai = evaluated(a, "matmul", "a");
+  evaluated(b, "matmul", "b");
+  const tensor A = as.size() == 1 ? a.unsqueeze(0) : a;
+  const tensor B = bs.size() == 1 ? b.unsqueeze(-1) : b;
+  const std::int64_t m = A.size(-2), k = A.size(-1), n = B.size(-1);
+  if (B.size(-2) != k)
+    shapes_fail("matmul",
+                "inner sizes differ: " + std::to_string(k) + " vs " + std::to_string(B.size(-2)),
+                as, bs);
+  const shape_t ab = batch_of(A.shape()), bb = batch_of(B.shape());
+  shape_t batch(std::max(ab.size(), bb.size()));
+  for (std::size_t j = 0; j < batch.size(); ++j) {
+    const std::int64_t x = j < ab.size() ? ab[ab.size() - 1 - j] : 1;
+    const std::int64_t y = j < bb.size() ? bb[bb.size() - 1 - j] : 1;
+    if (x != y && x != 1 && y != 1)
+      shapes_fail(
+          "matmul",
+          "batch dimensions do not broadcast: " + std::to_string(x) + " vs " + std::to_string(y),
+          as, bs);
+    batch[batch.size() - 1 - j] = x == 1 ? y : x;
+  }
+  auto c = detail::allocate_tensor(ai.dev, with_matrix(batch, m, n), ai.dtype);
+  const tensor out(c);
+  gemm_into(A, B, out, 1, 0, o.tf32);
+  // Drop the promoted dimensions: c is contiguous, so this is only a new shape.
+  shape_t shape = batch;
+  if (as.size() > 1) shape.push_back(m);
+  if (bs.size() > 1) shape.push_back(n);
+  c->shape = shape;
+  c->strides = detail::contiguous_strides(shape);
+  return out;
+}
+
+tensor gemm(const tensor& a, const tensor& b, const tensor& c, double alpha, double beta,
+            bool trans_a, bool trans_b, const matmul_options& o) {
+  detail::reset_stats();
+  check_operands("gemm", {{"a", &a}, {"b", &b}, {"c", &c}});
+  for (const auto& [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}})
+    if (t->dim() < 2)
+      throw shape_error(std::string("kiln::gemm: ") + name +
+                        " needs at least 2 dimensions, got shape " + to_string(t->shape()));
+  evaluated(a, "gemm", "a");
+  evaluated(b, "gemm", "b");
+  evaluated(c, "gemm", "c");
+  const tensor A = trans_a ? a.transpose(-1, -2) : a;
+  const tensor B = trans_b ? b.transpose(-1, -2) : b;
+  if (A.size(-1) != B.size(-2))
+    shapes_fail("gemm",
+                "inner sizes of op(a) and op(b) differ: " + std::to_string(A.size(-1)) + " vs " +
+                    std::to_string(B.size(-2)),
+                A.shape(), B.shape());
+  const shape_t cb = batch_of(c.shape());
+  if (c.size(-2) != A.size(-2) || c.size(-1) != B.size(-1) ||
+      !broadcasts_to(batch_of(A.shape()), cb) || !broadcasts_to(batch_of(B.shape()), cb))
+    throw shape_error("kiln::gemm: c has shape " + to_string(c.shape()) + " but op(a) " +
+                      to_string(A.shape()) + " times op(b) " + to_string(B.shape()) + " gives " +
+                      to_string(with_matrix(cb, A.size(-2), B.size(-1))) +
+                      " (a's and b's batch dimensions must broadcast to c's)");
+  gemm_into(A, B, c, alpha, beta, o.tf32);
+  return c;
+}
+
+tensor gemv(const tensor& a, const tensor& x, const tensor& y, double alpha, double beta,
+            bool trans) {
+  detail::reset_stats();
+  check_operands("gemv", {{"a", &a}, {"x", &x}, {"y", &y}});
+  if (a.dim() != 2 || x.dim() != 1 || y.dim() != 1)
+    throw shape_error("kiln::gemv: expects a 2-D a and 1-D x and y, got shapes " +
+                      to_string(a.shape()) + ", " + to_string(x.shape()) + " and " +
+                      to_string(y.shape()));
+  const tensor_impl& ai = evaluated(a, "gemv", "a");
+  evaluated(x, "gemv", "x");
+  const tensor_impl& yi = evaluated(y, "gemv", "y");
+  const tensor A = trans ? a.t() : a;
+  if (A.size(1) != x.size(0) || A.size(0) != y.size(0))
+    throw shape_error("kiln::gemv: op(a) has shape " + to_string(A.shape()) + ", x " +
+                      to_string(x.shape()) + " and y " + to_string(y.shape()) + " (expected [" +
+                      std::to_string(A.size(1)) + "] and [" + std::to_string(A.size(0)) + "])");
+  const std::optional<layout> al = layout_of(ai);
+  if (!al || (yi.strides[0] != 1 && yi.shape[0] > 1)) {  // through gemm: strided y, or a copy
+    gemm_into(A, x.unsqueeze(1), y.unsqueeze(1), alpha, beta, false);
+    return y;
+  }
+  // linalg's A is stored row-major: a itself, or (a transposed view) the matrix a^T.
+  linalg::gemv_shape s{};
+  s.m = static_cast<std::uint64_t>(al->trans ? a.size(1) : a.size(0));
+  s.n = static_cast<std::uint64_t>(al->trans ? a.size(0) : a.size(1));
+  s.lda = static_cast<std::uint64_t>(al->ld);
+  const linalg::gemv_options o{trans != al->trans, alpha, beta};
+  const tensor xc = detail::contiguous_of(x);  // x itself when at unit stride
+  queue& q = ai.dev.default_queue();
+  linalg::detail::gemv(q, ai.dtype, operand_of(ai), operand_of(*xc.impl()), operand_of(yi), s, o);
+  if (linalg::last_path() != linalg::path::none) detail::stats_now().kernel_launches++;
+  return y;
+}
+
+}  // namespace kiln
