@@ -126,8 +126,9 @@ struct renderer {
     return s;
   }
 
-  // One folded element: reduced coordinates of row kt_r, the prologue, the fold.
-  std::string element() const {
+  // One folded element: reduced coordinates of row kt_r, the prologue, the fold into
+  // accumulator u.
+  std::string element(const std::string& u) const {
     std::string s;
     if (M == 1) s += "    const int64_t kt_y0 = kt_r;\n";
     if (M > 1) {
@@ -140,9 +141,38 @@ struct renderer {
     s += loads(false, "    ") + nodes(false, "    ");
     const std::string v = name(R.operands[0]);
     if (arg)
-      return s += cat("    if (kt_take(kt_acc, kt_acci, ", v, ", kt_r)) { kt_acc = ", v,
-                      "; kt_acci = kt_r; }\n");
-    return s += cat("    kt_acc = kt_fold(kt_acc, ", v, ");\n");
+      return s += cat("    if (kt_take(kt_acc", u, ", kt_acci", u, ", ", v, ", kt_r)) { kt_acc", u,
+                      " = ", v, "; kt_acci", u, " = kt_r; }\n");
+    return s += cat("    kt_acc", u, " = kt_fold(kt_acc", u, ", ", v, ");\n");
+  }
+
+  // The fold over rows [kt_r0, kt_r1) (every kt_st-th from kt_rb): `unroll` independent
+  // accumulators, so loads overlap and adds do not wait on each other, merged in a fixed order.
+  std::string fold_rows() const {
+    constexpr int unroll = 4;
+    std::string s;
+    for (int u = 0; u < unroll; ++u) {
+      s += cat("  ", A, " kt_acc", num(u), " = kt_init;\n");
+      if (arg) s += cat("  int64_t kt_acci", num(u), " = ", no_index, ";\n");
+    }
+    s += group ? cat("  const int64_t kt_st = ", num(reduce_policy::group),
+                     ";\n  int64_t kt_rb = kt_r0 + kt_t;\n")
+               : "  const int64_t kt_st = 1;\n  int64_t kt_rb = kt_r0;\n";
+    s += cat("  for (; kt_rb + ", num(unroll - 1), " * kt_st < kt_r1; kt_rb += ", num(unroll),
+             " * kt_st) {\n");
+    for (int u = 0; u < unroll; ++u)
+      s += cat("  {\n    const int64_t kt_r = kt_rb + ", num(u), " * kt_st;\n", element(num(u)),
+               "  }\n");
+    s += cat("  }\n  for (; kt_rb < kt_r1; kt_rb += kt_st) {\n    const int64_t kt_r = kt_rb;\n",
+             element("0"), "  }\n");
+    if (!arg)
+      return s + cat("  ", A, " kt_acc = kt_fold(kt_fold(kt_acc0, kt_acc1), kt_fold(kt_acc2, ",
+                     "kt_acc3));\n");
+    s += cat("  ", A, " kt_acc = kt_acc0;\n  int64_t kt_acci = kt_acci0;\n");
+    for (int u = 1; u < unroll; ++u)
+      s += cat("  if (kt_take(kt_acc, kt_acci, kt_acc", num(u), ", kt_acci", num(u),
+               ")) { kt_acc = kt_acc", num(u), "; kt_acci = kt_acci", num(u), "; }\n");
+    return s;
   }
 
   std::string accumulators() const {
@@ -174,10 +204,7 @@ struct renderer {
                  "  const int64_t kt_r0 = kt_c * kt_cl;\n"
                  "  const int64_t kt_r1 = kt_r0 + kt_cl < kt_rn ? kt_r0 + kt_cl : kt_rn;\n"
                : "  const int64_t kt_oi = kt_w, kt_r0 = 0, kt_r1 = kt_rn;\n";
-    s += output_position() + accumulators();
-    s += group ? cat("  for (int64_t kt_r = kt_r0 + kt_t; kt_r < kt_r1; kt_r += ", G, ") {\n")
-               : "  for (int64_t kt_r = kt_r0; kt_r < kt_r1; ++kt_r) {\n";
-    s += element() + "  }\n";
+    s += output_position() + fold_rows();
     if (!group) return s + finish("  ") + "}\n";
     // Tree over the group in local memory (the group size is a power of two).
     s += cat("  kt_sh[kt_t] = kt_acc;\n", arg ? "  kt_shi[kt_t] = kt_acci;\n" : "",
