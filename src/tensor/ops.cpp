@@ -2,15 +2,13 @@
 // returns at once; tensor/eval.cpp renders and runs the whole expression when it is read.
 #include <cmath>
 
+#include "tensor/build.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/promote.hpp"
 #include "tensor/shape.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln::detail {
-namespace {
-
-using impl_ptr = std::shared_ptr<tensor_impl>;
 
 impl_ptr node(ir::op o, scalar_type t, const shape_t& shape, std::vector<impl_ptr> args) {
   auto n = std::make_shared<tensor_impl>();
@@ -50,6 +48,8 @@ void same_device(const tensor_impl& a, const tensor_impl& b) {
     throw device_mismatch("kiln::tensor: operands are on different devices: " + a.dev.id() +
                           " and " + b.dev.id());
 }
+
+namespace {
 
 ir::op ir_of(binary_op o) {
   constexpr ir::op table[] = {ir::op::add, ir::op::sub, ir::op::mul, ir::op::div, ir::op::lt,
