@@ -97,6 +97,16 @@ TEST_P(RandomTest, RandnIsBoxMullerOfTheSameBits) {
         want.v.push_back(static_cast<T>(normal_ref<T>(seed, i)));
       // Within a few ulp of max(1, |z|): the device's log, cos and sqrt and its rounded 2 pi.
       EXPECT_TRUE(matches(r, want, std::is_same_v<T, float> ? 4e-6 : 1e-14)) << "seed " << seed;
+      // Across backends (here against the CPU's): within 8 ulp of max(1, |z|) (measured: at
+      // most 2 between the CPU and PoCL).
+      const std::vector<T> got = r.template to_vector<T>();
+      const std::vector<T> cpu =
+          kiln::tensor::randn(kiln::device::get("cpu"), {5, 41}, seed, kiln::scalar_type_of<T>)
+              .template to_vector<T>();
+      std::vector<double> cpu_d(cpu.begin(), cpu.end());
+      EXPECT_TRUE(conformance::elements_near(got, cpu_d, [&](std::uint64_t i) {
+        return 8 * std::numeric_limits<T>::epsilon() * std::max(1.0, std::fabs(cpu_d[i]));
+      }));
     }
   });
 }
