@@ -114,6 +114,22 @@ class tensor {
   // ceil((end - start) / step) values start, start + step, ...; lazy (generated on evaluation).
   static tensor arange(const device& dev, double start, double end, double step = 1,
                        scalar_type dtype = scalar_type::f32);
+  // steps values from start to end inclusive (PyTorch): step = (end - start) / (steps - 1),
+  // the first steps / 2 values start + i * step, the rest end - (steps - 1 - i) * step, so both
+  // ends are exact; steps 1 gives {start}, 0 an empty tensor. Computed in double, converted to
+  // dtype (static_cast). Evaluated at once (one kernel).
+  static tensor linspace(const device& dev, double start, double end, std::int64_t steps,
+                         scalar_type dtype = scalar_type::f32);
+  // Seeded counter-based random numbers (f32 or f64, else kiln::dtype_error), evaluated at once:
+  // element i (flat, row-major) is Philox4x32-10 keyed by seed at counter i, so it depends only
+  // on (seed, i, dtype): the same on every device and for every shape of as many or more
+  // elements. rand: uniform in [0, 1) from the top 24 (f32) / 53 (f64) random bits, bit-identical
+  // on every backend. randn: standard normal (Box-Muller, cosine branch), equal across backends
+  // to within their math libraries' log/cos/sqrt (a few ulp). docs/tensor.md has the details.
+  static tensor rand(const device& dev, const shape_t& shape, std::uint64_t seed,
+                     scalar_type dtype = scalar_type::f32);
+  static tensor randn(const device& dev, const shape_t& shape, std::uint64_t seed,
+                      scalar_type dtype = scalar_type::f32);
 
   // ---- properties ----
   bool defined() const noexcept { return impl_ != nullptr; }
@@ -239,6 +255,48 @@ KILN_TENSOR_UNARY(relu)     // max(x, 0) in x's type
 KILN_TENSOR_UNARY(sigmoid)  // 1 / (1 + exp(-x))
 #undef KILN_TENSOR_UNARY
 inline tensor operator-(const tensor& a) { return neg(a); }
+// More math, lazy. tan, rsqrt (1 / sqrt) and gelu promote like sqrt (integers give double);
+// square is x * x in C++'s type (int8 gives int32); floor and ceil keep the dtype (integers are
+// copied unchanged). gelu: x * 0.5 * (1 + erf(x / sqrt(2))) (PyTorch's default), or with
+// approximate "tanh" 0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3))); any other
+// string is kiln::invalid_argument.
+tensor tan(const tensor& a);
+tensor rsqrt(const tensor& a);
+tensor square(const tensor& a);
+tensor floor(const tensor& a);
+tensor ceil(const tensor& a);
+tensor gelu(const tensor& a, const std::string& approximate = "none");
+// pow(a, b): a and b promote to their common type, then as the math functions do (float and
+// double kept, integers give double): pow(f32, 2) is f32, pow(f32, 2.0) is f64 (C++'s rule).
+tensor pow(const tensor& a, const tensor& b);
+template <scalar T>
+tensor pow(const tensor& a, T b) {
+  return pow(a, detail::scalar_like(a, scalar_type_of<T>, detail::bits_of(b)));
+}
+template <scalar T>
+tensor pow(T a, const tensor& b) {
+  return pow(detail::scalar_like(b, scalar_type_of<T>, detail::bits_of(a)), b);
+}
+// Elementwise std::min / std::max in the common type (NumPy broadcasting). As std::min, a NaN
+// is not propagated when it is the second operand (PyTorch propagates it from either side).
+tensor minimum(const tensor& a, const tensor& b);
+tensor maximum(const tensor& a, const tensor& b);
+template <scalar T>
+tensor minimum(const tensor& a, T b) {
+  return minimum(a, detail::scalar_like(a, scalar_type_of<T>, detail::bits_of(b)));
+}
+template <scalar T>
+tensor maximum(const tensor& a, T b) {
+  return maximum(a, detail::scalar_like(a, scalar_type_of<T>, detail::bits_of(b)));
+}
+template <scalar T>
+tensor minimum(T a, const tensor& b) {
+  return minimum(detail::scalar_like(b, scalar_type_of<T>, detail::bits_of(a)), b);
+}
+template <scalar T>
+tensor maximum(T a, const tensor& b) {
+  return maximum(detail::scalar_like(b, scalar_type_of<T>, detail::bits_of(a)), b);
+}
 
 // cond ? a : b elementwise; cond is read as bool; a and b promote to their common type.
 tensor where(const tensor& cond, const tensor& a, const tensor& b);

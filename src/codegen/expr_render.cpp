@@ -39,7 +39,30 @@ const char* spelling(op o) {
   }
 }
 
-bool is_helper(op o) { return o == op::abs || o == op::min || o == op::max || o == op::clamp; }
+bool is_helper(op o) {
+  return o == op::abs || o == op::min || o == op::max || o == op::clamp || o == op::philox_lo ||
+         o == op::philox_hi;
+}
+
+// Philox4x32-10 (Random123's philox4x32_10) of counter words (c lo, c hi, 0, 0) and key words
+// (k lo, k hi), returning two of its four output words. 32x32->64 products in uint64_t are
+// exact in every dialect, so every backend gives the same bits.
+std::string philox_def(const std::string& name, bool high) {
+  return cat(
+      "KILN_FUNC uint64_t ", name,
+      "(uint64_t c, uint64_t k) {\n"
+      "  uint32_t c0 = (uint32_t)c, c1 = (uint32_t)(c >> 32), c2 = 0, c3 = 0;\n"
+      "  uint32_t k0 = (uint32_t)k, k1 = (uint32_t)(k >> 32);\n"
+      "  for (int r = 0; r < 10; ++r) {\n"
+      "    if (r) { k0 += 0x9E3779B9u; k1 += 0xBB67AE85u; }\n"
+      "    const uint64_t p0 = (uint64_t)0xD2511F53u * c0, p1 = (uint64_t)0xCD9E8D57u * c2;\n"
+      "    const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;\n"
+      "    const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;\n"
+      "    c1 = (uint32_t)p1; c3 = (uint32_t)p0; c0 = n0; c2 = n2;\n"
+      "  }\n",
+      high ? "  return (uint64_t)c2 | (uint64_t)c3 << 32;\n}\n"
+           : "  return (uint64_t)c0 | (uint64_t)c1 << 32;\n}\n");
+}
 
 std::string leaf(const ir::node& n) {
   switch (n.o) {
@@ -110,6 +133,8 @@ std::string helper_def(const helper& h) {
     case op::clamp:
       return cat(s, "(", t, " v, ", t, " lo, ", t,
                  " hi) { return v < lo ? lo : hi < v ? hi : v; }\n");
+    case op::philox_lo:
+    case op::philox_hi: return philox_def(name, h.o == op::philox_hi);
     default: throw std::logic_error(cat("kiln::codegen: no helper for ", name));
   }
 }

@@ -1,6 +1,7 @@
 // Renders IR expressions into kernel-language C expressions (docs/kernel_language.md). The
 // one place IR becomes text: every front end's generator calls it. Fully parenthesised, with
-// the casts the graph holds; abs/min/max/clamp call generated helpers with std:: semantics.
+// the casts the graph holds; abs/min/max/clamp call generated helpers with std:: semantics,
+// philox_lo/philox_hi a generated Philox4x32-10.
 #pragma once
 
 #include <functional>
@@ -21,7 +22,8 @@ std::string render_expr(const ir::graph& g, ir::node_id root);
 std::string render_node(const ir::graph& g, ir::node_id id,
                         const std::function<std::string(ir::node_id)>& operand);
 
-// A generated helper function: abs, min, max or clamp in one type ("kq_min_float").
+// A generated helper function: abs, min, max, clamp in one type ("kq_min_float"), or
+// philox_lo/philox_hi ("kq_philox_lo_uint64_t").
 struct helper {
   ir::op o;
   scalar_type t;

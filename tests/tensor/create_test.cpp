@@ -1,5 +1,8 @@
 // Creation and reading back: from host data, constants, arange, empty; properties; to_vector
 // and item.
+#include <cmath>
+#include <tuple>
+
 #include "tensor/tensor_fixture.hpp"
 
 namespace tensor_test {
@@ -71,6 +74,42 @@ TEST_P(CreateTest, ItemReadsTheOneElement) {
   EXPECT_EQ((x * 2).item<std::int64_t>(), -84);
   EXPECT_EQ(x.squeeze().dim(), 0);
   EXPECT_EQ(x.squeeze().item<std::int64_t>(), -42);
+}
+
+// PyTorch's linspace: first half from start, second half from end, so both ends are exact.
+TEST_P(CreateTest, LinspaceHasExactEndsAndPyTorchsSteps) {
+  for (const auto& [start, end, steps] : {std::tuple{-1.3, 2.9, 7},
+                                          {5.0, -5.0, 11},
+                                          {0.1, 0.7, 8},
+                                          {2.0, 2.0, 3},
+                                          {-4.0, 1e6, 1000}}) {
+    SCOPED_TRACE(std::to_string(start) + " to " + std::to_string(end));
+    const double step = (end - start) / (steps - 1);
+    host<double> want{{steps}, {}};
+    for (int i = 0; i < steps; ++i)
+      want.v.push_back(i < steps / 2 ? start + i * step : end - (steps - 1 - i) * step);
+    const kiln::tensor x = kiln::tensor::linspace(dev(), start, end, steps, kiln::scalar_type::f64);
+    EXPECT_EQ(stats().kernel_launches, 1u);  // evaluated at once
+    EXPECT_TRUE(matches(x, want, 1e-15));    // a contracted multiply-add may round once less
+    const std::vector<double> v = x.to_vector<double>();
+    EXPECT_EQ(v.front(), start);
+    EXPECT_EQ(v.back(), end);
+    const std::vector<float> f =
+        kiln::tensor::linspace(dev(), start, end, steps).to_vector<float>();  // f32 by default
+    EXPECT_EQ(f.front(), static_cast<float>(start));
+    EXPECT_EQ(f.back(), static_cast<float>(end));
+  }
+  EXPECT_EQ(kiln::tensor::linspace(dev(), 0, 1, 5).to_vector<float>(),
+            (std::vector<float>{0, 0.25f, 0.5f, 0.75f, 1}));
+  EXPECT_EQ(
+      kiln::tensor::linspace(dev(), 0, 10, 4, kiln::scalar_type::i32).to_vector<std::int32_t>(),
+      (std::vector<std::int32_t>{0, 3, 6, 10}));  // static_cast truncates 3.33 and 6.67
+  EXPECT_EQ(kiln::tensor::linspace(dev(), 3.5, 9, 1, kiln::scalar_type::f64).to_vector<double>(),
+            (std::vector<double>{3.5}));
+  const kiln::tensor e = kiln::tensor::linspace(dev(), 0, 1, 0);
+  EXPECT_EQ(e.shape(), (shape_t{0}));
+  EXPECT_THROW(kiln::tensor::linspace(dev(), 0, 1, -1), kiln::invalid_argument);
+  EXPECT_THROW(kiln::tensor::linspace(dev(), 0, INFINITY, 3), kiln::invalid_argument);
 }
 
 }  // namespace

@@ -1,5 +1,7 @@
 // Lazy elementwise arithmetic against a host reference: every broadcasting pattern, mixed
 // dtypes (C++ promotion), non-contiguous operands, unary functions, comparisons, where, clamp.
+#include <numbers>
+
 #include "tensor/tensor_fixture.hpp"
 
 namespace tensor_test {
@@ -209,6 +211,134 @@ TEST_P(ElementwiseTest, ToConvertsAsStaticCast) {
   host<std::int32_t> w{h.shape, {}};
   for (double x : h.v) w.v.push_back(static_cast<std::int32_t>(x * 10));
   EXPECT_TRUE(matches((upload(dev(), h) * 10).to(kiln::scalar_type::i32), w));
+}
+
+// tan, rsqrt, square, floor, ceil and both gelus on f32, and on a transposed f64 view.
+TEST_P(ElementwiseTest, MoreUnaryFunctions) {
+  const host<float> hf = random_host<float>({5, 3}, 81);
+  const host<double> hd = random_host<double>({4, 6}, 82);
+  const kiln::tensor f = upload(dev(), hf), d = upload(dev(), hd).t();  // [6, 4], strided
+  const auto gelu = [](double x) { return x * 0.5 * (1 + std::erf(x / std::sqrt(2.0))); };
+  const auto gelu_tanh = [](double x) {
+    return 0.5 * x * (1 + std::tanh(std::sqrt(2 / std::numbers::pi) * (x + 0.044715 * x * x * x)));
+  };
+  const std::vector<std::pair<kiln::tensor (*)(const kiln::tensor&), double (*)(double)>> fns = {
+      {[](const kiln::tensor& x) { return kiln::tan(x); }, [](double x) { return std::tan(x); }},
+      {[](const kiln::tensor& x) { return kiln::rsqrt(kiln::abs(x)); },
+       [](double x) { return 1 / std::sqrt(std::fabs(x)); }},
+      {[](const kiln::tensor& x) { return kiln::square(x); }, [](double x) { return x * x; }},
+      {[](const kiln::tensor& x) { return kiln::floor(x); },
+       [](double x) { return std::floor(x); }},
+      {[](const kiln::tensor& x) { return kiln::ceil(x); }, [](double x) { return std::ceil(x); }},
+      {[](const kiln::tensor& x) { return kiln::gelu(x); }, +gelu},
+      {[](const kiln::tensor& x) { return kiln::gelu(x, "tanh"); }, +gelu_tanh},
+  };
+  for (std::size_t k = 0; k < fns.size(); ++k) {
+    SCOPED_TRACE("function " + std::to_string(k));
+    host<float> wf{hf.shape, {}};
+    for (float x : hf.v) wf.v.push_back(static_cast<float>(fns[k].second(x)));
+    // tan near its poles amplifies the argument's rounding: relative tolerance there.
+    EXPECT_TRUE(matches(fns[k].first(f), wf, k == 0 ? 2e-5 : 4e-6));
+    const host<double> hdt = remap(hd, {6, 4}, [](shape_t c) { return shape_t{c[1], c[0]}; });
+    host<double> wd{hdt.shape, {}};
+    for (double x : hdt.v) wd.v.push_back(fns[k].second(x));
+    EXPECT_TRUE(matches(fns[k].first(d), wd, 1e-12));
+  }
+  EXPECT_THROW(kiln::gelu(f, "erf"), kiln::invalid_argument);
+}
+
+TEST_P(ElementwiseTest, MoreUnaryFunctionsOnIntegers) {
+  const host<std::int8_t> h8 = random_host<std::int8_t>({6}, 91);
+  const host<std::int32_t> hi = random_host<std::int32_t>({2, 3}, 92);
+  const kiln::tensor a = upload(dev(), h8), b = upload(dev(), hi);
+  const auto each = [](const auto& h, auto fn) {
+    using R = decltype(fn(h.v[0]));
+    host<R> w{h.shape, {}};
+    for (auto x : h.v) w.v.push_back(fn(x));
+    return w;
+  };
+  EXPECT_TRUE(matches(kiln::square(a), each(h8, [](std::int8_t x) { return x * x; })));  // int32
+  EXPECT_TRUE(matches(kiln::floor(b), hi));  // integers keep their dtype and values
+  EXPECT_TRUE(matches(kiln::ceil(b), hi));
+  EXPECT_TRUE(matches(kiln::tan(b), each(hi, [](int x) { return std::tan(double(x)); })));
+  EXPECT_TRUE(matches(kiln::gelu(a), each(h8, [](std::int8_t x) {
+                        return x * 0.5 * (1 + std::erf(x / std::sqrt(2.0)));
+                      })));
+}
+
+// pow: tensor/tensor with broadcasting, tensor/scalar both ways; promotion as the math functions.
+TEST_P(ElementwiseTest, PowPromotesAndBroadcasts) {
+  const host<float> hb = random_host<float>({3, 4}, 101);
+  const host<std::int32_t> he = random_host<std::int32_t>({4}, 102);
+  host<float> base{hb.shape, {}};  // positive bases in [0.5, 4.5]
+  for (float x : hb.v) base.v.push_back(std::fabs(x) + 0.5f);
+  host<float> ex{{3, 1}, {1.5f, -0.75f, 2.25f}};
+  const kiln::tensor b = upload(dev(), base), e = upload(dev(), ex), n = upload(dev(), he);
+  EXPECT_TRUE(matches(
+      kiln::pow(b, e),
+      map2<float>(base, ex, [](float x, float y) { return std::pow(double(x), double(y)); }),
+      4e-6));
+  host<std::int32_t> small{{4}, {}};
+  for (int y : he.v) small.v.push_back(y % 4);
+  const kiln::tensor s = upload(dev(), small);
+  EXPECT_TRUE(matches(kiln::pow(b, s), map2<float>(base, small, [](float x, int y) {
+                        return std::pow(double(x), double(y));
+                      })));
+  EXPECT_TRUE(matches(kiln::pow(s, s), map2<double>(small, small, [](int x, int y) {
+                        return std::pow(double(x), double(y));
+                      })));  // int32 ** int32 gives double
+  const host<double> one{{}, {2.0}};
+  EXPECT_TRUE(matches(kiln::pow(b, 2.f), map2<float>(base, one, [](float x, double) {
+                        return double(x) * x;
+                      })));  // f32 ** float: f32
+  EXPECT_TRUE(matches(kiln::pow(b, 0.5), map2<double>(base, one, [](float x, double) {
+                        return std::sqrt(double(x));
+                      })));  // f32 ** double: f64
+  EXPECT_TRUE(matches(kiln::pow(2.f, b.t()),
+                      remap(map2<float>(base, one, [](float x, double) { return std::exp2(x); }),
+                            {4, 3}, [](shape_t c) {
+                              return shape_t{c[1], c[0]};
+                            })));
+  EXPECT_TRUE(matches(kiln::pow(n.slice(0, 0, 4, 2), 2),
+                      map2<double>(host<std::int32_t>{{2}, {he.v[0], he.v[2]}}, one,
+                                   [](int x, double) { return double(x) * x; })));
+}
+
+TEST_P(ElementwiseTest, MinimumAndMaximum) {
+  const host<float> ha = random_host<float>({3, 4}, 111);
+  const host<std::int32_t> hb = random_host<std::int32_t>({4}, 112);
+  const kiln::tensor a = upload(dev(), ha), b = upload(dev(), hb) / 10;
+  host<std::int32_t> hb10{hb.shape, {}};
+  for (int y : hb.v) hb10.v.push_back(y / 10);
+  EXPECT_TRUE(matches(kiln::minimum(a, b),
+                      map2<float>(ha, hb10, [](float x, int y) { return std::min(x, float(y)); })));
+  EXPECT_TRUE(matches(kiln::maximum(b, a),
+                      map2<float>(hb10, ha, [](int y, float x) { return std::max(float(y), x); })));
+  const host<float> zero{{}, {0.5f}};
+  EXPECT_TRUE(matches(kiln::maximum(a.t(), 0.5f),
+                      remap(map2<float>(ha, zero, [](float x, float c) { return std::max(x, c); }),
+                            {4, 3}, [](shape_t c) {
+                              return shape_t{c[1], c[0]};
+                            })));
+  EXPECT_TRUE(matches(kiln::minimum(0.5f, a),
+                      map2<float>(zero, ha, [](float c, float x) { return std::min(c, x); })));
+  host<std::int32_t> wi{hb.shape, {}};
+  for (int y : hb.v) wi.v.push_back(std::max(y, 7));
+  EXPECT_TRUE(matches(kiln::maximum(upload(dev(), hb), 7), wi));
+}
+
+TEST_P(ElementwiseTest, NewOperationsFuseIntoOneLaunch) {
+  const host<float> ha = random_host<float>({4, 5}, 121), hb = random_host<float>({5}, 122);
+  const kiln::tensor a = upload(dev(), ha), b = upload(dev(), hb);
+  const kiln::tensor r = kiln::maximum(kiln::gelu(a) + kiln::square(b), kiln::floor(a)) -
+                         kiln::pow(kiln::abs(b) + 1.f, 1.5f) * kiln::tan(a * 0.1f);
+  host<float> want = map2<float>(ha, hb, [](float x, float y) {
+    const double g = x * 0.5 * (1 + std::erf(x / std::sqrt(2.0)));
+    return std::max(g + double(y) * y, std::floor(double(x))) -
+           std::pow(std::fabs(double(y)) + 1, 1.5) * std::tan(x * 0.1);
+  });
+  EXPECT_TRUE(matches(r, want, 1e-5));
+  EXPECT_EQ(stats().kernel_launches, 1u);
 }
 
 }  // namespace

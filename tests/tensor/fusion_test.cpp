@@ -1,5 +1,6 @@
 // Fusion: one evaluation is one kernel launch whatever the expression; structure, not values
 // or sizes, decides whether a kernel compiles; the CUDA form of generated kernels compiles.
+#include "tensor/generate.hpp"
 #include "tensor/kernel.hpp"
 #include "tensor/tensor_fixture.hpp"
 
@@ -80,6 +81,34 @@ TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
   for (const kiln::tensor& x : {e, a.t() * 2.0, kiln::sigmoid(b) < kiln::abs(a)}) {
     const auto l = kiln::detail::lower(*x.impl());
     const std::string src = kiln::detail::render_kernel(l);
+    EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+  }
+}
+
+// Every operation added after the first slice, in each dtype it renders in, compiles for CUDA.
+TEST(TensorCodegen, NewOperationsCompileForCuda) {
+  if (!conformance::cuda_compile_only())
+    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
+                    "run the CUDA kernels";
+  const kiln::device cpu = kiln::device::get("cpu");
+  const kiln::tensor f = kiln::tensor::from(cpu, std::vector<float>(12, 0.5f), {3, 4});
+  const kiln::tensor d = kiln::tensor::from(cpu, std::vector<double>(4, 0.25), {4});
+  const kiln::tensor i = kiln::tensor::from(cpu, std::vector<std::int8_t>(4, 2), {4});
+  std::vector<std::shared_ptr<kiln::detail::tensor_impl>> exprs;
+  for (const kiln::tensor& x : {f, d, i}) {
+    for (const kiln::tensor& e :
+         {kiln::tan(x), kiln::rsqrt(x), kiln::square(x), kiln::floor(x), kiln::ceil(x),
+          kiln::gelu(x), kiln::gelu(x, "tanh"), kiln::pow(x, x), kiln::pow(x, 2.f), kiln::pow(3, x),
+          kiln::minimum(x, f.t().t()), kiln::maximum(x, 1)})
+      exprs.push_back(e.impl());
+  }
+  for (auto t : {kiln::scalar_type::f32, kiln::scalar_type::f64}) {
+    for (bool normal : {false, true})
+      exprs.push_back(kiln::detail::random_expr(cpu, {2, 3}, 5, t, normal));
+    exprs.push_back(kiln::detail::linspace_expr(cpu, -1, 1, 9, t));
+  }
+  for (const auto& x : exprs) {
+    const std::string src = kiln::detail::render_kernel(kiln::detail::lower(*x));
     EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
   }
 }

@@ -37,6 +37,9 @@ enum class op_class : std::uint8_t {
 // (v<slot>), capture = index into graph::captures; index is the element's position;
 // combine_a/combine_b are the two operands of a scan's or custom reduction's combine;
 // load = a strided read of graph::inputs[slot] at the element's position (tensors).
+// philox_lo(counter, key) and philox_hi(counter, key), all uint64: Philox4x32-10 (Salmon et
+// al. 2011, Random123's philox4x32_10) of counter words (counter lo, counter hi, 0, 0) and key
+// words (key lo, key hi); _lo gives output words 0 | 1 << 32, _hi words 2 | 3 << 32.
 // clang-format off
 #define KILN_IR_OPS(X)                                                                     \
   X(component, 0, leaf) X(index, 0, leaf) X(capture, 0, leaf)                              \
@@ -52,7 +55,8 @@ enum class op_class : std::uint8_t {
   X(fma, 3, math) X(abs, 1, math) X(min, 2, math) X(max, 2, math) X(clamp, 3, math)        \
   X(select, 3, select) X(cast, 1, cast) X(load, 0, leaf)                                  \
   X(reduce_sum, 1, reduce) X(reduce_max, 1, reduce) X(reduce_min, 1, reduce)              \
-  X(argmax, 1, reduce) X(argmin, 1, reduce)
+  X(argmax, 1, reduce) X(argmin, 1, reduce)                                               \
+  X(tan, 1, math) X(erf, 1, math) X(philox_lo, 2, math) X(philox_hi, 2, math)
 // clang-format on
 
 #define KILN_IR_OP_ENUM(name, arity, cls) name,
