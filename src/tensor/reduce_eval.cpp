@@ -49,6 +49,9 @@ std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_im
     a.push_back(bind_arg(p.chunks));
     a.push_back(bind_arg(outs));
   }
+  const bool group = p.strategy == reduce_strategy::group;
+  const std::uint64_t per_group = reduce_policy::group / p.lanes;
+  if (group) a.push_back(bind_arg(std::int64_t(parts)));
   for (const ir::input& in : l.g.inputs)
     for (int d = 0; d < in.l.rank; ++d)
       if (ir::classify(in.l.dims[d], in.l.strides[d]) == ir::stride_class::general)
@@ -56,10 +59,11 @@ std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_im
 
   queue& q = root.dev.default_queue();
   const auto items = static_cast<std::uint64_t>(parts);
-  if (p.strategy == reduce_strategy::group) {
-    const local_size ls(reduce_policy::group);
-    launch(*k.kernels.at(0).impl(), *q.impl(), range(items * reduce_policy::group), &ls, a.data(),
-           a.size());
+  const local_size whole(reduce_policy::group);
+  if (group) {
+    const std::uint64_t groups = (items + per_group - 1) / per_group;
+    launch(*k.kernels.at(0).impl(), *q.impl(), range(groups * reduce_policy::group), &whole,
+           a.data(), a.size());
   } else if (!root.dev.supports(feature::barrier) &&
              items < std::uint64_t(std::max(root.dev.info().compute_units, 1u)) * 64) {
     // Few long work-items on the CPU: one per work-group, so they spread over the cores.
@@ -69,10 +73,10 @@ std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_im
     launch(*k.kernels.at(0).impl(), *q.impl(), range(items), nullptr, a.data(), a.size());
   }
   stats_now().kernel_launches++;
-  if (split && p.strategy == reduce_strategy::group) {
-    const std::uint64_t g = reduce_policy::group, n = (std::uint64_t(outs) + g - 1) / g * g;
-    const local_size ls(g);
-    launch(*k.kernels.at(1).impl(), *q.impl(), range(n), &ls, a.data(), a.size());
+  if (split && group) {
+    const std::uint64_t groups = (std::uint64_t(outs) + per_group - 1) / per_group;
+    launch(*k.kernels.at(1).impl(), *q.impl(), range(groups * reduce_policy::group), &whole,
+           a.data(), a.size());
     stats_now().kernel_launches++;
   } else if (split) {
     launch(*k.kernels.at(1).impl(), *q.impl(), range(static_cast<std::uint64_t>(outs)), nullptr,

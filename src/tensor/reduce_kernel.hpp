@@ -9,8 +9,8 @@
 //
 // Strategies (reduce_plan, shared by the renderer and the launcher as CUB's policies are):
 //   thread: one work-item folds one output (coalesced when the reduced dims are outer ones);
-//   group:  one work-group folds one output through local memory (reduced dims innermost,
-//           devices with barriers);
+//   group:  `lanes` work-items of a group fold one output through local memory (reduced dims
+//           innermost, devices with barriers); a group holds group / lanes outputs;
 //   split:  either of the above over `chunks` slices of the reduced range into partials, then
 //           a second kernel folds the partials and runs the epilogue (few outputs, long rows).
 #pragma once
@@ -28,7 +28,9 @@ struct reduce_policy {
   static constexpr std::uint32_t group = 256;              // work-items of a group-strategy group
   static constexpr std::int64_t group_min_rows = 64;       // shorter reduced ranges: thread
   static constexpr std::int64_t split_group_elems = 8192;  // at least per split group
-  static constexpr std::int64_t split_item_elems = 2048;   // at least per split work-item
+  static constexpr std::int64_t split_item_elems = 256;    // at least per split work-item
+  static constexpr std::uint32_t min_lanes = 32;           // items folding one work, at least
+  static constexpr std::int64_t elems_per_lane = 16;       // ... and at most rows / this
   static constexpr std::int64_t gpu_groups_per_unit = 8;
   static constexpr std::int64_t gpu_items_per_unit = 2048;
   static constexpr std::int64_t cpu_items_per_unit = 4;
@@ -40,6 +42,7 @@ struct reduce_plan {
   reduce_strategy strategy = reduce_strategy::thread;
   std::int64_t chunks = 1;  // > 1: split into partials and a second, folding kernel
   std::int64_t chunk_len = 0;
+  std::uint32_t lanes = reduce_policy::group;  // group: items per work (a power of two)
 };
 
 struct reduce_lowered {
@@ -64,7 +67,7 @@ std::uint64_t reduce_key(const reduce_lowered& l, const reduce_plan& p);
 // Kernels: "kt_reduce" (no split) or "kt_part" then "kt_fold_parts" (split). Every kernel takes
 // the same parameters: out, (split: partial values, partial indices), inputs, captures,
 // kept sizes but the first, reduced sizes but the first, rows, (split: chunk length, chunks,
-// outputs), then each general stride of each input.
+// outputs), (group: works, i.e. outputs times chunks), then each general stride of each input.
 std::string render_reduce(const reduce_lowered& l, const reduce_plan& p);
 
 // The identity a reduction starts from, as a capture of type t: 0, the lowest value (-inf),

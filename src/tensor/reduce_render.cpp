@@ -59,6 +59,7 @@ struct renderer {
     for (std::size_t j = 1; j < M; ++j) s += cat(", int64_t kt_m", num(j));
     s += ", int64_t kt_rn";
     if (split) s += ", int64_t kt_cl, int64_t kt_nc, int64_t kt_on";
+    if (group) s += ", int64_t kt_nw";
     for (std::size_t k = 0; k < g.inputs.size(); ++k)
       for (std::size_t d = 0; d < K + M; ++d)
         if (cls(k, d) == ir::stride_class::general) s += cat(", int64_t kt_s", num(k), "_", num(d));
@@ -155,8 +156,7 @@ struct renderer {
       s += cat("  ", A, " kt_acc", num(u), " = kt_init;\n");
       if (arg) s += cat("  int64_t kt_acci", num(u), " = ", no_index, ";\n");
     }
-    s += group ? cat("  const int64_t kt_st = ", num(reduce_policy::group),
-                     ";\n  int64_t kt_rb = kt_r0 + kt_t;\n")
+    s += group ? cat("  const int64_t kt_st = ", lanes(), ";\n  int64_t kt_rb = kt_r0 + kt_lane;\n")
                : "  const int64_t kt_st = 1;\n  int64_t kt_rb = kt_r0;\n";
     s += cat("  for (; kt_rb + ", num(unroll - 1), " * kt_st < kt_r1; kt_rb += ", num(unroll),
              " * kt_st) {\n");
@@ -189,51 +189,73 @@ struct renderer {
            cat(indent, "kt_out[kt_oi] = ", name(g.roots[0]), ";\n");
   }
 
-  std::string main_kernel() const {
-    const std::string G = std::to_string(reduce_policy::group);
-    std::string s =
-        cat("KILN_KERNEL void ", split ? "kt_part" : "kt_reduce", "(", params(), ") {\n");
-    if (group)
-      s += cat("  KILN_LOCAL ", A, " kt_sh[", G, "];\n",
+  std::string lanes() const { return num(p.lanes); }
+
+  // Group strategy: G / lanes outputs per group, `lanes` items each; kt_w is this item's work
+  // (an output, or an output's chunk), kt_live whether it has one (the last group's tail
+  // has none, and still takes part in the barriers).
+  std::string group_prologue(const char* works) const {
+    const std::string G = num(reduce_policy::group);
+    return cat("  KILN_LOCAL ", A, " kt_sh[", G, "];\n",
                arg ? cat("  KILN_LOCAL int64_t kt_shi[", G, "];\n") : std::string(),
                "  const uint32_t kt_t = (uint32_t)kiln_local_id(0);\n",
-               "  const int64_t kt_w = (int64_t)kiln_group_id(0);\n");
-    else
-      s += "  const int64_t kt_w = (int64_t)kiln_global_id(0);\n";
-    s += split ? "  const int64_t kt_oi = kt_w % kt_on, kt_c = kt_w / kt_on;\n"
-                 "  const int64_t kt_r0 = kt_c * kt_cl;\n"
-                 "  const int64_t kt_r1 = kt_r0 + kt_cl < kt_rn ? kt_r0 + kt_cl : kt_rn;\n"
-               : "  const int64_t kt_oi = kt_w, kt_r0 = 0, kt_r1 = kt_rn;\n";
-    s += output_position() + fold_rows();
-    if (!group) return s + finish("  ") + "}\n";
-    // Tree over the group in local memory (the group size is a power of two).
-    s += cat("  kt_sh[kt_t] = kt_acc;\n", arg ? "  kt_shi[kt_t] = kt_acci;\n" : "",
-             "  kiln_barrier();\n  for (uint32_t kt_h = ", G,
-             " / 2; kt_h > 0; kt_h >>= 1) {\n    if (kt_t < kt_h) {\n");
+               "  const uint32_t kt_lane = kt_t % ", lanes(), "u;\n",
+               "  const int64_t kt_w = (int64_t)kiln_group_id(0) * ",
+               num(reduce_policy::group / p.lanes), " + kt_t / ", lanes(), ";\n",
+               "  const bool kt_live = kt_w < ", works, ";\n");
+  }
+
+  // Folds the lanes' accumulators of one work in local memory, then `done` in its lane 0.
+  std::string tree(const std::string& done) const {
+    std::string s = cat("  kt_sh[kt_t] = kt_acc;\n", arg ? "  kt_shi[kt_t] = kt_acci;\n" : "",
+                        "  kiln_barrier();\n  for (uint32_t kt_h = ", lanes(),
+                        " / 2; kt_h > 0; kt_h >>= 1) {\n    if (kt_lane < kt_h) {\n");
     s += arg ? "      if (kt_take(kt_sh[kt_t], kt_shi[kt_t], kt_sh[kt_t + kt_h], "
                "kt_shi[kt_t + kt_h])) {\n"
                "        kt_sh[kt_t] = kt_sh[kt_t + kt_h]; kt_shi[kt_t] = kt_shi[kt_t + kt_h];\n"
                "      }\n"
              : "      kt_sh[kt_t] = kt_fold(kt_sh[kt_t], kt_sh[kt_t + kt_h]);\n";
-    s += "    }\n    kiln_barrier();\n  }\n  if (kt_t == 0) {\n    kt_acc = kt_sh[0];\n";
-    if (arg) s += "    kt_acci = kt_shi[0];\n";
-    return s + finish("    ") + "  }\n}\n";
+    s += "    }\n    kiln_barrier();\n  }\n  if (kt_lane == 0 && kt_live) {\n"
+         "    kt_acc = kt_sh[kt_t];\n";
+    if (arg) s += "    kt_acci = kt_shi[kt_t];\n";
+    return s + done + "  }\n";
   }
 
-  // Split: one work-item per output folds the partials in chunk order, then the epilogue.
+  std::string main_kernel() const {
+    std::string s =
+        cat("KILN_KERNEL void ", split ? "kt_part" : "kt_reduce", "(", params(), ") {\n");
+    s += group ? group_prologue("kt_nw") : "  const int64_t kt_w = (int64_t)kiln_global_id(0);\n";
+    const char* live = group ? "kt_live ? " : "";
+    const char* dead = group ? " : kt_r0" : "";
+    s += split ? cat("  const int64_t kt_oi = kt_w % kt_on, kt_c = kt_w / kt_on;\n"
+                     "  const int64_t kt_r0 = kt_c * kt_cl;\n"
+                     "  const int64_t kt_r1 = ",
+                     live, "(kt_r0 + kt_cl < kt_rn ? kt_r0 + kt_cl : kt_rn)", dead, ";\n")
+               : cat("  const int64_t kt_oi = kt_w, kt_r0 = 0, kt_r1 = ", live, "kt_rn",
+                     group ? " : 0" : "", ";\n");
+    s += output_position() + fold_rows();
+    if (!group) return s + finish("  ") + "}\n";
+    return s + tree(finish("    ")) + "}\n";
+  }
+
+  // Split: the partials of each output folded in chunk order (by its lanes, then their tree,
+  // in the group strategy), then the epilogue.
   std::string fold_kernel() const {
-    std::string s = cat("KILN_KERNEL void kt_fold_parts(", params(), ") {\n",
-                        "  const int64_t kt_oi = (int64_t)kiln_global_id(0);\n");
-    // A program with barriers launches whole groups: the items past the outputs stop.
-    if (group) s += "  if (kt_oi >= kt_on) return;\n";
+    std::string s = cat("KILN_KERNEL void kt_fold_parts(", params(), ") {\n");
+    s += group ? group_prologue("kt_on") + "  const int64_t kt_oi = kt_w;\n"
+               : "  const int64_t kt_oi = (int64_t)kiln_global_id(0);\n";
     s += output_position() + accumulators();
-    s += cat("  for (int64_t kt_c = 0; kt_c < kt_nc; ++kt_c) {\n", "    const ", A,
+    s += cat("  for (int64_t kt_c = ", group ? "kt_live ? kt_lane : kt_nc" : "0",
+             "; kt_c < kt_nc; kt_c += ", group ? lanes() : "1", ") {\n", "    const ", A,
              " kt_v = kt_pv[kt_c * kt_on + kt_oi];\n");
     s +=
         arg ? "    const int64_t kt_vi = kt_pi[kt_c * kt_on + kt_oi];\n"
               "    if (kt_take(kt_acc, kt_acci, kt_v, kt_vi)) { kt_acc = kt_v; kt_acci = kt_vi; }\n"
             : "    kt_acc = kt_fold(kt_acc, kt_v);\n";
     s += "  }\n";
+    const std::string done = loads(true, "    ") + nodes(true, "    ") +
+                             cat("    kt_out[kt_oi] = ", name(g.roots[0]), ";\n");
+    if (group) return s + tree(done) + "}\n";
     return s + loads(true, "  ") + nodes(true, "  ") +
            cat("  kt_out[kt_oi] = ", name(g.roots[0]), ";\n}\n");
   }
