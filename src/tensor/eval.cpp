@@ -7,9 +7,10 @@
 #include "ir/print.hpp"
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
-#include "tensor/kernel_args.hpp"
 #include "tensor/kernel.hpp"
+#include "tensor/kernel_args.hpp"
 #include "tensor/reduce_kernel.hpp"
+#include "tensor/row_kernel.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -63,6 +64,10 @@ void store_result(tensor_impl& t, std::shared_ptr<tensor_impl> out) {
 
 void materialise(tensor_impl& t) {
   if (t.kind == tensor_kind::stored) return;
+  if (!row_fusable(t).empty()) {  // softmax, row normalisation: one kernel
+    store_result(t, run_rows(t));
+    return;
+  }
   // At most one reduction fuses with t's elementwise work: t itself, or one read once per
   // element of t (same shape). Every other reduction runs first, as its own kernel.
   std::vector<tensor_impl*> reds;

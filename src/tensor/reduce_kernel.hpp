@@ -62,6 +62,14 @@ struct reduce_lowered {
 // either must already be stored.
 reduce_lowered lower_reduce(const tensor_impl& root, const tensor_impl& red);
 
+// Fills l's kept and reduced sizes and its inputs' layouts: the dims of xs (mask: the reduced
+// ones) coalesced over every input's strides (strides[k]: input k's, over xs's dims).
+void lay_out(reduce_lowered& l, const shape_t& xs, std::uint32_t mask,
+             const std::vector<shape_t>& strides);
+// Strides of t read at every position of `over` (NumPy broadcasting: right-aligned; missing
+// and size-1 dims read position 0).
+shape_t strides_over(const tensor_impl& t, const shape_t& over);
+
 reduce_plan plan_reduce(const reduce_lowered& l, const device& dev);
 std::uint64_t reduce_key(const reduce_lowered& l, const reduce_plan& p);
 // Kernels: "kt_reduce" (no split) or "kt_part" then "kt_fold_parts" (split). Every kernel takes

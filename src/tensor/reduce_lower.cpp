@@ -10,10 +10,8 @@
 #include "tensor/reduce_kernel.hpp"
 
 namespace kiln::detail {
-namespace {
+namespace {}  // namespace
 
-// Strides of t read at every position of `over` (NumPy broadcasting: right-aligned; missing
-// and size-1 dims read position 0).
 shape_t strides_over(const tensor_impl& t, const shape_t& over) {
   shape_t s(over.size(), 0);
   const std::size_t lead = over.size() - t.shape.size();
@@ -21,6 +19,8 @@ shape_t strides_over(const tensor_impl& t, const shape_t& over) {
     s[k] = t.shape[k - lead] == 1 ? 0 : t.strides[k - lead];
   return s;
 }
+
+namespace {
 
 struct lowering {
   reduce_lowered& out;
@@ -94,29 +94,24 @@ struct dim {
 std::int64_t reduce_lowered::outputs() const { return numel_of(kept); }
 std::int64_t reduce_lowered::rows() const { return numel_of(reduced); }
 
-reduce_lowered lower_reduce(const tensor_impl& root, const tensor_impl& red) {
-  reduce_lowered l;
-  l.out_shape = root.shape;
-  const tensor_impl& x = *red.args.at(0);
-  lowering w{l, red, x.shape, red.axes, red.shape.size() == x.shape.size(), {}, {}};
-  l.g.roots.push_back(w.visit(root, root.kind == tensor_kind::op && &root != &red));
-
+void lay_out(reduce_lowered& l, const shape_t& xs, std::uint32_t mask,
+             const std::vector<shape_t>& strides) {
   // Coalesce: drop size-1 dims; merge neighbours of one kind that every input walks as one.
   std::vector<dim> dims;
-  for (std::size_t d = 0; d < x.shape.size(); ++d)
-    if (x.shape[d] != 1) dims.push_back({x.shape[d], bool(red.axes >> d & 1u), d});
-  std::vector<shape_t> st(w.strides.size());
+  for (std::size_t d = 0; d < xs.size(); ++d)
+    if (xs[d] != 1) dims.push_back({xs[d], bool(mask >> d & 1u), d});
+  std::vector<shape_t> st(strides.size());
   std::vector<dim> merged;
   for (const dim& d : dims) {
     bool joins = !merged.empty() && merged.back().reduced == d.reduced;
     for (std::size_t k = 0; joins && k < st.size(); ++k)
-      joins = st[k].back() == w.strides[k][d.at] * d.n;
+      joins = st[k].back() == strides[k][d.at] * d.n;
     if (joins) {
       merged.back().n *= d.n;
-      for (std::size_t k = 0; k < st.size(); ++k) st[k].back() = w.strides[k][d.at];
+      for (std::size_t k = 0; k < st.size(); ++k) st[k].back() = strides[k][d.at];
     } else {
       merged.push_back(d);
-      for (std::size_t k = 0; k < st.size(); ++k) st[k].push_back(w.strides[k][d.at]);
+      for (std::size_t k = 0; k < st.size(); ++k) st[k].push_back(strides[k][d.at]);
     }
   }
   l.inner_reduced = merged.empty() || merged.back().reduced;
@@ -135,6 +130,16 @@ reduce_lowered lower_reduce(const tensor_impl& root, const tensor_impl& red) {
       L.strides[j] = st[k][order[j]];
     }
   }
+}
+
+reduce_lowered lower_reduce(const tensor_impl& root, const tensor_impl& red) {
+  reduce_lowered l;
+  l.out_shape = root.shape;
+  const tensor_impl& x = *red.args.at(0);
+  lowering w{l, red, x.shape, red.axes, red.shape.size() == x.shape.size(), {}, {}};
+  l.g.roots.push_back(w.visit(root, root.kind == tensor_kind::op && &root != &red));
+
+  lay_out(l, x.shape, red.axes, w.strides);
   return l;
 }
 

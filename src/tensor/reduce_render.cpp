@@ -4,6 +4,7 @@
 #include "codegen/expr_render.hpp"
 #include "codegen/text.hpp"
 #include "ir/layout.hpp"
+#include "tensor/index_code.hpp"
 #include "tensor/reduce_kernel.hpp"
 
 namespace kiln::detail {
@@ -60,42 +61,7 @@ struct renderer {
     s += ", int64_t kt_rn";
     if (split) s += ", int64_t kt_cl, int64_t kt_nc, int64_t kt_on";
     if (group) s += ", int64_t kt_nw";
-    for (std::size_t k = 0; k < g.inputs.size(); ++k)
-      for (std::size_t d = 0; d < K + M; ++d)
-        if (cls(k, d) == ir::stride_class::general) s += cat(", int64_t kt_s", num(k), "_", num(d));
-    return s;
-  }
-
-  ir::stride_class cls(std::size_t k, std::size_t d) const {
-    const ir::layout& L = g.inputs[k].l;
-    return ir::classify(L.dims[d], L.strides[d]);
-  }
-  std::string term(std::size_t k, std::size_t d, const std::string& coord) const {
-    switch (cls(k, d)) {
-      case ir::stride_class::zero: return {};
-      case ir::stride_class::one: return coord;
-      default: return cat(coord, " * kt_s", num(k), "_", num(d));
-    }
-  }
-  static void add_term(std::string& s, const std::string& t) {
-    if (!t.empty()) s += cat(s.empty() ? "" : " + ", t);
-  }
-
-  // The kept coordinates of output kt_oi and each input's offset for them (kt_b<k>).
-  std::string output_position() const {
-    std::string s;
-    if (K > 0) {
-      s += "  int64_t kt_o = kt_oi;\n";
-      for (std::size_t d = K; d-- > 1;)
-        s += cat("  const int64_t kt_x", num(d), " = kt_o % kt_k", num(d), "; kt_o /= kt_k", num(d),
-                 ";\n");
-      s += "  const int64_t kt_x0 = kt_o;\n";
-    }
-    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
-      std::string at;
-      for (std::size_t d = 0; d < K; ++d) add_term(at, term(k, d, cat("kt_x", num(d))));
-      s += cat("  const int64_t kt_b", num(k), " = ", at.empty() ? "0" : at, ";\n");
-    }
+    s += stride_params(g, K + M);
     return s;
   }
 
@@ -120,7 +86,8 @@ struct renderer {
       const auto k = static_cast<std::size_t>(n.slot);
       std::string at = cat("kt_b", num(k));
       if (!epilogue)
-        for (std::size_t j = 0; j < M; ++j) add_term(at, term(k, K + j, cat("kt_y", num(j))));
+        if (const std::string r = input_offset(g, k, K, K + M, "kt_y"); !r.empty())
+          at += cat(" + ", r);
       s += cat(indent, "const ", type_name(g.inputs[k].type), " ", codegen::load_name(n.slot),
                " = kt_in", num(k), "[", at, "];\n");
     }
@@ -131,14 +98,7 @@ struct renderer {
   // accumulator u.
   std::string element(const std::string& u) const {
     std::string s;
-    if (M == 1) s += "    const int64_t kt_y0 = kt_r;\n";
-    if (M > 1) {
-      s += "    int64_t kt_q = kt_r;\n";
-      for (std::size_t j = M; j-- > 1;)
-        s += cat("    const int64_t kt_y", num(j), " = kt_q % kt_m", num(j), "; kt_q /= kt_m",
-                 num(j), ";\n");
-      s += "    const int64_t kt_y0 = kt_q;\n";
-    }
+    s += row_coords(M);
     s += loads(false, "    ") + nodes(false, "    ");
     const std::string v = name(R.operands[0]);
     if (arg)
@@ -233,7 +193,7 @@ struct renderer {
                      live, "(kt_r0 + kt_cl < kt_rn ? kt_r0 + kt_cl : kt_rn)", dead, ";\n")
                : cat("  const int64_t kt_oi = kt_w, kt_r0 = 0, kt_r1 = ", live, "kt_rn",
                      group ? " : 0" : "", ";\n");
-    s += output_position() + fold_rows();
+    s += output_position(g, K) + fold_rows();
     if (!group) return s + finish("  ") + "}\n";
     return s + tree(finish("    ")) + "}\n";
   }
@@ -244,7 +204,7 @@ struct renderer {
     std::string s = cat("KILN_KERNEL void kt_fold_parts(", params(), ") {\n");
     s += group ? group_prologue("kt_on") + "  const int64_t kt_oi = kt_w;\n"
                : "  const int64_t kt_oi = (int64_t)kiln_global_id(0);\n";
-    s += output_position() + accumulators();
+    s += output_position(g, K) + accumulators();
     s += cat("  for (int64_t kt_c = ", group ? "kt_live ? kt_lane : kt_nc" : "0",
              "; kt_c < kt_nc; kt_c += ", group ? lanes() : "1", ") {\n", "    const ", A,
              " kt_v = kt_pv[kt_c * kt_on + kt_oi];\n");

@@ -3,6 +3,7 @@
 // of every reduction strategy compiles.
 #include "tensor/reduce_fixture.hpp"
 #include "tensor/reduce_kernel.hpp"
+#include "tensor/row_kernel.hpp"
 
 namespace tensor_test {
 namespace {
@@ -59,20 +60,31 @@ TEST_P(ReduceFusionTest, EpilogueFusesIntoTheReduction) {
   EXPECT_EQ(stats().kernel_launches, 1u);
 }
 
-TEST_P(ReduceFusionTest, BroadcastReductionsRunFirst) {
+// Reductions read back broadcast along the trailing axes (softmax, row normalisation) run
+// as one row kernel; a reduction broadcast along another axis runs first, on its own.
+TEST_P(ReduceFusionTest, RowFusionAndBroadcastReductions) {
   const host<float> h = random_host<float>({4, 30}, 39);
   const kiln::tensor x = upload(dev(), h);
-  const kiln::tensor centred = x - x.mean(1, true);  // the mean is broadcast: its own kernel
+  const kiln::tensor centred = x - x.mean(1, true);
   centred.eval();
-  EXPECT_EQ(stats().kernel_launches, 2u);
-  x.var(1).eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  x.var(1).eval();  // the mean, then the sum of squares with the division as its epilogue
   EXPECT_EQ(stats().kernel_launches, 2u);
   x.softmax(1).eval();
-  EXPECT_EQ(stats().kernel_launches, 3u);
-  // Row normalisation (x - mean) / sqrt(var + eps): mean, var (its own mean), then the rest.
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  x.log_softmax(-1).eval();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  (x - x.mean(0, true)).eval();  // reduced along the leading axis: the mean runs first
+  EXPECT_EQ(stats().kernel_launches, 2u);
+  const host<float> hc = random_host<float>({4, 1}, 40);
+  const std::vector<float> cv = (x.softmax(1) * upload(dev(), hc)).to_vector<float>();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  const std::vector<float> sv = x.softmax(1).to_vector<float>();
+  for (std::size_t i = 0; i < cv.size(); ++i) EXPECT_FLOAT_EQ(cv[i], sv[i] * hc.v[i / 30]);
+  // Row normalisation (x - mean) / sqrt(var + eps): three passes over each row, one kernel.
   const kiln::tensor norm = (x - x.mean(1, true)) / kiln::sqrt(x.var(1, 0, true) + 1e-5f);
   norm.eval();
-  EXPECT_EQ(stats().kernel_launches, 4u);
+  EXPECT_EQ(stats().kernel_launches, 1u);
   std::vector<double> want;
   for (std::size_t i = 0; i < 4; ++i) {
     double m = 0, v = 0;
@@ -107,6 +119,24 @@ TEST(TensorCodegen, ReductionKernelsCompileForCuda) {
           reduce_plan{reduce_strategy::thread, 3, 2}, reduce_plan{reduce_strategy::group, 3, 2}}) {
       const auto l = kiln::detail::lower_reduce(*x.impl(), *red);
       const std::string src = kiln::detail::render_reduce(l, p);
+      EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+    }
+  }
+}
+
+TEST(TensorCodegen, RowKernelsCompileForCuda) {
+  if (!conformance::cuda_compile_only())
+    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
+                    "run the CUDA kernels";
+  const kiln::device cpu = kiln::device::get("cpu");
+  const kiln::tensor x = kiln::tensor::from(cpu, std::vector<double>(24, 1.0), {2, 3, 4});
+  for (const kiln::tensor& e :
+       {x.softmax(-1), x.log_softmax(2),
+        (x - x.mean({1, 2}, true)) / kiln::sqrt(x.var({1, 2}, 0, true) + 1e-5)}) {
+    ASSERT_FALSE(kiln::detail::row_fusable(*e.impl()).empty());
+    const auto r = kiln::detail::lower_rows(*e.impl());
+    for (std::uint32_t lanes : {1u, 32u, 256u}) {
+      const std::string src = kiln::detail::render_rows(r, lanes);
       EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
     }
   }

@@ -1,0 +1,283 @@
+// Row fusion (row_kernel.hpp): when it applies, lowering, rendering and launching.
+#include "tensor/row_kernel.hpp"
+
+#include <algorithm>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "codegen/expr_render.hpp"
+#include "codegen/text.hpp"
+#include "ir/hash.hpp"
+#include "ir/layout.hpp"
+#include "ir/print.hpp"
+#include "runtime/generated_kernels.hpp"
+#include "tensor/index_code.hpp"
+#include "tensor/kernel_args.hpp"
+
+namespace kiln::detail {
+namespace {
+
+using codegen::cat;
+using codegen::num;
+
+bool is_reduction(const tensor_impl& t) {
+  return t.kind == tensor_kind::op && ir::info(t.o).cls == ir::op_class::reduce;
+}
+
+void all_reductions(const tensor_impl& t, std::vector<const tensor_impl*>& out,
+                    std::unordered_set<const tensor_impl*>& seen) {
+  if (t.kind != tensor_kind::op || !seen.insert(&t).second) return;
+  if (is_reduction(t)) out.push_back(&t);
+  for (const auto& a : t.args) all_reductions(*a, out, seen);
+}
+
+struct row_lowering {
+  row_lowered& out;
+  const shape_t& shape;
+  std::vector<shape_t> strides;
+  std::unordered_map<const tensor_impl*, ir::node_id> seen;
+
+  ir::node_id visit(const tensor_impl& t) {
+    if (auto it = seen.find(&t); it != seen.end()) return it->second;
+    ir::graph& g = out.l.g;
+    ir::node_id id = -1;
+    if (t.kind == tensor_kind::stored) {
+      const auto slot = static_cast<std::int32_t>(g.inputs.size());
+      g.inputs.push_back({t.dtype, {}});
+      out.l.leaves.push_back(&t);
+      strides.push_back(strides_over(t, shape));
+      id = g.add(ir::op::load, t.dtype, {}, slot);
+    } else if (t.kind == tensor_kind::scalar) {
+      g.captures.push_back(t.value);
+      id = g.add(ir::op::capture, t.dtype, {}, static_cast<std::int32_t>(g.captures.size() - 1));
+    } else {
+      ir::node n{t.o, t.dtype, {-1, -1, -1}, static_cast<std::int32_t>(t.axes)};
+      for (std::size_t k = 0; k < t.args.size(); ++k) n.operands[k] = visit(*t.args[k]);
+      if (!is_reduction(t)) n.slot = 0;
+      id = g.add(n);
+      if (is_reduction(t)) out.reds.push_back(id);
+    }
+    seen.emplace(&t, id);
+    return id;
+  }
+};
+
+struct renderer {
+  const row_lowered& r;
+  std::uint32_t lanes;
+  const ir::graph& g = r.l.g;
+  const std::size_t K = r.l.kept.size(), M = r.l.reduced.size();
+  const bool group = lanes > 1;
+
+  std::size_t red_index(ir::node_id x) const {
+    return std::size_t(std::find(r.reds.begin(), r.reds.end(), x) - r.reds.begin());
+  }
+  bool is_red(ir::node_id x) const { return ir::info(g[x].o).cls == ir::op_class::reduce; }
+  std::string acc_type(std::size_t j) const { return type_name(g[r.reds[j]].dtype); }
+  std::string name(ir::node_id x) const {
+    // In a group, read from local memory where used: a private copy would live across the
+    // later passes' barriers, which PoCL's work-group loops mishandle (it crashed).
+    if (is_red(x))
+      return cat(group ? "kt_sh" : "kt_red", num(red_index(x)), group ? "[kt_t - kt_lane]" : "");
+    return ir::info(g[x].o).cls == ir::op_class::leaf ? codegen::render_expr(g, x)
+                                                      : cat("kt_n", num(std::size_t(x)));
+  }
+  // The nodes `root` needs, in node order, stopping at reductions (row values by then).
+  std::vector<ir::node_id> needed(ir::node_id root) const {
+    std::vector<bool> in(g.nodes.size());
+    std::vector<ir::node_id> stack{root};
+    while (!stack.empty()) {
+      const ir::node_id x = stack.back();
+      stack.pop_back();
+      if (in[std::size_t(x)]) continue;
+      in[std::size_t(x)] = true;
+      if (is_red(x)) continue;
+      for (int k = 0; k < ir::info(g[x].o).arity; ++k) stack.push_back(g[x].operands[k]);
+    }
+    std::vector<ir::node_id> out;
+    for (std::size_t i = 0; i < in.size(); ++i)
+      if (in[i] && !is_red(ir::node_id(i))) out.push_back(ir::node_id(i));
+    return out;
+  }
+
+  // Row element kt_r: its coordinates, then the loads and nodes `root` needs.
+  std::string element(ir::node_id root) const {
+    std::string s;
+    s += row_coords(M);
+    for (ir::node_id x : needed(root)) {
+      const ir::node& n = g[x];
+      if (n.o == ir::op::load) {
+        const auto k = static_cast<std::size_t>(n.slot);
+        std::string at = cat("kt_b", num(k));
+        if (const std::string r = input_offset(g, k, K, K + M, "kt_y"); !r.empty())
+          at += cat(" + ", r);
+        s += cat("    const ", type_name(g.inputs[k].type), " ", codegen::load_name(n.slot),
+                 " = kt_in", num(k), "[", at, "];\n");
+      } else if (ir::info(n.o).cls != ir::op_class::leaf) {
+        s += cat("    const ", type_name(n.dtype), " ", name(x), " = ",
+                 codegen::render_node(g, x, [&](ir::node_id y) { return name(y); }), ";\n");
+      }
+    }
+    return s;
+  }
+
+  std::string fold_helper(std::size_t j) const {
+    const std::string A = acc_type(j), f = cat("kt_fold", num(j));
+    const ir::op o = g[r.reds[j]].o;
+    if (o == ir::op::reduce_sum)
+      return cat("KILN_FUNC ", A, " ", f, "(", A, " a, ", A, " b) { return a + b; }\n");
+    const char* cmp = o == ir::op::reduce_min ? " < " : " > ";
+    return cat("KILN_FUNC ", A, " ", f, "(", A, " a, ", A, " b) { return (a != a || a", cmp,
+               "b) ? a : b; }\n");
+  }
+
+  // Pass j: four accumulators over this item's share of the row, merged, then (group) the
+  // lanes' tree; every lane of the row reads the result, kt_red<j>.
+  std::string pass(std::size_t j) const {
+    const std::string A = acc_type(j), J = num(j), f = cat("kt_fold", J);
+    const std::string v = name(g[r.reds[j]].operands[0]);
+    std::string s;
+    for (int u = 0; u < 4; ++u) s += cat("  ", A, " kt_a", J, "_", num(u), " = kt_init", J, ";\n");
+    s += cat("  int64_t kt_rb", J, " = kt_lane;\n  for (; kt_rb", J, " + 3 * kt_st < kt_r1; kt_rb",
+             J, " += 4 * kt_st) {\n");
+    for (int u = 0; u < 4; ++u)
+      s += cat("  {\n    const int64_t kt_r = kt_rb", J, " + ", num(u), " * kt_st;\n",
+               element(g[r.reds[j]].operands[0]), "    kt_a", J, "_", num(u), " = ", f, "(kt_a", J,
+               "_", num(u), ", ", v, ");\n  }\n");
+    s += cat("  }\n  for (; kt_rb", J, " < kt_r1; kt_rb", J,
+             " += kt_st) {\n    const int64_t kt_r = kt_rb", J, ";\n",
+             element(g[r.reds[j]].operands[0]), "    kt_a", J, "_0 = ", f, "(kt_a", J, "_0, ", v,
+             ");\n  }\n");
+    const std::string acc =
+        cat(f, "(", f, "(kt_a", J, "_0, kt_a", J, "_1), ", f, "(kt_a", J, "_2, kt_a", J, "_3))");
+    if (!group) return s + cat("  const ", A, " kt_red", J, " = ", acc, ";\n");
+    s += cat("  kt_sh", J, "[kt_t] = ", acc,
+             ";\n  kiln_barrier();\n  for (uint32_t kt_h = ", num(lanes),
+             " / 2; kt_h > 0; kt_h >>= 1) {\n    if (kt_lane < kt_h) kt_sh", J, "[kt_t] = ", f,
+             "(kt_sh", J, "[kt_t], kt_sh", J, "[kt_t + kt_h]);\n", "    kiln_barrier();\n  }\n");
+    return s;
+  }
+
+  std::string render() const {
+    const ir::node_id root = g.roots.at(0);
+    const std::string G = num(reduce_policy::group);
+    std::string s;
+    for (const codegen::helper& h : codegen::helpers_in(g)) s += codegen::helper_def(h);
+    for (std::size_t j = 0; j < r.reds.size(); ++j) s += fold_helper(j);
+    s += cat("KILN_KERNEL void kt_rows(KILN_GLOBAL ", type_name(g[root].dtype),
+             "* KILN_RESTRICT kt_out");
+    for (std::size_t k = 0; k < g.inputs.size(); ++k)
+      s +=
+          cat(", KILN_GLOBAL const ", type_name(g.inputs[k].type), "* KILN_RESTRICT kt_in", num(k));
+    for (std::size_t c = 0; c < g.captures.size(); ++c)
+      s += cat(", ", type_name(g.captures[c].type), " ", codegen::capture_name(int(c)));
+    for (std::size_t j = 0; j < r.reds.size(); ++j) s += cat(", ", acc_type(j), " kt_init", num(j));
+    for (std::size_t d = 1; d < K; ++d) s += cat(", int64_t kt_k", num(d));
+    for (std::size_t j = 1; j < M; ++j) s += cat(", int64_t kt_m", num(j));
+    s += ", int64_t kt_rn, int64_t kt_nw";
+    s += stride_params(g, K + M);
+    s += ") {\n";
+    if (group) {
+      for (std::size_t j = 0; j < r.reds.size(); ++j)
+        s += cat("  KILN_LOCAL ", acc_type(j), " kt_sh", num(j), "[", G, "];\n");
+      s += cat("  const uint32_t kt_t = (uint32_t)kiln_local_id(0);\n",
+               "  const uint32_t kt_lane = kt_t % ", num(lanes), "u;\n",
+               "  const int64_t kt_oi = (int64_t)kiln_group_id(0) * ",
+               num(reduce_policy::group / lanes), " + kt_t / ", num(lanes), ";\n",
+               "  const int64_t kt_r1 = kt_oi < kt_nw ? kt_rn : 0;\n");
+    } else {
+      s += "  const uint32_t kt_lane = 0;\n  const int64_t kt_oi = (int64_t)kiln_global_id(0);\n"
+           "  const int64_t kt_r1 = kt_rn;\n";
+    }
+    s += cat("  const int64_t kt_st = ", num(lanes), ";\n");
+    s += output_position(g, K);
+    for (std::size_t j = 0; j < r.reds.size(); ++j) s += pass(j);
+    // The same trip count for every item of the group (PoCL's vectorised work-group loops
+    // crashed on a per-item one after the barriers).
+    return s + cat("  for (int64_t kt_rb = 0; kt_rb < kt_rn; kt_rb += kt_st) {\n",
+                   "    const int64_t kt_r = kt_rb + kt_lane;\n    if (kt_r >= kt_r1) continue;\n",
+                   element(root), "    kt_out[kt_oi * kt_rn + kt_r] = ", name(root), ";\n  }\n}\n");
+  }
+};
+
+}  // namespace
+
+std::vector<const tensor_impl*> row_fusable(const tensor_impl& t) {
+  std::vector<const tensor_impl*> reds;
+  if (t.kind != tensor_kind::op || is_reduction(t)) return {};
+  std::unordered_set<const tensor_impl*> seen;
+  all_reductions(t, reds, seen);
+  const auto rank = static_cast<std::uint32_t>(t.shape.size());
+  for (const tensor_impl* r : reds) {
+    const bool suffix = r->axes && ((r->axes + (r->axes & -r->axes)) >> rank) == 1;
+    if ((r->o != ir::op::reduce_sum && r->o != ir::op::reduce_max && r->o != ir::op::reduce_min) ||
+        r->args.at(0)->shape != t.shape || r->shape.size() != t.shape.size() ||
+        r->axes != reds[0]->axes || !suffix || r->shape == t.shape)
+      return {};
+  }
+  return reds;
+}
+
+row_lowered lower_rows(const tensor_impl& t) {
+  row_lowered r;
+  r.l.out_shape = t.shape;
+  row_lowering w{r, t.shape, {}, {}};
+  r.l.g.roots.push_back(w.visit(t));
+  lay_out(r.l, t.shape, r.reds.empty() ? 0 : r.l.g[r.reds[0]].slot, w.strides);
+  return r;
+}
+
+std::string render_rows(const row_lowered& r, std::uint32_t lanes) {
+  return renderer{r, lanes}.render();
+}
+
+std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
+  const row_lowered r = lower_rows(t);
+  auto out = allocate_tensor(t.dev, t.shape, t.dtype);
+  const std::int64_t rows = r.l.outputs(), len = r.l.rows();
+  if (rows == 0 || len == 0) return out;
+  std::uint32_t lanes = 1;
+  if (t.dev.supports(feature::barrier) && len >= reduce_policy::group_min_rows) {
+    lanes = reduce_policy::min_lanes;
+    while (lanes < reduce_policy::group && lanes * 2 * reduce_policy::elems_per_lane <= len)
+      lanes *= 2;
+  }
+  ir::hasher h;
+  h.add("tensor rows v1").add(r.l.kept.size()).add(r.l.reduced.size()).add(std::uint64_t{lanes});
+  for (const ir::input& in : r.l.g.inputs) h.add_input(in);
+  h.add_nodes(r.l.g);
+  generated_kernels k = get_generated(t.dev, "tensor_rows", h.value(), [&] {
+    return generated_program{render_rows(r, lanes), {"kt_rows"}, ir::print(r.l.g)};
+  });
+  if (k.compiled) stats_now().programs_compiled++;
+
+  std::vector<arg_binding> a;
+  add_mem(a, *out->mem, 0, t.dtype);
+  for (const tensor_impl* x : r.l.leaves)
+    add_mem(a, *x->mem, static_cast<std::uint64_t>(x->offset) * size_of(x->dtype), x->dtype);
+  for (const ir::capture& c : r.l.g.captures) add_scalar(a, c);
+  for (ir::node_id j : r.reds) add_scalar(a, reduce_init(r.l.g[j].o, r.l.g[j].dtype));
+  for (std::size_t d = 1; d < r.l.kept.size(); ++d) a.push_back(bind_arg(r.l.kept[d]));
+  for (std::size_t j = 1; j < r.l.reduced.size(); ++j) a.push_back(bind_arg(r.l.reduced[j]));
+  a.push_back(bind_arg(len));
+  a.push_back(bind_arg(rows));
+  for (const ir::input& in : r.l.g.inputs)
+    for (int d = 0; d < in.l.rank; ++d)
+      if (ir::classify(in.l.dims[d], in.l.strides[d]) == ir::stride_class::general)
+        a.push_back(bind_arg(in.l.strides[d]));
+  queue& q = t.dev.default_queue();
+  if (lanes > 1) {
+    const std::uint64_t per_group = reduce_policy::group / lanes;
+    const std::uint64_t groups = (std::uint64_t(rows) + per_group - 1) / per_group;
+    const local_size ls(reduce_policy::group);
+    launch(*k.kernels.at(0).impl(), *q.impl(), range(groups * reduce_policy::group), &ls, a.data(),
+           a.size());
+  } else {
+    launch(*k.kernels.at(0).impl(), *q.impl(), range(std::uint64_t(rows)), nullptr, a.data(),
+           a.size());
+  }
+  stats_now().kernel_launches++;
+  return out;
+}
+
+}  // namespace kiln::detail
