@@ -105,5 +105,37 @@ TEST_P(StatisticsTest, SoftmaxAndLogSoftmax) {
   for (float e : lp) EXPECT_TRUE(std::isfinite(e));
 }
 
+// Row lengths that take each form of the row kernel: one item per row, items of a group
+// keeping their elements in registers, and items re-reading long rows between the passes.
+TEST_P(StatisticsTest, SoftmaxAndRowNormalisationOverRowLengths) {
+  for (const shape_t& shape :
+       {shape_t{6, 30}, shape_t{5, 300}, shape_t{3, 2000}, shape_t{2, 9000}}) {
+    SCOPED_TRACE(kiln::to_string(shape));
+    const host<float> h = random_host<float>(shape, 26);
+    const kiln::tensor x = upload(dev(), h);
+    const std::int64_t n = shape[1];
+    std::vector<double> sm, nm;
+    for (std::int64_t i = 0; i < shape[0]; ++i) {
+      const float* row = h.v.data() + i * n;
+      double mx = -INFINITY, s = 0, mean = 0, var = 0;
+      for (std::int64_t j = 0; j < n; ++j) mx = std::max(mx, double(row[j]));
+      for (std::int64_t j = 0; j < n; ++j) s += std::exp(row[j] - mx), mean += row[j];
+      mean /= double(n);
+      for (std::int64_t j = 0; j < n; ++j) var += (row[j] - mean) * (row[j] - mean);
+      var /= double(n);
+      for (std::int64_t j = 0; j < n; ++j) {
+        sm.push_back(std::exp(row[j] - mx) / s);
+        nm.push_back((row[j] - mean) / std::sqrt(var + 1e-5));
+      }
+    }
+    const std::vector<double> one(sm.size(), 1.0);
+    EXPECT_TRUE(near_rows(read_doubles(x.softmax(1)), sm, one, 1e-6));
+    EXPECT_EQ(stats().kernel_launches, 1u);
+    const kiln::tensor norm = (x - x.mean(1, true)) / kiln::sqrt(x.var(1, 0, true) + 1e-5f);
+    EXPECT_TRUE(near_rows(read_doubles(norm), nm, one, 2e-5));
+    EXPECT_EQ(stats().kernel_launches, 1u);
+  }
+}
+
 }  // namespace
 }  // namespace tensor_test
