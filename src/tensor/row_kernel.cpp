@@ -20,8 +20,6 @@ namespace {
 using codegen::cat;
 using codegen::num;
 
-constexpr std::uint64_t row_cache_regs = 32;
-
 bool is_reduction(const tensor_impl& t) {
   return t.kind == tensor_kind::op && ir::info(t.o).cls == ir::op_class::reduce;
 }
@@ -66,7 +64,7 @@ struct row_lowering {
 
 struct renderer {
   const row_lowered& r;
-  std::uint32_t lanes, cap;
+  std::uint32_t lanes;
   const ir::graph& g = r.l.g;
   const std::size_t K = r.l.kept.size(), M = r.l.reduced.size();
   const bool group = lanes > 1;
@@ -103,26 +101,18 @@ struct renderer {
   }
 
   // Row element kt_r: its coordinates, then the loads and nodes `root` needs.
-  std::string load_expr(std::size_t k) const {
-    std::string at = cat("kt_b", num(k));
-    if (const std::string r = input_offset(g, k, K, K + M, "kt_y"); !r.empty()) at += cat(" + ", r);
-    return cat("kt_in", num(k), "[", at, "]");
-  }
-
-  // Row element kt_r: the loads and nodes `root` needs. Cached rows (cap > 0) read element
-  // i of this item from registers (kt_c<k>_<i>), which the first pass (fill) loads.
-  std::string element(ir::node_id root, int i = -1, bool fill = false) const {
+  std::string element(ir::node_id root) const {
     std::string s;
-    if (i < 0 || fill) s += row_coords(M);
-    if (fill)
-      for (std::size_t k = 0; k < g.inputs.size(); ++k)
-        s += cat("    kt_c", num(k), "_", num(std::size_t(i)), " = ", load_expr(k), ";\n");
+    s += row_coords(M);
     for (ir::node_id x : needed(root)) {
       const ir::node& n = g[x];
       if (n.o == ir::op::load) {
         const auto k = static_cast<std::size_t>(n.slot);
-        s += cat("    const ", type_name(g.inputs[k].type), " ", codegen::load_name(n.slot), " = ",
-                 i < 0 ? load_expr(k) : cat("kt_c", num(k), "_", num(std::size_t(i))), ";\n");
+        std::string at = cat("kt_b", num(k));
+        if (const std::string r = input_offset(g, k, K, K + M, "kt_y"); !r.empty())
+          at += cat(" + ", r);
+        s += cat("    const ", type_name(g.inputs[k].type), " ", codegen::load_name(n.slot),
+                 " = kt_in", num(k), "[", at, "];\n");
       } else if (ir::info(n.o).cls != ir::op_class::leaf) {
         s += cat("    const ", type_name(n.dtype), " ", name(x), " = ",
                  codegen::render_node(g, x, [&](ir::node_id y) { return name(y); }), ";\n");
@@ -148,24 +138,16 @@ struct renderer {
     const std::string v = name(g[r.reds[j]].operands[0]);
     std::string s;
     for (int u = 0; u < 4; ++u) s += cat("  ", A, " kt_a", J, "_", num(u), " = kt_init", J, ";\n");
-    if (cap) {
-      for (std::uint32_t i = 0; i < cap; ++i)
-        s += cat("  {\n    const int64_t kt_r = kt_lane + ", num(i), " * kt_st;\n",
-                 "    if (kt_r < kt_r1) {\n", element(g[r.reds[j]].operands[0], int(i), j == 0),
-                 "    kt_a", J, "_", num(i % 4), " = ", f, "(kt_a", J, "_", num(i % 4), ", ", v,
-                 ");\n  }\n  }\n");
-    } else {
-      s += cat("  int64_t kt_rb", J, " = kt_lane;\n  for (; kt_rb", J,
-               " + 3 * kt_st < kt_r1; kt_rb", J, " += 4 * kt_st) {\n");
-      for (int u = 0; u < 4; ++u)
-        s += cat("  {\n    const int64_t kt_r = kt_rb", J, " + ", num(u), " * kt_st;\n",
-                 element(g[r.reds[j]].operands[0]), "    kt_a", J, "_", num(u), " = ", f, "(kt_a",
-                 J, "_", num(u), ", ", v, ");\n  }\n");
-      s += cat("  }\n  for (; kt_rb", J, " < kt_r1; kt_rb", J,
-               " += kt_st) {\n    const int64_t kt_r = kt_rb", J, ";\n",
-               element(g[r.reds[j]].operands[0]), "    kt_a", J, "_0 = ", f, "(kt_a", J, "_0, ", v,
-               ");\n  }\n");
-    }
+    s += cat("  int64_t kt_rb", J, " = kt_lane;\n  for (; kt_rb", J, " + 3 * kt_st < kt_r1; kt_rb",
+             J, " += 4 * kt_st) {\n");
+    for (int u = 0; u < 4; ++u)
+      s += cat("  {\n    const int64_t kt_r = kt_rb", J, " + ", num(u), " * kt_st;\n",
+               element(g[r.reds[j]].operands[0]), "    kt_a", J, "_", num(u), " = ", f, "(kt_a", J,
+               "_", num(u), ", ", v, ");\n  }\n");
+    s += cat("  }\n  for (; kt_rb", J, " < kt_r1; kt_rb", J,
+             " += kt_st) {\n    const int64_t kt_r = kt_rb", J, ";\n",
+             element(g[r.reds[j]].operands[0]), "    kt_a", J, "_0 = ", f, "(kt_a", J, "_0, ", v,
+             ");\n  }\n");
     const std::string acc =
         cat(f, "(", f, "(kt_a", J, "_0, kt_a", J, "_1), ", f, "(kt_a", J, "_2, kt_a", J, "_3))");
     if (!group) return s + cat("  const ", A, " kt_red", J, " = ", acc, ";\n");
@@ -209,17 +191,7 @@ struct renderer {
     }
     s += cat("  const int64_t kt_st = ", num(lanes), ";\n");
     s += output_position(g, K);
-    for (std::size_t k = 0; k < g.inputs.size(); ++k)
-      for (std::uint32_t i = 0; i < cap; ++i)
-        s += cat("  ", type_name(g.inputs[k].type), " kt_c", num(k), "_", num(i), " = 0;\n");
     for (std::size_t j = 0; j < r.reds.size(); ++j) s += pass(j);
-    if (cap) {
-      for (std::uint32_t i = 0; i < cap; ++i)
-        s += cat("  {\n    const int64_t kt_r = kt_lane + ", num(i), " * kt_st;\n",
-                 "    if (kt_r < kt_r1) {\n", element(root, int(i)),
-                 "    kt_out[kt_oi * kt_rn + kt_r] = ", name(root), ";\n  }\n  }\n");
-      return s + "}\n";
-    }
     // The same trip count for every item of the group (PoCL's vectorised work-group loops
     // crashed on a per-item one after the barriers).
     return s + cat("  for (int64_t kt_rb = 0; kt_rb < kt_rn; kt_rb += kt_st) {\n",
@@ -255,8 +227,8 @@ row_lowered lower_rows(const tensor_impl& t) {
   return r;
 }
 
-std::string render_rows(const row_lowered& r, std::uint32_t lanes, std::uint32_t cap) {
-  return renderer{r, lanes, cap}.render();
+std::string render_rows(const row_lowered& r, std::uint32_t lanes) {
+  return renderer{r, lanes}.render();
 }
 
 std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
@@ -270,22 +242,12 @@ std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
     while (lanes < reduce_policy::group && lanes * 2 * reduce_policy::elems_per_lane <= len)
       lanes *= 2;
   }
-  // Rows short enough stay in registers between the passes: each item's elements, at most
-  // row_cache_regs of them over all inputs (a power of two, so few kernels cover all sizes).
-  std::uint32_t cap = 0;
-  const auto per_item = static_cast<std::uint64_t>((len + lanes - 1) / lanes);
-  const std::uint64_t inputs = std::max<std::uint64_t>(r.l.g.inputs.size(), 1);
-  if (lanes > 1 && per_item * inputs <= row_cache_regs) {
-    cap = 1;
-    while (cap < per_item) cap *= 2;
-  }
   ir::hasher h;
   h.add("tensor rows v1").add(r.l.kept.size()).add(r.l.reduced.size()).add(std::uint64_t{lanes});
-  h.add(std::uint64_t{cap});
   for (const ir::input& in : r.l.g.inputs) h.add_input(in);
   h.add_nodes(r.l.g);
   generated_kernels k = get_generated(t.dev, "tensor_rows", h.value(), [&] {
-    return generated_program{render_rows(r, lanes, cap), {"kt_rows"}, ir::print(r.l.g)};
+    return generated_program{render_rows(r, lanes), {"kt_rows"}, ir::print(r.l.g)};
   });
   if (k.compiled) stats_now().programs_compiled++;
 

@@ -28,8 +28,7 @@ struct row_lowered {
   std::vector<ir::node_id> reds;  // the reductions, in node (dependency) order
 };
 row_lowered lower_rows(const tensor_impl& t);
-// lanes: items per row (1: the one-item-per-row form, no barriers); cap > 0: each item keeps
-// its cap elements of the row in registers across the passes (rows <= lanes * cap).
-std::string render_rows(const row_lowered& r, std::uint32_t lanes, std::uint32_t cap = 0);
+// lanes: items per row (1: the one-item-per-row form, no barriers).
+std::string render_rows(const row_lowered& r, std::uint32_t lanes);
 
 }  // namespace kiln::detail
