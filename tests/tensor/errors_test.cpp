@@ -98,5 +98,26 @@ TEST_P(ErrorsTest, DeviceMismatchNamesBothDevices) {
                                                    {other->id()}));
 }
 
+// Exhausted device memory: kiln::out_of_memory naming the size asked, for a new tensor and
+// for the result of a lazy expression (a broadcast view costs nothing until evaluated).
+TEST_P(ErrorsTest, ExhaustedMemoryNamesTheSize) {
+  const std::int64_t big = std::int64_t(1) << 21;  // 2^42 doubles: 32 TiB
+  try {
+    (void)kiln::tensor::empty(dev(), {big, big}, kiln::scalar_type::f64);
+    FAIL() << "a 32 TiB tensor was allocated";
+  } catch (const kiln::out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("35184372088832 bytes"), std::string::npos) << e.what();
+  }
+  const kiln::tensor row = upload(dev(), random_host<float>({1, big}, 5));
+  const kiln::tensor wide = row.expand({big, big});  // a view: stride 0, no memory
+  EXPECT_EQ(wide.numel(), big * big);
+  try {
+    (wide * 2.f).eval();
+    FAIL() << "a 16 TiB result was allocated";
+  } catch (const kiln::out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("17592186044416 bytes"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace tensor_test
