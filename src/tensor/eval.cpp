@@ -15,6 +15,9 @@
 namespace kiln::detail {
 namespace {
 
+constexpr std::uint32_t elementwise_items = 4;
+constexpr std::uint64_t elementwise_multi_min = std::uint64_t(1) << 20;
+
 // The arguments in render_kernel's order.
 std::vector<arg_binding> arguments(const lowered& l, memory_impl& out) {
   std::vector<arg_binding> a;
@@ -93,13 +96,18 @@ void materialise(tensor_impl& t) {
   auto out = allocate_tensor(t.dev, t.shape, t.dtype);
   const auto n = static_cast<std::uint64_t>(numel_of(t.shape));
   if (n) {
-    generated_kernels g = get_generated(t.dev, "tensor", kernel_key(l), [&] {
-      return generated_program{render_kernel(l), {"kt_eval"}, ir::print(l.g)};
+    // Large outputs on devices with work-groups of threads (GPUs): several elements per item.
+    const std::uint32_t items =
+        t.dev.supports(feature::barrier) && n >= elementwise_multi_min ? elementwise_items : 1;
+    generated_kernels g = get_generated(t.dev, "tensor", kernel_key(l, items), [&] {
+      return generated_program{render_kernel(l, items), {"kt_eval"}, ir::print(l.g)};
     });
     if (g.compiled) stats_now().programs_compiled++;
     std::vector<arg_binding> a = arguments(l, *out->mem);
+    if (items > 1) a.push_back(bind_arg(n));
     queue& q = t.dev.default_queue();
-    launch(*g.kernels.at(0).impl(), *q.impl(), range(n), nullptr, a.data(), a.size());
+    launch(*g.kernels.at(0).impl(), *q.impl(), range((n + items - 1) / items), nullptr, a.data(),
+           a.size());
     stats_now().kernel_launches++;
   }
   store_result(t, std::move(out));

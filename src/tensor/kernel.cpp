@@ -70,13 +70,13 @@ lowered lower(const tensor_impl& root) {
   return l;
 }
 
-std::uint64_t kernel_key(const lowered& l) {
+std::uint64_t kernel_key(const lowered& l, std::uint32_t items) {
   ir::hasher h;
-  h.add("tensor elementwise v1").add(l.shape.size()).add_nodes(l.g);
+  h.add("tensor elementwise v1").add(l.shape.size()).add(std::uint64_t{items}).add_nodes(l.g);
   return h.value();
 }
 
-std::string render_kernel(const lowered& l) {
+std::string render_kernel(const lowered& l, std::uint32_t items) {
   const ir::graph& g = l.g;
   const ir::node_id root = g.roots.at(0);
   const std::size_t rank = l.shape.size();
@@ -100,7 +100,14 @@ std::string render_kernel(const lowered& l) {
       if (ir::classify(L.dims[d], L.strides[d]) == ir::stride_class::general)
         s += cat(", int64_t kt_s", num(k), "_", num(d));
   }
-  s += ") {\n  const uint64_t kq_i = kiln_global_id(0);\n";
+  if (items > 1) s += ", uint64_t kt_total";
+  s += ") {\n";
+  if (items > 1)  // element kq_i + k * (items launched) for k < items: coalesced, loads overlap
+    s += cat("#pragma unroll\n  for (uint32_t kt_k = 0; kt_k < ", num(items), "u; ++kt_k) {\n",
+             "  const uint64_t kq_i = kiln_global_id(0) + kt_k * kiln_global_size(0);\n",
+             "  if (kq_i >= kt_total) break;\n");
+  else
+    s += "  const uint64_t kq_i = kiln_global_id(0);\n";
   if (decompose && rank) {
     // The output position's coordinates, last dimension fastest.
     s += "  int64_t kt_r = (int64_t)kq_i;\n";
@@ -137,7 +144,8 @@ std::string render_kernel(const lowered& l) {
     s += cat("  const ", type_name(g[id].dtype), " ", name(id), " = ",
              codegen::render_node(g, id, name), ";\n");
   }
-  return s += cat("  kt_out[kq_i] = ", name(root), ";\n}\n");
+  s += cat("  kt_out[kq_i] = ", name(root), ";\n");
+  return s += items > 1 ? "  }\n}\n" : "}\n";
 }
 
 }  // namespace kiln::detail

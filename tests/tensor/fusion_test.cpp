@@ -69,6 +69,36 @@ TEST_P(FusionTest, EmptyResultsLaunchNothing) {
   EXPECT_EQ(stats().kernel_launches, 0u);
 }
 
+// Outputs of a million elements or more take several elements per work-item on devices with
+// work-groups of threads: every element, the last partial share and the index leaf included.
+TEST_P(FusionTest, LargeOutputsAreEvaluatedWhole) {
+  const shape_t shape{1031, 1021};  // 1052651 elements: not a multiple of 4
+  const host<float> ha = random_host<float>({1021, 1031}, 41), hb = random_host<float>({1021}, 42),
+                    hc = random_host<float>({1031, 1}, 43);
+  const kiln::tensor a = upload(dev(), ha).t(), b = upload(dev(), hb), c = upload(dev(), hc);
+  const std::vector<float> got = kiln::relu(a * b + c).to_vector<float>();
+  EXPECT_EQ(stats().kernel_launches, 1u);
+  ASSERT_EQ(got.size(), std::size_t(numel(shape)));
+  std::size_t bad = 0;
+  for (std::int64_t i = 0; i < 1031; ++i)
+    for (std::int64_t j = 0; j < 1021; ++j) {
+      // A multiply-add may be contracted into an FMA on the device: compare within a rounding.
+      const double p = double(ha.v[std::size_t(j * 1031 + i)]) * hb.v[std::size_t(j)];
+      const double v = p + hc.v[std::size_t(i)];
+      const double want = v > 0 ? v : 0;
+      bad += std::fabs(got[std::size_t(i * 1021 + j)] - want) >
+             4e-7 * (std::fabs(p) + std::fabs(hc.v[std::size_t(i)]));
+    }
+  EXPECT_EQ(bad, 0u);
+  const std::int64_t n = (std::int64_t(1) << 20) + 3;
+  const std::vector<double> r =
+      kiln::tensor::arange(dev(), 0, double(n), 1, kiln::scalar_type::f64).to_vector<double>();
+  ASSERT_EQ(r.size(), std::size_t(n));
+  for (std::size_t i = 0; i < r.size(); ++i)
+    if (r[i] != double(i)) ++bad;
+  EXPECT_EQ(bad, 0u);
+}
+
 TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
   if (!conformance::cuda_compile_only())
     GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
@@ -80,8 +110,10 @@ TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
   const kiln::tensor e = kiln::where(c, kiln::relu(a.t().t() * b + 1.5f), kiln::clamp(-b, 0, 3));
   for (const kiln::tensor& x : {e, a.t() * 2.0, kiln::sigmoid(b) < kiln::abs(a)}) {
     const auto l = kiln::detail::lower(*x.impl());
-    const std::string src = kiln::detail::render_kernel(l);
-    EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+    for (std::uint32_t items : {1u, 4u}) {
+      const std::string src = kiln::detail::render_kernel(l, items);
+      EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+    }
   }
 }
 
