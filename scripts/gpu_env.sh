@@ -37,3 +37,14 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcublas\.so\.1[23]'; then
   done
   unset _kiln_site _kiln_dir
 fi
+# cuDNN (dlopen'ed for conv2d and pooling) likewise comes with PyTorch's nvidia-cudnn package.
+if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9'; then
+  for _kiln_site in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    if ls "$_kiln_site"/nvidia/cudnn/lib/libcudnn.so.9* >/dev/null 2>&1; then
+      export LD_LIBRARY_PATH="$_kiln_site/nvidia/cudnn/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+      echo "cuDNN from $_kiln_site/nvidia/cudnn/lib"
+      break
+    fi
+  done
+  unset _kiln_site
+fi

@@ -1,0 +1,36 @@
+// The device's "dnn" extension (cuDNN on CUDA) as conv2d and pooling use it, and the helpers
+// that turn stored tensors into its memory references.
+#pragma once
+
+#include <cstdlib>
+#include <string_view>
+
+#include "dnn_abi.h"
+#include "runtime/runtime.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln::detail {
+
+inline kiln_dtype dnn_dtype(scalar_type t) {
+  return t == scalar_type::f64 ? KILN_DTYPE_F64 : KILN_DTYPE_F32;
+}
+
+// The table when the device runs conv2d on t through it, else null. KILN_DNN_PORTABLE=1
+// skips it (to test and compare the portable kernels where a library exists).
+inline const kiln_dnn_v1* dnn_table(const device& dev, scalar_type t) {
+  const char* portable = std::getenv("KILN_DNN_PORTABLE");
+  if (portable && *portable && std::string_view(portable) != "0") return nullptr;
+  const device_impl& d = *dev.impl();
+  if (!d.supports_op(KILN_OP_CONV2D, dnn_dtype(t))) return nullptr;
+  const auto* table =
+      static_cast<const kiln_dnn_v1*>(d.extension(KILN_DNN_EXTENSION, KILN_DNN_VERSION));
+  return table && table->header.struct_size >= sizeof(kiln_dnn_v1) ? table : nullptr;
+}
+
+// A stored tensor's (allocation, byte offset), marked as used by the device's default queue.
+inline kiln_mem_ref dnn_ref(const tensor_impl& x) {
+  note_queue_use(*x.mem, *x.dev.default_queue().impl());
+  return {x.mem->handle, static_cast<std::uint64_t>(x.offset) * size_of(x.dtype)};
+}
+
+}  // namespace kiln::detail
