@@ -1,26 +1,257 @@
-// kiln::tensor throughput on one device (default: the best): fused elementwise chains and
-// axis reductions, beside a device-to-device copy of the same bytes measured in the same run
-// (the bandwidth roof). Event-timed median after warm-up; each case evaluates the whole
-// expression (rendering is cached; the result's allocation is inside the timing, as it is
-// in PyTorch eager). bench/torch_tensor.py runs the same cases in PyTorch.
-// On a device that is not a GPU every size is divided by 16.
+// kiln::tensor throughput beside PyTorch, one process run: Kiln's rows first, then
+// bench/torch_tensor.py runs the same cases in the same order (same sizes, CUDA events,
+// medians) and one merged table prints Kiln, PyTorch and Kiln / PyTorch per row.
 //
-//   bench_tensor [--device cuda:0] [--runs 20] [--warmup 3]
+// Groups (--only), in run order:
+//   elementwise  fused elementwise chains, softmax, row normalisation and axis reductions on
+//                64M floats, beside a device-to-device copy of the same bytes (GB/s)
+//   gemm         SGEMM 4096^3 and 8192^3 (f32 and TF32), batched 64 x 256^3, SGEMV 8192^2
+//   conv         ResNet-50 convolutions at batch 32 (7x7/2 3->64 at 224^2, 3x3 64->64 and
+//                1x1 256->64 at 56^2): forward, backward-data, backward-filter; f32 and TF32
+//   pool         max_pool2d 3x3/2 pad 1 on [32, 64, 112, 112], without and with indices
+//   cpu          on the CPU device: SGEMM 1024^3 and 2048^3, conv 3x3 64->64 56^2 batch 4
+// TFLOP/s counts 2 m n k per product and 2 N K (C / groups) R S P Q per convolution pass;
+// GB/s the bytes an operation must move at least. Event-timed median of --runs after --warmup;
+// every run builds its result (the result's allocation is inside the timing, as in PyTorch
+// eager). gemm, conv and pool need a GPU as the main device (else they are skipped) unless
+// --quick, which shrinks every size to a smoke test that runs anywhere in seconds. On a main
+// device that is not a GPU the elementwise sizes are divided by 16.
+//
+//   bench_tensor [--device cuda:0] [--runs 20] [--warmup 3] [--only gemm,conv,pool,cpu]
+//                [--filter tf32,sgemv] [--quick] [--no-torch] [--no-compile]
+//                [--python python3] [--torch-script bench/torch_tensor.py]
+#include "bench_tensor.hpp"
+#include "bench_report.hpp"
+
+#include <sys/wait.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <exception>
+#include <filesystem>
 #include <functional>
 #include <kiln/kiln.hpp>
 #include <kiln/tensor.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
+namespace kiln_bench_tensor {
+
 namespace {
 
-struct options {
-  std::string device;
-  int runs = 20, warmup = 3;
+std::vector<result> results;
+double copy_gbs = 0;
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t comma = s.find(',', start);
+    const std::string item =
+        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    if (!item.empty()) out.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+// Three significant-ish digits without scientific notation (the shared report's format).
+std::string fmt(double v) { return kiln_bench::report::fmt(v); }
+
+// "64M", "4M", "256K".
+std::string count_label(std::int64_t n) {
+  if (n >= (1 << 20) && n % (1 << 20) == 0) return std::to_string(n >> 20) + "M";
+  if (n >= (1 << 10) && n % (1 << 10) == 0) return std::to_string(n >> 10) + "K";
+  return std::to_string(n);
+}
+
+// ---- the elementwise group (the original rows) ----
+
+// Times evaluating make() (a fresh lazy expression each run).
+void tensor_case(kiln::queue& q, const options& o, const std::string& name, double bytes,
+                 const std::function<kiln::tensor()>& make) {
+  if (!o.wants_case(name)) return;
+  kiln::tensor keep;
+  const double ms = median_ms(q, o, [&] { keep = make().eval(); });
+  make().eval();
+  const auto launches = unsigned(kiln::last_tensor_stats().kernel_launches);
+  const double gbs = bytes / ms * 1e-6;
+  char note[96];
+  std::snprintf(note, sizeof note, "%.1f%% of copy, %u launch%s",
+                copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0, launches, launches == 1 ? "" : "es");
+  add_result({"elementwise", name, "GB/s", note, ms, gbs});
+}
+
+void run_elementwise(const kiln::device& dev, const options& o) {
+  kiln::queue& q = dev.default_queue();
+  const bool gpu = dev.info().type == kiln::device_type::gpu;
+  const std::int64_t n = o.quick ? std::int64_t(1) << 18 : (std::int64_t(1) << 26) / (gpu ? 1 : 16);
+  const std::int64_t cols = 1024, rows_n = n / cols;
+  const std::string rows = "[" + std::to_string(rows_n) + ", " + std::to_string(cols) + "]";
+  std::printf("-- elementwise on %s: %lld floats per case\n", dev.id().c_str(),
+              static_cast<long long>(n));
+  {
+    kiln::buffer<float> src(dev, static_cast<std::uint64_t>(n)),
+        dst(dev, static_cast<std::uint64_t>(n));
+    q.fill(src, 1.f);
+    const double ms = median_ms(q, o, [&] { q.copy(src, dst); });
+    copy_gbs = 8.0 * double(n) / ms * 1e-6;
+    if (o.wants_case("copy (device to device)"))
+      add_result({"elementwise", "copy (device to device)", "GB/s", "", ms, copy_gbs});
+  }
+  const kiln::tensor a = uniform(dev, {n}, 1) * 4.f - 2.f, b = uniform(dev, {n}, 2) * 4.f - 2.f,
+                     c = uniform(dev, {n}, 3) * 4.f - 2.f;
+  a.eval(), b.eval(), c.eval();
+  const kiln::tensor x = (uniform(dev, {rows_n, cols}, 4) * 4.f - 2.f).eval();
+  const double nb = double(n);
+  tensor_case(q, o, "relu(a * b + c)", 16 * nb, [&] { return kiln::relu(a * b + c); });
+  tensor_case(q, o, "softmax rows " + rows, 8 * nb, [&] { return x.softmax(1); });
+  tensor_case(q, o, "(x - mean) / sqrt(var + eps) rows", 8 * nb,
+              [&] { return (x - x.mean(1, true)) / kiln::sqrt(x.var(1, 0, true) + 1e-5f); });
+  tensor_case(q, o, "sum rows " + rows + " -> [" + std::to_string(rows_n) + "]", 4 * nb,
+              [&] { return x.sum(1); });
+  tensor_case(q, o, "sum cols " + rows + " -> [" + std::to_string(cols) + "]", 4 * nb,
+              [&] { return x.sum(0); });
+  tensor_case(q, o, "sum all " + count_label(n), 4 * nb, [&] { return a.sum(); });
+  tensor_case(q, o, "relu(a * b + c).sum()", 12 * nb, [&] { return kiln::relu(a * b + c).sum(); });
+  tensor_case(q, o, "argmax rows", 4 * nb, [&] { return x.argmax(1); });
+}
+
+// ---- PyTorch: bench/torch_tensor.py --tsv prints "ROW\tgroup\tname\tvariant\tvalue\tunit" ----
+
+struct torch_row {
+  std::string group, name, variant, unit;
+  double value = 0;
 };
+
+std::vector<torch_row> run_torch(const options& o, const std::vector<std::string>& groups,
+                                 bool gpu) {
+  std::vector<torch_row> rows;
+  if (!std::filesystem::exists(o.script)) {
+    std::printf("\nPyTorch: %s not found (run from the repository root, or --torch-script)\n",
+                o.script.c_str());
+    return rows;
+  }
+  std::string cmd = o.python + " " + shell_quote(o.script) + " --tsv --device " +
+                    (gpu ? "cuda" : "cpu") + " --runs " + std::to_string(o.runs) + " --warmup " +
+                    std::to_string(o.warmup) + " --only " + join(groups);
+  if (o.quick) cmd += " --quick";
+  if (!o.compile) cmd += " --no-compile";
+  if (!o.filter.empty()) cmd += " --filter " + shell_quote(join(o.filter));
+  std::printf("\n== PyTorch: %s\n", cmd.c_str());
+  std::fflush(stdout);
+  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) {
+    std::printf("PyTorch: could not start %s\n", o.python.c_str());
+    return rows;
+  }
+  std::string line;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p)) {
+    line += buf;
+    if (line.empty() || line.back() != '\n') continue;
+    line.pop_back();
+    if (line.rfind("ROW\t", 0) == 0) {
+      std::vector<std::string> f;
+      for (std::size_t s = 0, t; s <= line.size(); s = t + 1) {
+        t = line.find('\t', s);
+        if (t == std::string::npos) t = line.size();
+        f.push_back(line.substr(s, t - s));
+      }
+      if (f.size() >= 6) rows.push_back({f[1], f[2], f[3], f[5], std::atof(f[4].c_str())});
+    } else {
+      std::printf("  torch| %s\n", line.c_str());
+    }
+    line.clear();
+  }
+  const int status = pclose(p);
+  if (status != 0)
+    std::printf("PyTorch: %s exited with status %d\n", o.script.c_str(),
+                WIFEXITED(status) ? WEXITSTATUS(status) : status);
+  return rows;
+}
+
+void print_merged(const std::vector<torch_row>& torch) {
+  std::map<std::string, double> eager, compiled;
+  for (const torch_row& t : torch)
+    (t.variant == "compile" ? compiled : eager)[t.group + "|" + t.name] = t.value;
+  const bool any_compile = !compiled.empty();
+  // "PyTorch | Kiln / PyTorch" cells for key, "— | —" without a PyTorch figure.
+  auto cells = [](const std::map<std::string, double>& m, const std::string& key,
+                  double kiln) -> std::string {
+    const auto it = m.find(key);
+    if (it == m.end() || it->second <= 0) return "— | —";
+    return fmt(it->second) + " | " + (kiln > 0 ? fmt(kiln / it->second) : "—");
+  };
+  std::printf("\n== Kiln beside PyTorch (ratio = Kiln / PyTorch: above 1 is Kiln faster)\n\n");
+  std::printf("| group | case | unit | Kiln | PyTorch | Kiln / PyTorch |%s note |\n",
+              any_compile ? " torch.compile | Kiln / compile |" : "");
+  std::printf("| --- | --- | --- | ---: | ---: | ---: |%s --- |\n",
+              any_compile ? " ---: | ---: |" : "");
+  auto line = [&](const std::string& group, const std::string& name, const std::string& unit,
+                  double kiln, const std::string& note) {
+    const std::string key = group + "|" + name;
+    const std::string extra = any_compile ? " " + cells(compiled, key, kiln) + " |" : "";
+    std::printf("| %s | %s | %s | %s | %s |%s %s |\n", group.c_str(), name.c_str(), unit.c_str(),
+                kiln > 0 ? fmt(kiln).c_str() : "—", cells(eager, key, kiln).c_str(), extra.c_str(),
+                note.c_str());
+  };
+  for (const result& r : results) line(r.group, r.name, r.unit, r.value, r.note);
+  // PyTorch rows without a Kiln row (a Kiln case that failed).
+  for (const torch_row& t : torch) {
+    const bool kiln = std::any_of(results.begin(), results.end(), [&](const result& r) {
+      return r.group == t.group && r.name == t.name;
+    });
+    if (!kiln && t.variant != "compile") line(t.group, t.name, t.unit, 0, "no Kiln row");
+  }
+}
+
+int usage(const char* argv0) {
+  std::fprintf(stderr,
+               "usage: %s [--device ID] [--runs N] [--warmup N] [--only GROUPS] [--filter S,...]\n"
+               "          [--quick] [--no-torch] [--no-compile] [--python EXE] "
+               "[--torch-script PATH]\n"
+               "GROUPS: comma-separated of elementwise (ew), gemm, conv, pool, cpu; new = "
+               "gemm,conv,pool,cpu; all\n",
+               argv0);
+  return 2;
+}
+
+}  // namespace
+
+bool options::wants_group(const std::string& g) const {
+  return groups.empty() || std::find(groups.begin(), groups.end(), g) != groups.end();
+}
+
+bool options::wants_case(const std::string& name) const {
+  if (filter.empty()) return true;
+  for (const std::string& f : filter)
+    if (name.find(f) != std::string::npos) return true;
+  return false;
+}
+
+void add_result(const result& r) {
+  std::printf("%-52s %10.3f ms %10.2f %-7s %s\n", r.name.c_str(), r.ms, r.value, r.unit.c_str(),
+              r.note.c_str());
+  std::fflush(stdout);
+  results.push_back(r);
+}
 
 double median_ms(kiln::queue& q, const options& o, const std::function<void()>& work) {
   for (int i = 0; i < std::max(o.warmup, 1); ++i) work();
@@ -37,76 +268,91 @@ double median_ms(kiln::queue& q, const options& o, const std::function<void()>& 
   return ms[ms.size() / 2];
 }
 
-double copy_gbs = 0;
-
-void row(const char* name, double bytes, double ms, unsigned launches) {
-  const double gbs = bytes / ms * 1e-6;
-  std::printf("%-34s %9.3f ms %9.1f GB/s %6.1f%% of copy  %u launch%s\n", name, ms, gbs,
-              copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0, launches, launches == 1 ? "" : "es");
+kiln::tensor uniform(const kiln::device& dev, const kiln::shape_t& shape, unsigned seed) {
+  return kiln::tensor::rand(dev, shape, seed);
 }
 
-kiln::tensor random(const kiln::device& dev, const kiln::shape_t& shape, unsigned seed) {
-  std::int64_t n = 1;
-  for (auto d : shape) n *= d;
-  std::vector<float> v(static_cast<std::size_t>(n));
-  std::uint32_t s = seed * 2654435761u + 1;
-  for (float& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = float(s >> 8) / float(1u << 24) * 4.f - 2.f;
-  }
-  return kiln::tensor::from(dev, v, shape);
-}
-
-// Times evaluating make() (a fresh lazy expression each run).
-void tensor_case(kiln::queue& q, const options& o, const char* name, double bytes,
-                 const std::function<kiln::tensor()>& make) {
-  kiln::tensor keep;
-  const double ms = median_ms(q, o, [&] { keep = make().eval(); });
-  make().eval();
-  row(name, bytes, ms, unsigned(kiln::last_tensor_stats().kernel_launches));
-}
-
-}  // namespace
+}  // namespace kiln_bench_tensor
 
 int main(int argc, char** argv) {
+  using namespace kiln_bench_tensor;
   options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--device" && i + 1 < argc)
+    const bool has_value = i + 1 < argc;
+    if (a == "--device" && has_value)
       o.device = argv[++i];
-    else if (a == "--runs" && i + 1 < argc)
+    else if (a == "--runs" && has_value)
       o.runs = std::atoi(argv[++i]);
-    else if (a == "--warmup" && i + 1 < argc)
+    else if (a == "--warmup" && has_value)
       o.warmup = std::atoi(argv[++i]);
+    else if (a == "--only" && has_value) {
+      for (const std::string& g : split(argv[++i])) {
+        if (g == "all") {
+          o.groups = all_groups();
+        } else if (g == "new") {
+          for (const char* n : {"gemm", "conv", "pool", "cpu"}) o.groups.push_back(n);
+        } else if (g == "ew") {
+          o.groups.push_back("elementwise");
+        } else if (std::find(all_groups().begin(), all_groups().end(), g) != all_groups().end()) {
+          o.groups.push_back(g);
+        } else {
+          std::fprintf(stderr, "bench_tensor: unknown group '%s'\n", g.c_str());
+          return usage(argv[0]);
+        }
+      }
+    } else if (a == "--filter" && has_value)
+      o.filter = split(argv[++i]);
+    else if (a == "--quick")
+      o.quick = true;
+    else if (a == "--no-torch")
+      o.torch = false;
+    else if (a == "--no-compile")
+      o.compile = false;
+    else if (a == "--python" && has_value)
+      o.python = argv[++i];
+    else if (a == "--torch-script" && has_value)
+      o.script = argv[++i];
+    else
+      return usage(argv[0]);
   }
   const kiln::device dev = o.device.empty() ? kiln::device::best() : kiln::device::get(o.device);
-  kiln::queue& q = dev.default_queue();
   const bool gpu = dev.info().type == kiln::device_type::gpu;
-  const std::int64_t scale = gpu ? 1 : 16;
-  const std::int64_t n = (std::int64_t(1) << 26) / scale;  // 64M floats on a GPU
-  const std::int64_t cols = 1024, rows_n = n / cols;
-  std::printf("device %s (%s); %lld floats per case\n", dev.id().c_str(), dev.info().name.c_str(),
-              static_cast<long long>(n));
+  const char* lib = kiln::linalg::vendor_library(dev);
+  std::printf("device %s (%s), linalg library: %s%s\n", dev.id().c_str(), dev.info().name.c_str(),
+              *lib ? lib : "none (portable kernels)", o.quick ? "; --quick: tiny sizes" : "");
 
-  {
-    kiln::buffer<float> src(dev, static_cast<std::uint64_t>(n)),
-        dst(dev, static_cast<std::uint64_t>(n));
-    q.fill(src, 1.f);
-    const double ms = median_ms(q, o, [&] { q.copy(src, dst); });
-    copy_gbs = 8.0 * double(n) / ms * 1e-6;
-    row("copy (device to device)", 8.0 * double(n), ms, 1);
+  std::vector<std::string> ran;  // the groups PyTorch repeats, in run order
+  int failures = 0;
+  for (const std::string& g : all_groups()) {
+    if (!o.wants_group(g)) continue;
+    if ((g == "gemm" || g == "conv" || g == "pool") && !gpu && !o.quick) {
+      std::printf(
+          "-- %s: skipped, %s is not a GPU (the cpu group has the CPU sizes; --quick "
+          "runs tiny sizes anywhere)\n",
+          g.c_str(), dev.id().c_str());
+      continue;
+    }
+    try {
+      if (g == "elementwise")
+        run_elementwise(dev, o);
+      else if (g == "gemm")
+        run_gemm(dev, o);
+      else if (g == "conv")
+        run_conv(dev, o);
+      else if (g == "pool")
+        run_pool(dev, o);
+      else if (g == "cpu")
+        run_cpu(kiln::device::get("cpu"), o);
+    } catch (const std::exception& e) {
+      std::printf("-- %s: FAILED: %s\n", g.c_str(), e.what());
+      ++failures;
+    }
+    ran.push_back(g);  // PyTorch runs a group that failed here too: its rows print alone
   }
-  const kiln::tensor a = random(dev, {n}, 1), b = random(dev, {n}, 2), c = random(dev, {n}, 3);
-  tensor_case(q, o, "relu(a * b + c)", 16.0 * double(n), [&] { return kiln::relu(a * b + c); });
-  const kiln::tensor x = random(dev, {rows_n, cols}, 4);
-  tensor_case(q, o, "softmax rows [65536, 1024]", 8.0 * double(n), [&] { return x.softmax(1); });
-  tensor_case(q, o, "(x - mean) / sqrt(var + eps) rows", 8.0 * double(n),
-              [&] { return (x - x.mean(1, true)) / kiln::sqrt(x.var(1, 0, true) + 1e-5f); });
-  tensor_case(q, o, "sum rows [65536, 1024] -> [65536]", 4.0 * double(n), [&] { return x.sum(1); });
-  tensor_case(q, o, "sum cols [65536, 1024] -> [1024]", 4.0 * double(n), [&] { return x.sum(0); });
-  tensor_case(q, o, "sum all 64M", 4.0 * double(n), [&] { return a.sum(); });
-  tensor_case(q, o, "relu(a * b + c).sum()", 12.0 * double(n),
-              [&] { return kiln::relu(a * b + c).sum(); });
-  tensor_case(q, o, "argmax rows", 4.0 * double(n), [&] { return x.argmax(1); });
-  return 0;
+  if (o.torch && !ran.empty())
+    print_merged(run_torch(o, ran, gpu));
+  else
+    print_merged({});
+  return failures ? 1 : 0;
 }

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "kiln/automatic.hpp"
 #include "kiln/device.hpp"
 #include "kiln/error.hpp"
 #include "kiln/scalar_type.hpp"
@@ -55,6 +56,8 @@ tensor unary(unary_op o, const tensor& a);
 tensor full_bits(const device& dev, const shape_t& shape, scalar_type dtype, scalar_type from,
                  std::uint64_t bits);
 tensor clamp_bits(const tensor& x, scalar_type from, std::uint64_t lo, std::uint64_t hi);
+// x marked kiln::automatic (x must be a new stored tensor no other handle shares).
+tensor automatic_of(tensor x);
 template <scalar T>
 std::uint64_t bits_of(T v) {
   std::uint64_t b = 0;
@@ -102,6 +105,26 @@ class tensor {
       return from(dev, std::span<const T>(data), shape);
     }
   }
+  // kiln::automatic in place of a device: the tensor is created on the host CPU
+  // (device::host()) and marked automatic; each operation over it then runs where the
+  // placement rule says and moves it there (docs/placement.md). Results of operations over
+  // automatic tensors are automatic, as are their views.
+  template <scalar T>
+  static tensor from(automatic_t, std::span<const T> data, const shape_t& shape) {
+    return detail::automatic_of(from(device::host(), data, shape));
+  }
+  template <scalar T>
+  static tensor from(automatic_t, std::span<const T> data) {
+    return detail::automatic_of(from(device::host(), data));
+  }
+  template <scalar T>
+  static tensor from(automatic_t, const std::vector<T>& data) {
+    return detail::automatic_of(from(device::host(), data));
+  }
+  template <scalar T>
+  static tensor from(automatic_t, const std::vector<T>& data, const shape_t& shape) {
+    return detail::automatic_of(from(device::host(), data, shape));
+  }
   static tensor empty(const device& dev, const shape_t& shape,
                       scalar_type dtype = scalar_type::f32);
   static tensor zeros(const device& dev, const shape_t& shape,
@@ -130,6 +153,22 @@ class tensor {
                      scalar_type dtype = scalar_type::f32);
   static tensor randn(const device& dev, const shape_t& shape, std::uint64_t seed,
                       scalar_type dtype = scalar_type::f32);
+  // The same on the host CPU, marked kiln::automatic (see from(kiln::automatic, ...)).
+  static tensor empty(automatic_t, const shape_t& shape, scalar_type dtype = scalar_type::f32);
+  static tensor zeros(automatic_t, const shape_t& shape, scalar_type dtype = scalar_type::f32);
+  static tensor ones(automatic_t, const shape_t& shape, scalar_type dtype = scalar_type::f32);
+  template <scalar T>
+  static tensor full(automatic_t, const shape_t& shape, scalar_type dtype, T value) {
+    return detail::automatic_of(full(device::host(), shape, dtype, value));
+  }
+  static tensor arange(automatic_t, double start, double end, double step = 1,
+                       scalar_type dtype = scalar_type::f32);
+  static tensor linspace(automatic_t, double start, double end, std::int64_t steps,
+                         scalar_type dtype = scalar_type::f32);
+  static tensor rand(automatic_t, const shape_t& shape, std::uint64_t seed,
+                     scalar_type dtype = scalar_type::f32);
+  static tensor randn(automatic_t, const shape_t& shape, std::uint64_t seed,
+                      scalar_type dtype = scalar_type::f32);
 
   // ---- properties ----
   bool defined() const noexcept { return impl_ != nullptr; }
@@ -144,6 +183,8 @@ class tensor {
   const device& get_device() const;
   bool is_contiguous() const;
   bool is_lazy() const;  // an unevaluated expression
+  // Placed by kiln::automatic: get_device() says where it lives now (docs/placement.md).
+  bool is_automatic() const;
 
   // ---- evaluation and reading back ----
   const tensor& eval() const;  // runs the expression's one kernel (no-op when materialised)
@@ -182,6 +223,9 @@ class tensor {
   tensor unsqueeze(int dim) const;
   tensor contiguous() const;  // itself when contiguous, else a copy (one strided-copy kernel)
   tensor to(scalar_type dtype) const;  // lazy elementwise conversion (C++ static_cast)
+  // A handle to the same elements marked kiln::automatic (a lazy tensor is evaluated first,
+  // where it is); this handle is left as it is. Itself when already automatic.
+  tensor to(automatic_t) const;
 
   // ---- reductions: lazy, and fused with the elementwise work before and after them ----
   // relu(a * b + c).sum(1) is one kernel; so is x.mean({0, 2}, true) and (x * x).sum().
@@ -321,4 +365,5 @@ inline tensor log_softmax(const tensor& x, int dim) { return x.log_softmax(dim);
 std::string to_string(const shape_t& shape);
 
 }  // namespace kiln
-#include "kiln/tensor/linalg.hpp"  // matmul, gemm, gemv, transposes
+#include "kiln/tensor/linalg.hpp"     // matmul, gemm, gemv, transposes
+#include "kiln/tensor/placement.hpp"  // kiln::automatic's thresholds, last_placement

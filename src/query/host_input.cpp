@@ -64,11 +64,6 @@ std::string placement_key(const device& gpu) {
   return k;
 }
 
-std::filesystem::path placement_file() {
-  auto dir = disk_cache::configured_dir();
-  return dir ? *dir / "placement.txt" : std::filesystem::path();
-}
-
 }  // namespace
 
 void stage_host_inputs(query_desc& d, query_stats& st) {
@@ -99,31 +94,71 @@ device automatic_device(std::uint64_t bytes) {
 }
 
 std::uint64_t gpu_crossover_bytes(const device& gpu) {
-  const auto file = placement_file();
-  if (file.empty()) return default_crossover;
-  std::ifstream in(file);
-  std::string id, line;
-  std::uint64_t value = 0, found = default_crossover;
-  while (std::getline(in, line)) {
-    std::istringstream ls(line);
-    if (ls >> id >> value && id == placement_key(gpu)) found = value;
-  }
-  return found;
+  return stored_placement(gpu, "").value_or(default_crossover);
 }
 
 std::string store_crossover(const device& gpu, std::uint64_t bytes) {
+  return store_placement(gpu, "", bytes);
+}
+
+std::filesystem::path placement_file() {
+  auto dir = disk_cache::configured_dir();
+  return dir ? *dir / "placement.txt" : std::filesystem::path();
+}
+
+namespace {
+
+// A line's key, name ("" for the crossover's form) and value; false for other lines.
+bool parse_line(const std::string& line, std::string& key, std::string& name,
+                std::uint64_t& value) {
+  std::istringstream ls(line);
+  std::string a, b, c, extra;
+  if (!(ls >> a >> b)) return false;
+  const bool named = static_cast<bool>(ls >> c);
+  if (named && ls >> extra) return false;
+  const std::string& v = named ? c : b;
+  if (v.empty() || v.find_first_not_of("0123456789") != std::string::npos) return false;
+  try {
+    value = std::stoull(v);
+  } catch (const std::exception&) {
+    return false;
+  }
+  key = a;
+  name = named ? b : "";
+  return true;
+}
+
+}  // namespace
+
+std::optional<std::uint64_t> stored_placement(const device& dev, const std::string& name) {
+  const auto file = placement_file();
+  if (file.empty()) return std::nullopt;
+  std::ifstream in(file);
+  const std::string want = placement_key(dev);
+  std::string line, key, n;
+  std::uint64_t value = 0;
+  std::optional<std::uint64_t> found;
+  while (std::getline(in, line))
+    if (parse_line(line, key, n, value) && key == want && n == name) found = value;
+  return found;
+}
+
+std::string store_placement(const device& dev, const std::string& name, std::uint64_t value) {
   const auto file = placement_file();
   if (file.empty()) throw invalid_argument("kiln calibrate: the cache is disabled (KILN_CACHE=0)");
+  if (name.find_first_of(" \t\n") != std::string::npos)
+    throw invalid_argument("kiln: a placement name may not hold white space: '" + name + "'");
   std::filesystem::create_directories(file.parent_path());
-  const std::string key = placement_key(gpu);
-  std::string kept, line;
+  const std::string want = placement_key(dev);
+  std::string kept, line, key, n;
+  std::uint64_t v = 0;
   {
     std::ifstream in(file);
     while (std::getline(in, line))
-      if (line.rfind(key + " ", 0) != 0) kept += line + "\n";
+      if (!(parse_line(line, key, n, v) && key == want && n == name)) kept += line + "\n";
   }
   const auto tmp = file.string() + ".tmp";
-  std::ofstream(tmp) << kept << key << " " << bytes << "\n";
+  std::ofstream(tmp) << kept << want << " " << (name.empty() ? "" : name + " ") << value << "\n";
   std::filesystem::rename(tmp, file);
   return file.string();
 }

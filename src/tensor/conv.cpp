@@ -12,6 +12,7 @@
 #include "kiln/linalg.hpp"
 #include "tensor/conv_kernels.hpp"
 #include "tensor/dnn.hpp"
+#include "tensor/placement.hpp"
 
 namespace kiln {
 namespace {
@@ -189,6 +190,17 @@ bool parse_batch(const tensor& x, tensor& batched) {
   return false;
 }
 
+// The work of a convolution for kiln::automatic: 2 N K P Q (C / groups) R S; 0 when the shapes
+// are not a convolution's (the call's own checks then throw).
+double conv_flops(const shape_t& x, const shape_t& wt, const conv2d_options& o) {
+  try {
+    const conv_dims d = dims_of("conv2d", x, wt, o);
+    return 2.0 * double(d.n * d.k * d.p * d.q) * double(d.cg() * d.r * d.s);
+  } catch (const kiln::error&) {
+    return 0;
+  }
+}
+
 }  // namespace
 
 conv_path last_conv_path() noexcept { return last; }
@@ -199,6 +211,9 @@ tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
   last = conv_path::none;
   tensor in;
   const bool unbatched = parse_batch(input, in);
+  const detail::placed place = detail::place(
+      op_class::conv, {input.impl().get(), in.impl().get(), weight.impl().get(), bias.impl().get()},
+      in.impl() && weight.impl() ? conv_flops(in.shape(), weight.shape(), o) : 0);
   std::vector<tensor> ops =
       bias.impl() ? operands("conv2d", {{"input", &in}, {"weight", &weight}, {"bias", &bias}})
                   : operands("conv2d", {{"input", &in}, {"weight", &weight}});
@@ -209,6 +224,7 @@ tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
   const tensor_impl& x = *ops[0].impl();
   const tensor_impl& w = *ops[1].impl();
   auto y = detail::allocate_tensor(x.dev, {d.n, d.k, d.p, d.q}, x.dtype);
+  y->automatic = place.automatic;
   if (!empty(d)) {
     const kiln_dnn_v1* t = detail::dnn_table(x.dev, x.dtype);
     if (!t || !run_dnn(d, x, w, *y, 1, 0, t->conv_forward, "kiln::conv2d")) {
@@ -239,6 +255,9 @@ tensor conv2d_backward_data(const tensor& grad_output, const tensor& weight,
                             const shape_t& input_shape, const conv2d_options& o) {
   detail::reset_stats();
   last = conv_path::none;
+  const detail::placed place =
+      detail::place(op_class::conv, {grad_output.impl().get(), weight.impl().get()},
+                    weight.impl() ? conv_flops(input_shape, weight.shape(), o) : 0);
   std::vector<tensor> ops =
       operands("conv2d_backward_data", {{"grad_output", &grad_output}, {"weight", &weight}});
   const conv_dims d =
@@ -246,6 +265,7 @@ tensor conv2d_backward_data(const tensor& grad_output, const tensor& weight,
   const tensor_impl& dy = *ops[0].impl();
   const tensor_impl& w = *ops[1].impl();
   auto dx = detail::allocate_tensor(dy.dev, input_shape, dy.dtype);
+  dx->automatic = place.automatic;
   if (empty(d)) return tensor(std::move(dx));
   const kiln_dnn_v1* t = detail::dnn_table(dy.dev, dy.dtype);
   if (t && run_dnn(d, *dx, w, dy, 1, 0, t->conv_backward_data, "kiln::conv2d_backward_data"))
@@ -271,14 +291,22 @@ tensor conv2d_backward_filter(const tensor& input, const tensor& grad_output,
                               const shape_t& weight_shape, const conv2d_options& o) {
   detail::reset_stats();
   last = conv_path::none;
+  const detail::placed place =
+      detail::place(op_class::conv, {input.impl().get(), grad_output.impl().get()},
+                    input.impl() ? conv_flops(input.shape(), weight_shape, o) : 0);
   std::vector<tensor> ops =
       operands("conv2d_backward_filter", {{"input", &input}, {"grad_output", &grad_output}});
   const conv_dims d =
       backward_dims("conv2d_backward_filter", input.shape(), weight_shape, grad_output, o);
   const tensor_impl& x = *ops[0].impl();
   const tensor_impl& dy = *ops[1].impl();
-  if (empty(d)) return tensor::zeros(x.dev, weight_shape, x.dtype);
+  if (empty(d)) {
+    tensor z = tensor::zeros(x.dev, weight_shape, x.dtype);
+    z.impl()->automatic = place.automatic;
+    return z;
+  }
   auto dw = detail::allocate_tensor(x.dev, weight_shape, x.dtype);
+  dw->automatic = place.automatic;
   const kiln_dnn_v1* t = detail::dnn_table(x.dev, x.dtype);
   if (t && run_dnn(d, x, *dw, dy, 1, 0, t->conv_backward_filter, "kiln::conv2d_backward_filter"))
     return tensor(std::move(dw));

@@ -9,6 +9,7 @@
 #include "runtime/generated_kernels.hpp"
 #include "tensor/kernel.hpp"
 #include "tensor/kernel_args.hpp"
+#include "tensor/placement.hpp"
 #include "tensor/reduce_kernel.hpp"
 #include "tensor/row_kernel.hpp"
 
@@ -65,8 +66,21 @@ void store_result(tensor_impl& t, std::shared_ptr<tensor_impl> out) {
 
 }  // namespace
 
+namespace {
+thread_local bool t_evaluating = false;  // inside materialise: the expression is placed
+}
+
 void materialise(tensor_impl& t) {
   if (t.kind == tensor_kind::stored) return;
+  if (!t_evaluating) {  // the outermost call places the whole expression (kiln::automatic)
+    t_evaluating = true;
+    struct done {
+      ~done() { t_evaluating = false; }
+    } guard;
+    place_expression(t);
+    materialise(t);
+    return;
+  }
   if (!row_fusable(t).empty()) {  // softmax, row normalisation: one kernel
     store_result(t, run_rows(t));
     return;

@@ -11,6 +11,7 @@
 
 #include "kiln/linalg.hpp"
 #include "runtime/runtime.hpp"
+#include "tensor/placement.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln {
@@ -28,6 +29,8 @@ void check_operands(const char* fn,
                     std::initializer_list<std::pair<const char*, const tensor*>> xs) {
   const tensor_impl* first = nullptr;
   const char* first_name = nullptr;
+  const tensor_impl* pinned = nullptr;  // the first fixed operand (automatic ones follow it)
+  const char* pinned_name = nullptr;
   for (const auto& [name, t] : xs) {
     if (!t->impl())
       throw invalid_argument(std::string("kiln::") + fn + ": " + name + " is undefined");
@@ -36,10 +39,15 @@ void check_operands(const char* fn,
       first = &x;
       first_name = name;
     }
-    if (!(x.dev == first->dev))
+    if (x.automatic) continue;
+    if (!pinned) {
+      pinned = &x;
+      pinned_name = name;
+    }
+    if (!(x.dev == pinned->dev))
       throw device_mismatch(std::string("kiln::") + fn +
-                            ": operands are on different devices: " + first_name + " on " +
-                            first->dev.id() + ", " + name + " on " + x.dev.id());
+                            ": operands are on different devices: " + pinned_name + " on " +
+                            pinned->dev.id() + ", " + name + " on " + x.dev.id());
   }
   for (const auto& [name, t] : xs) {
     const scalar_type d = t->impl()->dtype;
@@ -222,7 +230,12 @@ tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
           as, bs);
     batch[batch.size() - 1 - j] = x == 1 ? y : x;
   }
+  // kiln::automatic operands: the device by the rule, operands moved there (views too).
+  const detail::placed p = detail::place(
+      op_class::gemm, {a.impl().get(), b.impl().get(), A.impl().get(), B.impl().get()},
+      2.0 * double(m) * double(n) * double(k) * double(detail::numel_of(batch)));
   auto c = detail::allocate_tensor(ai.dev, with_matrix(batch, m, n), ai.dtype);
+  c->automatic = p.automatic;
   const tensor out(c);
   gemm_into(A, B, out, 1, 0, o.tf32);
   // Drop the promoted dimensions: c is contiguous, so this is only a new shape.
@@ -259,6 +272,11 @@ tensor gemm(const tensor& a, const tensor& b, const tensor& c, double alpha, dou
                       to_string(A.shape()) + " times op(b) " + to_string(B.shape()) + " gives " +
                       to_string(with_matrix(cb, A.size(-2), B.size(-1))) +
                       " (a's and b's batch dimensions must broadcast to c's)");
+  const detail::placed p = detail::place(
+      op_class::gemm,
+      {a.impl().get(), b.impl().get(), c.impl().get(), A.impl().get(), B.impl().get()},
+      2.0 * double(c.size(-2)) * double(c.size(-1)) * double(A.size(-1)) *
+          double(detail::numel_of(cb)));
   gemm_into(A, B, c, alpha, beta, o.tf32);
   return c;
 }
@@ -279,6 +297,9 @@ tensor gemv(const tensor& a, const tensor& x, const tensor& y, double alpha, dou
     throw shape_error("kiln::gemv: op(a) has shape " + to_string(A.shape()) + ", x " +
                       to_string(x.shape()) + " and y " + to_string(y.shape()) + " (expected [" +
                       std::to_string(A.size(1)) + "] and [" + std::to_string(A.size(0)) + "])");
+  const detail::placed p = detail::place(
+      op_class::gemm, {a.impl().get(), x.impl().get(), y.impl().get(), A.impl().get()},
+      2.0 * double(A.size(0)) * double(A.size(1)));
   const std::optional<layout> al = layout_of(ai);
   if (!al || (yi.strides[0] != 1 && yi.shape[0] > 1)) {  // through gemm: strided y, or a copy
     gemm_into(A, x.unsqueeze(1), y.unsqueeze(1), alpha, beta, false);

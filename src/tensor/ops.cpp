@@ -13,6 +13,23 @@ namespace kiln::detail {
 impl_ptr node(ir::op o, scalar_type t, const shape_t& shape, std::vector<impl_ptr> args) {
   auto n = std::make_shared<tensor_impl>();
   n->dev = args.at(0)->dev;
+  // kiln::automatic (docs/placement.md): scalars take no part; a fixed operand pins the node
+  // to its device (two fixed ones must agree); else the node is automatic when an operand is.
+  const tensor_impl* fixed = nullptr;
+  for (const impl_ptr& a : args) {
+    if (a->kind == tensor_kind::scalar) continue;
+    if (a->automatic) {
+      n->automatic = true;
+    } else if (!fixed) {
+      fixed = a.get();
+    } else {
+      same_device(*fixed, *a);
+    }
+  }
+  if (fixed) {
+    n->dev = fixed->dev;
+    n->automatic = false;
+  }
   n->dtype = t;
   n->shape = shape;
   n->kind = tensor_kind::op;
@@ -44,6 +61,8 @@ impl_ptr checked(const tensor& t, const char* what) {
 }
 
 void same_device(const tensor_impl& a, const tensor_impl& b) {
+  // An automatic tensor follows the other operand (node() and tensor/placement.cpp).
+  if (a.automatic || b.automatic) return;
   if (!(a.dev == b.dev))
     throw device_mismatch("kiln::tensor: operands are on different devices: " + a.dev.id() +
                           " and " + b.dev.id());

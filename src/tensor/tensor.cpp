@@ -2,6 +2,7 @@
 #include "kiln/tensor.hpp"
 
 #include "tensor/convert.hpp"
+#include "tensor/placement.hpp"
 #include "tensor/shape.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -88,7 +89,13 @@ void tensor_read(const tensor& x, scalar_type want, void* dst, std::uint64_t cou
     throw shape_error("kiln::tensor::item: the tensor of shape " + to_string(t.shape) + " has " +
                       std::to_string(n) + " elements, not 1");
   reset_stats();
-  const tensor c = contiguous_of(x);
+  tensor c;
+  if (t.kind == tensor_kind::stored && t.automatic) {
+    const placed here(t.dev, true);  // a copy made for reading runs where the tensor is
+    c = contiguous_of(x);
+  } else {
+    c = contiguous_of(x);
+  }
   if (!n) return;
   const tensor_impl& s = *c.impl();
   finish_users(*s.mem);

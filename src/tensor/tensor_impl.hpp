@@ -22,8 +22,11 @@ enum class tensor_kind : std::uint8_t {
 };
 
 struct tensor_impl {
-  device dev{nullptr};
+  device dev{nullptr};  // where it is stored; for a lazy node, where it will be evaluated
   scalar_type dtype = scalar_type::f32;
+  // kiln::automatic (docs/placement.md): its storage may move to another device, and the
+  // device an expression over it is evaluated on is chosen at evaluation (tensor/placement).
+  bool automatic = false;
   shape_t shape;
   tensor_kind kind = tensor_kind::stored;
   // stored

@@ -117,6 +117,7 @@ tensor transpose_copy(const tensor& x) {
   const tensor_impl& xi = stored_2d(x, "transpose_copy");
   const std::int64_t rows = xi.shape[0], cols = xi.shape[1];
   auto out = detail::allocate_tensor(xi.dev, {cols, rows}, xi.dtype);
+  out->automatic = xi.automatic;  // runs where x is stored
   if (rows == 0 || cols == 0) return tensor(std::move(out));
   const bool tiled = xi.dev.supports(feature::barrier);
   const kernel k = transpose_kernel(xi.dev, xi.dtype, tiled ? variant::tiled : variant::copy);

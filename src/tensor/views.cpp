@@ -28,6 +28,7 @@ tensor with(const tensor_impl& x, shape_t shape, shape_t strides, std::int64_t o
   v->mem = x.mem;
   v->strides = std::move(strides);
   v->offset = offset;
+  v->automatic = x.automatic;  // a view of an automatic tensor is automatic
   return tensor(std::move(v));
 }
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <kiln/tensor/conv.hpp>
+#include <kiln/tensor/placement.hpp>
 
 #include "tensor/conv_kernels.hpp"
 #include "tensor/tensor_fixture.hpp"
@@ -250,6 +251,29 @@ TEST_P(TensorConvTest, BadInputsGiveClearErrors) {
       EXPECT_THROW(conv2d(x, kiln::tensor::randn(other, {2, 4, 3, 3}, 55)), kiln::device_mismatch);
       break;
     }
+}
+
+// kiln::automatic operands: conv2d is placed as class conv (threshold 0: the GPU when there is
+// one) and gives what the fixed device gives; its result stays automatic.
+TEST_P(TensorConvTest, AutomaticOperandsArePlacedAsConvolutions) {
+  if (dev().info().type != kiln::device_type::cpu || !(dev() == kiln::device::host()))
+    GTEST_SKIP() << "placement moves data from the host CPU; run once, on " << dev().id();
+  const host<float> x = random_host<float>({2, 3, 6, 6}, 61),
+                    w = random_host<float>({4, 3, 3, 3}, 62);
+  const auto want = kiln::conv2d(upload(dev(), x), upload(dev(), w)).to_vector<float>();
+  kiln::set_placement_threshold(kiln::op_class::conv, 0);
+  const auto ax = kiln::tensor::from(kiln::automatic, x.v, x.shape);
+  const auto aw = kiln::tensor::from(kiln::automatic, w.v, w.shape);
+  const kiln::tensor y = kiln::conv2d(ax, aw);
+  const kiln::placement_info p = kiln::last_placement();
+  kiln::reset_placement_thresholds();
+  EXPECT_EQ(p.cls, kiln::op_class::conv);
+  EXPECT_EQ(p.work, 2.0 * 2 * 4 * 4 * 4 * 3 * 3 * 3);
+  EXPECT_TRUE(y.is_automatic());
+  EXPECT_EQ(y.get_device(), p.dev);
+  const auto got = y.to_vector<float>();
+  ASSERT_EQ(got.size(), want.size());
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-4f) << i;
 }
 
 // The conv and pooling kernels compile for CUDA too (NVRTC, where the backend is compile-only).

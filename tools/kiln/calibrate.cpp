@@ -1,63 +1,272 @@
-// `kiln calibrate`: measures, for each GPU, the input size from which a host-resident query
-// finishes sooner on the GPU than on the CPU backend, and stores it in the cache directory
-// (placement.txt) for kiln::on(kiln::automatic).
+// `kiln calibrate [query|tensor]`: measures, for each GPU, from which size work on host-resident
+// data finishes sooner on the GPU (the copy over included) than on the CPU backend, and stores
+// it in the cache directory (placement.txt):
+// - query: a map | filter | sum over a host range, in bytes (kiln::on(kiln::automatic));
+// - tensor: one threshold per placement class (kiln::automatic tensors, docs/placement.md),
+//   elementwise relu(a * b + c), reduction x.sum(1) over rows of 256, gemm a square matmul,
+//   conv a 3x3 conv2d; each sweep runs to its end (or its time budget), or stops once the GPU
+//   wins by a growing margin; the threshold is where the GPU's final run of wins begins.
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <vector>
 
 #include "kiln/kiln.hpp"
+#include "kiln/tensor/conv.hpp"
 #include "query/host_input.hpp"
+#include "tensor/placement.hpp"
 #include "tools/kiln/commands.hpp"
 
 namespace kiln::tool {
 namespace {
 using namespace kiln::placeholders;
+using clock_type = std::chrono::steady_clock;
+
+double ms_since(clock_type::time_point a) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - a).count();
+}
 
 // Median wall time of a representative host-resident query: map, filter, sum.
 double query_ms(const kiln::device& dev, const std::vector<float>& host) {
   std::vector<double> t;
   for (int r = 0; r < 7; ++r) {
-    const auto a = std::chrono::steady_clock::now();
+    const auto a = clock_type::now();
     volatile float s =
         host | kiln::on(dev) | kiln::transform(_1 * 2.f) | kiln::filter(_1 > 1.f) | kiln::sum();
     (void)s;
-    const auto b = std::chrono::steady_clock::now();
-    if (r >= 2) t.push_back(std::chrono::duration<double, std::milli>(b - a).count());
+    if (r >= 2) t.push_back(ms_since(a));
   }
   std::sort(t.begin(), t.end());
   return t[t.size() / 2];
 }
+
+void calibrate_query(const kiln::device& gpu, const kiln::device& cpu) {
+  std::printf("%s (%s) against %s, host-resident map | filter | sum on float32:\n",
+              gpu.id().c_str(), gpu.info().name.c_str(), cpu.id().c_str());
+  std::printf("  %12s %12s %12s\n", "bytes", "cpu ms", "gpu ms");
+  std::uint64_t crossover = 0;
+  int gpu_wins = 0;
+  for (std::uint64_t n = 1u << 10; n <= (1u << 26); n <<= 1) {
+    std::vector<float> host(n);
+    for (std::uint64_t i = 0; i < n; ++i) host[i] = float(i % 1000) * 0.01f;
+    const double c = query_ms(cpu, host), g = query_ms(gpu, host);
+    std::printf("  %12s %12.3f %12.3f\n", human_bytes(n * 4).c_str(), c, g);
+    // The crossover: the first size from which the GPU wins twice in a row.
+    if (g < c) {
+      if (++gpu_wins == 1) crossover = n * 4;
+      if (gpu_wins == 2) break;
+    } else {
+      gpu_wins = 0;
+      crossover = 0;
+    }
+  }
+  if (!crossover || gpu_wins < 2) crossover = 1ull << 40;  // the CPU won throughout
+  const std::string file = kiln::detail::q::store_crossover(gpu, crossover);
+  std::printf("  crossover %s, stored in %s\n", human_bytes(crossover).c_str(), file.c_str());
+}
+
+// ---- tensor placement classes ----
+
+struct tensor_case {
+  kiln::op_class cls;
+  const char* what;
+  const char* units;
+  std::vector<std::int64_t> sizes;                                // the sweep's parameter
+  std::function<double(std::int64_t)> work;                       // in the class's units
+  std::function<std::vector<kiln::tensor>(std::int64_t)> inputs;  // on the host CPU
+  std::function<kiln::tensor(const std::vector<kiln::tensor>&)> op;
+};
+
+std::vector<float> host_values(std::int64_t n, int seed) {
+  std::vector<float> v(static_cast<std::size_t>(n));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = float((i * 7 + seed * 13) % 1000) * 1e-3f;
+  return v;
+}
+
+kiln::tensor host_tensor(const kiln::shape_t& shape, int seed) {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return kiln::tensor::from(kiln::device::host(), host_values(n, seed), shape);
+}
+
+// One run on dev from host-resident inputs: fresh handles on the host storage, moved to dev
+// as kiln::automatic moves them (tensor/placement.cpp), the operation, and its completion.
+double run_ms(const tensor_case& tc, const std::vector<kiln::tensor>& host,
+              const kiln::device& dev) {
+  std::vector<kiln::tensor> xs;
+  std::vector<kiln::detail::tensor_impl*> impls;
+  for (const kiln::tensor& h : host) {
+    xs.push_back(h.view(h.shape()));
+    impls.push_back(xs.back().impl().get());
+  }
+  const auto a = clock_type::now();
+  kiln::detail::move_storage(impls, dev);
+  const kiln::tensor r = tc.op(xs);
+  r.eval();
+  dev.synchronize();
+  return ms_since(a);
+}
+
+double median_ms(const tensor_case& tc, const std::vector<kiln::tensor>& host,
+                 const kiln::device& dev) {
+  std::vector<double> t;
+  for (int r = 0; r < 6; ++r) {
+    const double v = run_ms(tc, host, dev);
+    if (r >= 1) t.push_back(v);
+  }
+  std::sort(t.begin(), t.end());
+  return t[t.size() / 2];
+}
+
+std::vector<std::int64_t> geometric(double from, double to, double step) {
+  std::vector<std::int64_t> out;
+  for (double v = from; v <= to * 1.0001; v *= step) {
+    const auto i = static_cast<std::int64_t>(std::llround(v));
+    if (out.empty() || i != out.back()) out.push_back(i);
+  }
+  return out;
+}
+
+std::vector<tensor_case> tensor_cases() {
+  using kiln::tensor;
+  std::vector<tensor_case> out;
+  out.push_back(
+      {kiln::op_class::elementwise, "relu(a * b + c), float32 [n]", "elements",
+       geometric(1 << 12, 1 << 26, 2), [](std::int64_t n) { return double(n); },
+       [](std::int64_t n) {
+         return std::vector<tensor>{host_tensor({n}, 1), host_tensor({n}, 2), host_tensor({n}, 3)};
+       },
+       [](const std::vector<tensor>& x) { return kiln::relu(x[0] * x[1] + x[2]); }});
+  out.push_back({kiln::op_class::reduction, "x.sum(1), float32 [n / 256, 256]", "elements",
+                 geometric(1 << 12, 1 << 26, 2), [](std::int64_t n) { return double(n); },
+                 [](std::int64_t n) {
+                   return std::vector<tensor>{host_tensor({n / 256, 256}, 1)};
+                 },
+                 [](const std::vector<tensor>& x) { return x[0].sum(1); }});
+  out.push_back({kiln::op_class::gemm, "matmul, float32 [n, n] x [n, n]", "flops",
+                 geometric(16, 4096, std::sqrt(2.0)),
+                 [](std::int64_t n) { return 2.0 * double(n) * double(n) * double(n); },
+                 [](std::int64_t n) {
+                   return std::vector<tensor>{host_tensor({n, n}, 1), host_tensor({n, n}, 2)};
+                 },
+                 [](const std::vector<tensor>& x) { return kiln::matmul(x[0], x[1]); }});
+  // N 8, C = K = 32, 3 x 3, padding 1: output n x n.
+  out.push_back(
+      {kiln::op_class::conv, "conv2d 3x3 pad 1, float32 [8, 32, n, n] * [32, 32, 3, 3]", "flops",
+       geometric(1, 256, std::sqrt(2.0)),
+       [](std::int64_t n) { return 2.0 * 8 * 32 * 32 * 9 * double(n) * double(n); },
+       [](std::int64_t n) {
+         return std::vector<tensor>{host_tensor({8, 32, n, n}, 1), host_tensor({32, 32, 3, 3}, 2)};
+       },
+       [](const std::vector<tensor>& x) {
+         return kiln::conv2d(x[0], x[1], {}, {.padding = {1, 1}});
+       }});
+  return out;
+}
+
+constexpr double budget_ms = 5000;  // per class and GPU, after the first size (compiles)
+
+// The class's threshold on gpu: the work from which the GPU won at every size measured after
+// it (the placement rule is "the GPU from the threshold up"), at least two sizes of them;
+// placement_never when the CPU won the largest. The sweep goes to its end (copies can make the
+// GPU lose again at large sizes), within the time budget; gemm and conv stop once the GPU has
+// won three sizes running by a growing margin.
+std::uint64_t crossover_of(const tensor_case& tc, const kiln::device& gpu,
+                           const kiln::device& cpu) {
+  std::printf("  %s: %s\n", kiln::to_string(tc.cls), tc.what);
+  std::printf("    %8s %12s %10s %10s\n", "n", tc.units, "cpu ms", "gpu ms");
+  const bool compute_bound = tc.cls == kiln::op_class::gemm || tc.cls == kiln::op_class::conv;
+  std::uint64_t run_start = 0;  // work of the first size of the current run of GPU wins
+  int run = 0;
+  double last_ratio = 0;
+  clock_type::time_point start{};
+  for (std::size_t i = 0; i < tc.sizes.size(); ++i) {
+    if (i == 1) start = clock_type::now();
+    if (i > 1 && ms_since(start) > budget_ms) {
+      std::printf("    (time budget reached)\n");
+      break;
+    }
+    const std::int64_t n = tc.sizes[i];
+    const std::vector<kiln::tensor> host = tc.inputs(n);
+    const double c = median_ms(tc, host, cpu), g = median_ms(tc, host, gpu);
+    std::printf("    %8lld %12.3g %10.3f %10.3f\n", static_cast<long long>(n), tc.work(n), c, g);
+    const double ratio = c / std::max(g, 1e-9);
+    if (g < c) {
+      if (++run == 1) run_start = static_cast<std::uint64_t>(tc.work(n));
+      // gemm and conv do more work per byte as they grow: once the GPU's lead grows, it
+      // stays ahead. Elementwise work and reductions are bound by the copy: sweep them whole.
+      if (compute_bound && run >= 3 && ratio > last_ratio) break;
+    } else {
+      run = 0;
+    }
+    last_ratio = ratio;
+  }
+  return run >= 2 ? run_start : kiln::placement_never;
+}
+
+std::string work_text(std::uint64_t w) {
+  if (w == kiln::placement_never) return "never";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3g", double(w));
+  return buf;
+}
+
+void calibrate_tensor(const kiln::device& gpu, const kiln::device& cpu) {
+  std::printf(
+      "%s (%s) against %s, kiln::tensor placement classes, host-resident inputs "
+      "(the copy to the GPU counted, the result left where it ran):\n",
+      gpu.id().c_str(), gpu.info().name.c_str(), cpu.id().c_str());
+  struct row {
+    kiln::op_class cls;
+    std::uint64_t work;
+    std::string note;
+  };
+  std::vector<row> rows;
+  std::uint64_t gemm = kiln::detail::default_threshold(kiln::op_class::gemm);
+  for (const tensor_case& tc : tensor_cases()) {
+    std::uint64_t w = 0;
+    std::string note = "measured";
+    try {
+      w = crossover_of(tc, gpu, cpu);
+    } catch (const kiln::error& e) {
+      if (tc.cls != kiln::op_class::conv) throw;
+      // conv2d is im2col + GEMM on the CPU: take the GEMM crossover (flops for flops).
+      w = gemm;
+      note = std::string("from the gemm crossover (conv2d failed: ") + e.what() + ")";
+      std::printf("    conv2d failed (%s): the gemm crossover is used\n", e.what());
+    }
+    if (tc.cls == kiln::op_class::gemm) gemm = w;
+    kiln::detail::store_threshold(tc.cls, gpu, w);
+    rows.push_back({tc.cls, w, note});
+  }
+  std::printf("  %-12s %12s %-9s  %s\n", "class", "threshold", "units", "stored in placement.txt");
+  for (const row& r : rows)
+    std::printf(
+        "  %-12s %12s %-9s  %s\n", kiln::to_string(r.cls), work_text(r.work).c_str(),
+        r.cls == kiln::op_class::gemm || r.cls == kiln::op_class::conv ? "flops" : "elements",
+        r.note.c_str());
+  std::printf("  stored in %s\n", kiln::detail::q::placement_file().string().c_str());
+}
+
 }  // namespace
 
-int calibrate(const std::vector<std::string>&) {
+int calibrate(const std::vector<std::string>& args) {
+  const bool query = args.empty() || args[0] == "query";
+  const bool tensors = args.empty() || args[0] == "tensor";
+  if (!query && !tensors) {
+    std::fprintf(stderr, "kiln calibrate: unknown part '%s' (query, tensor, or none: both)\n",
+                 args[0].c_str());
+    return 2;
+  }
   const kiln::device cpu = kiln::device::host();
   int gpus = 0;
   for (const kiln::device& gpu : kiln::device::all()) {
     if (gpu.info().type != kiln::device_type::gpu) continue;
     ++gpus;
-    std::printf("%s (%s) against %s, host-resident map | filter | sum on float32:\n",
-                gpu.id().c_str(), gpu.info().name.c_str(), cpu.id().c_str());
-    std::printf("  %12s %12s %12s\n", "bytes", "cpu ms", "gpu ms");
-    std::uint64_t crossover = 0;
-    int gpu_wins = 0;
-    for (std::uint64_t n = 1u << 10; n <= (1u << 26); n <<= 1) {
-      std::vector<float> host(n);
-      for (std::uint64_t i = 0; i < n; ++i) host[i] = float(i % 1000) * 0.01f;
-      const double c = query_ms(cpu, host), g = query_ms(gpu, host);
-      std::printf("  %12s %12.3f %12.3f\n", human_bytes(n * 4).c_str(), c, g);
-      // The crossover: the first size from which the GPU wins twice in a row.
-      if (g < c) {
-        if (++gpu_wins == 1) crossover = n * 4;
-        if (gpu_wins == 2) break;
-      } else {
-        gpu_wins = 0;
-        crossover = 0;
-      }
-    }
-    if (!crossover || gpu_wins < 2) crossover = 1ull << 40;  // the CPU won throughout
-    const std::string file = kiln::detail::q::store_crossover(gpu, crossover);
-    std::printf("  crossover %s, stored in %s\n", human_bytes(crossover).c_str(), file.c_str());
+    if (query) calibrate_query(gpu, cpu);
+    if (tensors) calibrate_tensor(gpu, cpu);
   }
   if (!gpus) std::printf("no GPU: kiln::automatic always uses the CPU; nothing to calibrate\n");
   return 0;

@@ -2,6 +2,8 @@
 
 #include "commands.hpp"
 #include "kiln/kiln.hpp"
+#include "query/host_input.hpp"
+#include "tensor/placement.hpp"
 
 namespace kiln::tool {
 
@@ -61,6 +63,28 @@ int info(const std::vector<std::string>&) {
       if (d.supports(f)) feats += std::string(feats.empty() ? "" : ", ") + n;
     std::printf("    features: %s\n", feats.c_str());
   }
+  std::printf("\nkiln::automatic placement (`kiln calibrate` measures; docs/placement.md):\n");
+  bool any_gpu = false;
+  for (const device& d : device::all()) {
+    if (d.info().type != device_type::gpu) continue;
+    any_gpu = true;
+    const auto crossover = detail::q::stored_placement(d, "");
+    std::printf("  %s%s: query crossover %s (%s)\n", d.id().c_str(),
+                d == detail::automatic_gpu() ? " (tensors' GPU)" : "",
+                human_bytes(detail::q::gpu_crossover_bytes(d)).c_str(),
+                crossover ? "calibrated" : "default");
+    for (int c = 0; c < op_class_count; ++c) {
+      const auto cls = static_cast<op_class>(c);
+      const detail::threshold_value v = detail::resolve_threshold(cls, d);
+      char work[32];
+      std::snprintf(work, sizeof work, "%.3g", double(v.work));
+      std::printf("    %-12s %10s %-8s (%s)\n", to_string(cls),
+                  v.work == placement_never ? "never" : work,
+                  cls == op_class::gemm || cls == op_class::conv ? "flops" : "elements",
+                  detail::source_name(v.source));
+    }
+  }
+  if (!any_gpu) std::printf("  no GPU: automatic tensors and queries run on the host CPU\n");
   try {
     std::printf("\nbest device: %s\n", device::best().id().c_str());
   } catch (const kiln::error& e) {

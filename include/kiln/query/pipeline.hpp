@@ -12,6 +12,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "kiln/automatic.hpp"
 #include "kiln/buffer.hpp"
 #include "kiln/error.hpp"
 #include "kiln/query/desc.hpp"
@@ -158,8 +159,6 @@ requires(detail::is_device_side<B>&&...) auto zip(const B&... bs) {
 // host_range | kiln::on(dev): a contiguous host range streamed to dev when the query runs.
 // kiln::on(kiln::automatic) picks the CPU for small inputs and the best GPU for large ones
 // (crossover from `kiln calibrate`). The range must outlive the query.
-struct automatic_t {};
-inline constexpr automatic_t automatic{};
 struct on_t {
   device dev{nullptr};
   bool automatic = false;

@@ -11,6 +11,10 @@
 #include "backend_abi.h"
 #include "driver_api.hpp"
 
+namespace kiln_cuda {
+struct DnnQueue;  // dnn.cpp: a queue's cuDNN handle, descriptors and workspace
+}
+
 // Handle types named by backend_abi.h. One kiln_device_s exists per device index for the
 // plugin's lifetime; device_open hands out the same pointer and counts references.
 struct kiln_device_s {
@@ -32,6 +36,10 @@ struct kiln_queue_s {
   // at once, and its math mode is per handle.
   void* blas = nullptr;
   std::mutex blas_mu;
+  // The queue's cuDNN state (dnn.cpp), likewise: created on first use under dnn_mu, bound to
+  // `stream`, with a workspace allocated in the stream's order.
+  kiln_cuda::DnnQueue* dnn = nullptr;
+  std::mutex dnn_mu;
 };
 
 struct kiln_event_s {
@@ -97,6 +105,17 @@ const void* blas_extension(const char* name, uint32_t version) noexcept;
 const char* blas_extension_list() noexcept;
 // Destroys the queue's cuBLAS handle, if any; its context must be current.
 void blas_release(kiln_queue_s* q) noexcept;
+
+// The "dnn" extension (dnn.cpp): cuDNN 9, when it loads and a device exists.
+bool dnn_loaded() noexcept;
+const void* dnn_extension(const char* name, uint32_t version) noexcept;
+// After a successful init: loads cuDNN where a device exists and appends to the availability
+// line what was found ("cuDNN 9.19.0 loaded (libcudnn.so.9)") or why nothing loaded.
+void dnn_note_availability() noexcept;
+// Frees the queue's cuDNN state, if any. With `device` (the driver is alive, the queue's
+// context current, its stream not yet destroyed) also the handle and the workspace, freed in
+// the stream's order; without, only host memory.
+void dnn_release(kiln_queue_s* q, bool device) noexcept;
 
 // ABI entry points, implemented across device.cpp, memory.cpp, queue.cpp and program.cpp.
 // They may throw (std::bad_alloc); plugin.cpp wraps each one in a catch-all guard.

@@ -5,13 +5,32 @@
 namespace kiln_cuda {
 namespace {
 
-constexpr auto get_extension = blas_extension;
-constexpr auto extension_list = blas_extension_list;
+// Hides kiln_cuda::init in this table: once the driver is up, the availability line also says
+// whether cuDNN loaded, and why not.
+kiln_status init() {
+  const kiln_status st = kiln_cuda::init();
+  if (st == KILN_OK) dnn_note_availability();
+  return st;
+}
+
+// "blas" (cuBLAS, blas.cpp) and "dnn" (cuDNN, dnn.cpp). Each loads its library on first need.
+const void* get_extension(const char* name, uint32_t version) noexcept {
+  if (const void* t = blas_extension(name, version)) return t;
+  return dnn_extension(name, version);
+}
+
+const char* extension_list() noexcept {
+  const bool blas = blas_loaded(), dnn = dnn_loaded();
+  return blas && dnn ? "blas/1 dnn/1" : blas ? "blas/1" : dnn ? "dnn/1" : "";
+}
+
 // Rings need system-scope atomics on mapped host memory, which CUDA has. GEMM: cuBLAS.
+// Convolution: cuDNN.
 int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
+  const bool f32_f64 = dtype == KILN_DTYPE_F32 || dtype == KILN_DTYPE_F64;
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
-         (kiln_plugin::is_op(op, KILN_OP_GEMM) &&
-          (dtype == KILN_DTYPE_F32 || dtype == KILN_DTYPE_F64) && blas_loaded());
+         (kiln_plugin::is_op(op, KILN_OP_GEMM) && f32_f64 && blas_loaded()) ||
+         (kiln_plugin::is_op(op, KILN_OP_CONV2D) && f32_f64 && dnn_loaded());
 }
 
 const kiln_backend table = KILN_PLUGIN_TABLE("cuda", "cuda", 0);

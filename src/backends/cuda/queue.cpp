@@ -20,15 +20,19 @@ kiln_status queue_create(kiln_device_h dev, kiln_queue_h* out) {
 void queue_destroy(kiln_queue_h queue) {
   if (!queue) return;
   // After driver teardown (CUDA_ERROR_DEINITIALIZED) the stream is gone already.
+  bool released = false;
   if (make_current(queue->dev) == KILN_OK) {
     CUresult r = g_cu.cuStreamSynchronize(queue->stream);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) cu_fail(r, "cuStreamSynchronize");
     if (r != CUDA_ERROR_DEINITIALIZED) {
       blas_release(queue);
+      dnn_release(queue, true);  // its workspace is freed on the stream: before destroying it
+      released = true;
       r = g_cu.cuStreamDestroy(queue->stream);
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) cu_fail(r, "cuStreamDestroy");
     }
   }
+  if (!released) dnn_release(queue, false);
   delete queue;
 }
 
@@ -98,8 +102,7 @@ kiln_status event_elapsed_ms(kiln_event_h start, kiln_event_h end, float* out_ms
   CUresult r = g_cu.cuEventElapsedTime(out_ms, start->event, end->event);
   if (r == CUDA_SUCCESS) return KILN_OK;
   if (r == CUDA_ERROR_NOT_READY)
-    return set_error(KILN_ERR_INVALID_ARGUMENT,
-                     "event has not completed yet: wait for it first");
+    return set_error(KILN_ERR_INVALID_ARGUMENT, "event has not completed yet: wait for it first");
   return cu_fail(r, "cuEventElapsedTime");
 }
 

@@ -1,0 +1,112 @@
+// Internal declarations of the CUDA plugin's "dnn" extension: cuDNN 9's legacy convolution and
+// pooling API, loaded with dlopen (never linked); cudnn.h is included for types only. Built
+// only where CMake found cuDNN 9's headers (KILN_HAVE_CUDNN).
+//   dnn.cpp        finding and loading the library, the table, per-queue state
+//   dnn_algos.cpp  algorithms from cuDNN's heuristics cached per shape, the workspace
+#pragma once
+
+#include <cudnn.h>
+
+#include <string>
+#include <vector>
+
+#include "cuda_backend.hpp"
+#include "dl_library.hpp"
+#include "dnn_abi.h"
+
+// Every cuDNN entry point the plugin calls, all exported by libcudnn.so.9 (which loads
+// libcudnn_ops, libcudnn_cnn and the engine libraries itself, from its own folder).
+#define KILN_CUDNN_FUNCS(X)                             \
+  X(cudnnGetVersion)                                    \
+  X(cudnnGetErrorString)                                \
+  X(cudnnGetLastErrorString)                            \
+  X(cudnnCreate)                                        \
+  X(cudnnDestroy)                                       \
+  X(cudnnSetStream)                                     \
+  X(cudnnCreateTensorDescriptor)                        \
+  X(cudnnDestroyTensorDescriptor)                       \
+  X(cudnnSetTensor4dDescriptor)                         \
+  X(cudnnCreateFilterDescriptor)                        \
+  X(cudnnDestroyFilterDescriptor)                       \
+  X(cudnnSetFilter4dDescriptor)                         \
+  X(cudnnCreateConvolutionDescriptor)                   \
+  X(cudnnDestroyConvolutionDescriptor)                  \
+  X(cudnnSetConvolution2dDescriptor)                    \
+  X(cudnnSetConvolutionGroupCount)                      \
+  X(cudnnSetConvolutionMathType)                        \
+  X(cudnnGetConvolution2dForwardOutputDim)              \
+  X(cudnnGetConvolutionForwardAlgorithmMaxCount)        \
+  X(cudnnGetConvolutionBackwardDataAlgorithmMaxCount)   \
+  X(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount) \
+  X(cudnnGetConvolutionForwardAlgorithm_v7)             \
+  X(cudnnGetConvolutionBackwardDataAlgorithm_v7)        \
+  X(cudnnGetConvolutionBackwardFilterAlgorithm_v7)      \
+  X(cudnnGetConvolutionForwardWorkspaceSize)            \
+  X(cudnnGetConvolutionBackwardDataWorkspaceSize)       \
+  X(cudnnGetConvolutionBackwardFilterWorkspaceSize)     \
+  X(cudnnConvolutionForward)                            \
+  X(cudnnConvolutionBackwardData)                       \
+  X(cudnnConvolutionBackwardFilter)                     \
+  X(cudnnCreatePoolingDescriptor)                       \
+  X(cudnnDestroyPoolingDescriptor)                      \
+  X(cudnnSetPooling2dDescriptor)                        \
+  X(cudnnGetPooling2dForwardOutputDim)                  \
+  X(cudnnPoolingForward)                                \
+  X(cudnnPoolingBackward)
+
+namespace kiln_cuda {
+
+struct CudnnApi {
+  void* lib = nullptr;
+  std::string library;  // "cuDNN 9.19.0"
+  std::string path;     // the name or path dlopen accepted
+  std::string why;      // with lib null: why, for the availability line
+  kiln_dnn_v1 table{};  // get_extension("dnn", 1), set once loaded
+  KILN_CUDNN_FUNCS(KILN_DL_MEMBER)
+};
+
+// Loads cuDNN once, where the driver found a device; `lib` stays null when it cannot.
+const CudnnApi& cudnn();
+
+// A queue's cuDNN state, guarded by kiln_queue_s::dnn_mu. The descriptors are host objects
+// created once and set afresh by every call.
+struct DnnQueue {
+  cudnnHandle_t handle = nullptr;  // bound to the queue's stream for good
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+  cudnnPoolingDescriptor_t pool = nullptr;
+  CUdeviceptr ws = 0;  // workspace, allocated in the stream's order
+  size_t ws_bytes = 0;
+};
+
+enum class ConvDir { forward = 0, backward_data = 1, backward_filter = 2 };
+
+// One algorithm cuDNN's heuristics offer for a shape, with the math type to run it under and
+// the workspace it needs with that math type.
+struct ConvAlgo {
+  int algo;  // a cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t, as dir says
+  cudnnMathType_t math;
+  size_t workspace;
+};
+
+// Records "call failed: CUDNN_STATUS_... (cuDNN status N): detail" and maps the status. A
+// setup call (descriptors, heuristics) that cuDNN refuses as a bad parameter is a
+// configuration cuDNN lacks, the core having validated the shapes: KILN_ERR_UNSUPPORTED.
+kiln_status dnn_fail(cudnnStatus_t st, const char* call, bool setup) noexcept;
+
+// The candidate algorithms for the convolution described by s's descriptors (already set from
+// d), best first: from the cache, else from cuDNN's heuristics, then cached. May be empty.
+// `math` is the math type the descriptor was set up with (it is changed as candidates are
+// measured). The caller holds q->dnn_mu; may throw std::bad_alloc.
+kiln_status conv_algos(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
+                       cudnnMathType_t math, const std::vector<ConvAlgo>** out);
+
+// Grows the queue's workspace to at least `bytes` (a no-op when it is that large already):
+// the old one is freed and the new one allocated in the stream's order, so work queued before
+// still uses the old memory safely. The caller holds q->dnn_mu.
+kiln_status reserve_workspace(kiln_queue_h q, DnnQueue& s, size_t bytes) noexcept;
+// Frees the workspace in the stream's order (the stream must still exist).
+kiln_status free_workspace(kiln_queue_h q, DnnQueue& s) noexcept;
+
+}  // namespace kiln_cuda
