@@ -163,6 +163,19 @@ bool run_dnn(const conv_dims& d, const tensor_impl& x, const tensor_impl& wt, co
   return true;
 }
 
+// Unfolds images [n0, n0 + nb) of x into cols: per element on devices with work-groups of
+// threads (coalesced stores), per row of Q elsewhere (the CPU).
+void im2col(const conv_dims& d, const tensor_impl& x, const tensor_impl& cols, std::int64_t n0,
+            std::int64_t nb) {
+  const bool rows = !x.dev.supports(feature::barrier);
+  const std::int64_t items = nb * d.crs() * d.p * (rows ? 1 : d.q);
+  detail::launch_conv(
+      x.dev, x.dtype,
+      rows ? detail::conv_kernel_kind::im2col_rows : detail::conv_kernel_kind::im2col,
+      {detail::tensor_arg(cols, 0, false), detail::tensor_arg(x, n0 * d.c * d.h * d.w, true)},
+      d.geometry(), items);
+}
+
 // Images per im2col chunk.
 std::int64_t chunk_of(const conv_dims& d) {
   const std::int64_t per = std::max<std::int64_t>(d.crs() * d.p * d.q, 1);
@@ -233,10 +246,7 @@ tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
       auto cols = detail::allocate_tensor(x.dev, {chunk, d.crs(), pq}, x.dtype);
       for (std::int64_t n0 = 0; n0 < d.n; n0 += chunk) {
         const std::int64_t nb = std::min(chunk, d.n - n0);
-        detail::launch_conv(x.dev, x.dtype, detail::conv_kernel_kind::im2col,
-                            {detail::tensor_arg(*cols, 0, false),
-                             detail::tensor_arg(x, n0 * d.c * d.h * d.w, true)},
-                            d.geometry(), nb * d.crs() * pq);
+        im2col(d, x, *cols, n0, nb);
         for (std::int64_t i = 0; i < nb; ++i)
           for (std::int64_t g = 0; g < d.g; ++g)
             gemm(w, g * d.kg() * d.cg() * d.r * d.s, *cols,

@@ -31,6 +31,31 @@ constexpr const char* im2col_text =
 }
 )";
 
+// Item i = (((n C + c) R + r) S + s) P + p writes the Q entries of its row: the index
+// arithmetic once per row (64-bit divisions dominate the per-element form on a CPU).
+constexpr const char* im2col_rows_text =
+    "KILN_KERNEL void kt_conv(KILN_GLOBAL T_* KILN_RESTRICT cols,"
+    " KILN_GLOBAL const T_* KILN_RESTRICT x, " KT_GEOMETRY R"() {
+  const int64_t i = (int64_t)kiln_global_id(0);
+  if (i >= total) return;
+  int64_t t = i;
+  const int64_t p = t % P; t /= P;
+  const int64_t s = t % S; t /= S;
+  const int64_t r = t % R; t /= R;  // t = n C + c
+  const int64_t h = p * sh - ph + r * dh, w0 = s * dw - pw;
+  KILN_GLOBAL T_* out = cols + i * Q;
+  if (h < 0 || h >= H) {
+    for (int64_t q = 0; q < Q; ++q) out[q] = (T_)0;
+    return;
+  }
+  KILN_GLOBAL const T_* row = x + (t * H + h) * W;
+  for (int64_t q = 0; q < Q; ++q) {
+    const int64_t w = q * sw + w0;
+    out[q] = (w >= 0 && w < W) ? row[w] : (T_)0;
+  }
+}
+)";
+
 // Item i = ((n C + c) H + h) W + w. Column entry (c, r, s, p, q) read x at (h, w) when
 // h = p sh - ph + r dh, so for each r at most one p: p = (h + ph - r dh) / sh, exact.
 constexpr const char* col2im_text =
@@ -164,6 +189,7 @@ constexpr const char* avg_unpool_text =
 const char* text_of(conv_kernel_kind k) {
   switch (k) {
     case conv_kernel_kind::im2col: return im2col_text;
+    case conv_kernel_kind::im2col_rows: return im2col_rows_text;
     case conv_kernel_kind::col2im: return col2im_text;
     case conv_kernel_kind::max_pool: return max_pool_text;
     case conv_kernel_kind::max_unpool: return max_unpool_text;
@@ -176,6 +202,7 @@ const char* text_of(conv_kernel_kind k) {
 const char* name_of(conv_kernel_kind k) {
   switch (k) {
     case conv_kernel_kind::im2col: return "im2col";
+    case conv_kernel_kind::im2col_rows: return "im2col by rows";
     case conv_kernel_kind::col2im: return "col2im";
     case conv_kernel_kind::max_pool: return "max pooling";
     case conv_kernel_kind::max_unpool: return "max pooling backward";

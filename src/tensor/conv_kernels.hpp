@@ -16,12 +16,13 @@
 namespace kiln::detail {
 
 enum class conv_kernel_kind : std::uint8_t {
-  im2col,      // cols[n][c][r][s][p][q] = x[n][c][p sh - ph + r dh][q sw - pw + s dw] or 0
-  col2im,      // dx[n][c][h][w] = sum of the cols entries that read it
-  max_pool,    // values and int64 indices (in the H x W plane)
-  max_unpool,  // dx[n][c][h][w] = sum of dy over the windows whose index is (h, w)
-  avg_pool,    // mean over the window (divisor per count_include_pad)
-  avg_unpool,  // dx[n][c][h][w] = sum of dy / divisor over the windows that hold (h, w)
+  im2col,       // cols[n][c][r][s][p][q] = x[n][c][p sh - ph + r dh][q sw - pw + s dw] or 0
+  im2col_rows,  // the same, one item per row of Q (devices without work-groups: the CPU)
+  col2im,       // dx[n][c][h][w] = sum of the cols entries that read it
+  max_pool,     // values and int64 indices (in the H x W plane)
+  max_unpool,   // dx[n][c][h][w] = sum of dy over the windows whose index is (h, w)
+  avg_pool,     // mean over the window (divisor per count_include_pad)
+  avg_unpool,   // dx[n][c][h][w] = sum of dy / divisor over the windows that hold (h, w)
 };
 
 // The geometry every kernel takes, in this order, as int64 parameters after the buffers:

@@ -280,8 +280,8 @@ TEST_P(TensorConvTest, AutomaticOperandsArePlacedAsConvolutions) {
 TEST_P(TensorConvTest, ConvSourcesCompileEverywhere) {
   using k = kiln::detail::conv_kernel_kind;
   for (const auto t : {kiln::scalar_type::f32, kiln::scalar_type::f64})
-    for (const k kind :
-         {k::im2col, k::col2im, k::max_pool, k::max_unpool, k::avg_pool, k::avg_unpool})
+    for (const k kind : {k::im2col, k::im2col_rows, k::col2im, k::max_pool, k::max_unpool,
+                         k::avg_pool, k::avg_unpool})
       EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::conv_source(t, kind)));
 }
 

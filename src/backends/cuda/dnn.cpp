@@ -241,7 +241,10 @@ cudnnDataType_t data_type(kiln_dtype t) {
 constexpr const char* kConvNames[] = {"cuDNN conv_forward", "cuDNN conv_backward_data",
                                       "cuDNN conv_backward_filter"};
 
-cudnnStatus_t run(const DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir, const ConvAlgo& a) {
+}  // namespace
+
+cudnnStatus_t run_conv(const DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
+                       const ConvAlgo& a) {
   const CudnnApi& api = cudnn();
   void* ws = reinterpret_cast<void*>(s.ws);
   switch (dir) {
@@ -262,6 +265,8 @@ cudnnStatus_t run(const DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir, c
   }
   return CUDNN_STATUS_BAD_PARAM;
 }
+
+namespace {
 
 constexpr const char* kRunCalls[] = {"cudnnConvolutionForward", "cudnnConvolutionBackwardData",
                                      "cudnnConvolutionBackwardFilter"};
@@ -334,7 +339,7 @@ kiln_status conv(kiln_queue_h q, const kiln_dnn_conv_desc* d, ConvDir dir) {
       return last;
     }
     KILN_DNN_CHECK(true, cudnnSetConvolutionMathType, s->conv, a.math);
-    const cudnnStatus_t st = run(*s, *d, dir, a);
+    const cudnnStatus_t st = run_conv(*s, *d, dir, a);
     if (st == CUDNN_STATUS_SUCCESS) return KILN_OK;
     last = dnn_fail(st, kRunCalls[static_cast<int>(dir)], false);
     if (last != KILN_ERR_UNSUPPORTED) return last;

@@ -102,6 +102,10 @@ kiln_status dnn_fail(cudnnStatus_t st, const char* call, bool setup) noexcept;
 kiln_status conv_algos(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
                        cudnnMathType_t math, const std::vector<ConvAlgo>** out);
 
+// Runs convolution d with candidate a (its math type already set on s.conv, the workspace
+// large enough).
+cudnnStatus_t run_conv(const DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
+                       const ConvAlgo& a);
 // Grows the queue's workspace to at least `bytes` (a no-op when it is that large already):
 // the old one is freed and the new one allocated in the stream's order, so work queued before
 // still uses the old memory safely. The caller holds q->dnn_mu.
