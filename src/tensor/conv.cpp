@@ -7,9 +7,12 @@
 #include "kiln/tensor/conv.hpp"
 
 #include <algorithm>
+#include <cstdlib>
 #include <string>
+#include <string_view>
 
 #include "kiln/linalg.hpp"
+#include "linalg/linalg.hpp"
 #include "tensor/conv_kernels.hpp"
 #include "tensor/dnn.hpp"
 #include "tensor/placement.hpp"
@@ -176,6 +179,45 @@ void im2col(const conv_dims& d, const tensor_impl& x, const tensor_impl& cols, s
       d.geometry(), items);
 }
 
+// A 1 x 1 convolution with unit stride, no padding and one group is a product per image:
+// y[n] (K x HW) = w (K x C) x[n] (C x HW), and its backward data dx[n] = w^T dy[n]. No im2col.
+bool pointwise(const conv_dims& d) {
+  return d.r == 1 && d.s == 1 && d.g == 1 && d.o.stride == std::array<std::int64_t, 2>{1, 1} &&
+         d.o.padding == std::array<std::int64_t, 2>{0, 0};
+}
+
+// Runs a pointwise convolution's products as one strided-batched call of the device's "blas"
+// table, w broadcast over the images by a batch stride of 0 (which kiln::linalg's API reads as
+// "tight", hence the table directly). c[i] = op(w) b[i]: m x n, inner size k. False without a
+// table or with KILN_CONV_GEMM=0.
+bool run_pointwise(const tensor_impl& w, bool trans_w, const tensor_impl& b, const tensor_impl& c,
+                   std::uint64_t m, std::uint64_t n, std::uint64_t k, std::uint64_t batch,
+                   bool tf32) {
+  const char* env = std::getenv("KILN_CONV_GEMM");
+  if (env && std::string_view(env) == "0") return false;
+  const kiln_blas_v1* t = linalg::detail::vendor_table(*w.dev.impl(), w.dtype);
+  if (!t) return false;
+  const bool f64 = w.dtype == scalar_type::f64;
+  const double one = 1, zero = 0;
+  const float onef = 1, zerof = 0;
+  kiln_blas_gemm_desc g{};
+  g.dtype = detail::dnn_dtype(w.dtype);
+  g.trans_a = trans_w ? KILN_BLAS_OP_T : KILN_BLAS_OP_N;
+  g.trans_b = KILN_BLAS_OP_N;
+  g.m = m, g.n = n, g.k = k, g.batch = batch;
+  g.lda = trans_w ? m : k, g.ldb = n, g.ldc = n;
+  g.stride_a = 0, g.stride_b = k * n, g.stride_c = m * n;
+  g.alpha = f64 ? static_cast<const void*>(&one) : &onef;
+  g.beta = f64 ? static_cast<const void*>(&zero) : &zerof;
+  g.a = detail::dnn_ref(w), g.b = detail::dnn_ref(b), g.c = detail::dnn_ref(c);
+  g.math_mode = tf32 ? KILN_BLAS_MATH_TF32 : KILN_BLAS_MATH_DEFAULT;
+  detail::check(*w.dev.impl()->api, t->gemm(w.dev.default_queue().impl()->handle, &g),
+                "kiln::conv2d (pointwise product)");
+  detail::stats_now().kernel_launches++;
+  last = conv_path::vendor;
+  return true;
+}
+
 // Images per im2col chunk.
 std::int64_t chunk_of(const conv_dims& d) {
   const std::int64_t per = std::max<std::int64_t>(d.crs() * d.p * d.q, 1);
@@ -238,9 +280,15 @@ tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
   const tensor_impl& w = *ops[1].impl();
   auto y = detail::allocate_tensor(x.dev, {d.n, d.k, d.p, d.q}, x.dtype);
   y->automatic = place.automatic;
-  if (!empty(d)) {
+  const std::uint64_t ku = std::uint64_t(d.k), cu = std::uint64_t(d.c);
+  const std::uint64_t pqu = std::uint64_t(d.p * d.q);
+  if (!empty(d) && !(pointwise(d) && run_pointwise(w, false, x, *y, ku, pqu, cu, d.n, o.tf32))) {
     const kiln_dnn_v1* t = detail::dnn_table(x.dev, x.dtype);
-    if (!t || !run_dnn(d, x, w, *y, 1, 0, t->conv_forward, "kiln::conv2d")) {
+    if (pointwise(d) && !t) {  // the products without im2col
+      last = conv_path::portable;
+      for (std::int64_t i = 0; i < d.n; ++i)
+        gemm(w, 0, x, i * d.c * d.p * d.q, *y, i * d.k * d.p * d.q, ku, pqu, cu, {.tf32 = o.tf32});
+    } else if (!t || !run_dnn(d, x, w, *y, 1, 0, t->conv_forward, "kiln::conv2d")) {
       last = conv_path::portable;
       const std::int64_t chunk = chunk_of(d), pq = d.p * d.q;
       auto cols = detail::allocate_tensor(x.dev, {chunk, d.crs(), pq}, x.dtype);
@@ -277,10 +325,20 @@ tensor conv2d_backward_data(const tensor& grad_output, const tensor& weight,
   auto dx = detail::allocate_tensor(dy.dev, input_shape, dy.dtype);
   dx->automatic = place.automatic;
   if (empty(d)) return tensor(std::move(dx));
+  const std::uint64_t ku = std::uint64_t(d.k), cu = std::uint64_t(d.c);
+  const std::uint64_t pqu = std::uint64_t(d.p * d.q);
+  if (pointwise(d) && run_pointwise(w, true, dy, *dx, cu, pqu, ku, d.n, o.tf32))
+    return tensor(std::move(dx));
   const kiln_dnn_v1* t = detail::dnn_table(dy.dev, dy.dtype);
   if (t && run_dnn(d, *dx, w, dy, 1, 0, t->conv_backward_data, "kiln::conv2d_backward_data"))
     return tensor(std::move(dx));
   last = conv_path::portable;
+  if (pointwise(d)) {  // the products straight into dx: col2im of a 1 x 1 kernel is the identity
+    for (std::int64_t i = 0; i < d.n; ++i)
+      gemm(w, 0, dy, i * d.k * d.p * d.q, *dx, i * d.c * d.p * d.q, cu, pqu, ku,
+           {.trans_a = true, .tf32 = o.tf32});
+    return tensor(std::move(dx));
+  }
   const std::int64_t chunk = chunk_of(d), pq = d.p * d.q, crs_g = d.cg() * d.r * d.s;
   auto cols = detail::allocate_tensor(dy.dev, {chunk, d.crs(), pq}, dy.dtype);
   for (std::int64_t n0 = 0; n0 < d.n; n0 += chunk) {

@@ -131,7 +131,7 @@ bool overwrites(const kiln_dnn_conv_desc& d) {
 // Times the first kTimed candidates (best of two runs each: the first may load modules) and
 // moves them into the order of their times; one that fails to run goes last. KILN_DNN_TIMING=0
 // keeps cuDNN's heuristic order. Failures to time leave the order as it is.
-constexpr size_t kTimed = 4;
+constexpr size_t kTimed = 8;
 void order_by_time(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
                    std::vector<ConvAlgo>& found) {
   const char* env = std::getenv("KILN_DNN_TIMING");
