@@ -4,6 +4,7 @@
 // from 64 x 16 tiles of op(A) and 16 x 64 tiles of op(B) staged in local memory.
 #include <string>
 
+#include "codegen/text.hpp"
 #include "linalg/linalg.hpp"
 
 namespace kiln::linalg::detail {
@@ -86,11 +87,7 @@ KILN_KERNEL void kiln_gemv(KILN_GLOBAL T_* y, KILN_GLOBAL const T_* a, KILN_GLOB
 
 // The text with every "T_" spelled as the element type.
 std::string instantiate(const char* text, scalar_type t) {
-  std::string s = text;
-  const std::string name = t == scalar_type::f64 ? "double" : "float";
-  for (std::size_t at = s.find("T_"); at != std::string::npos; at = s.find("T_", at + name.size()))
-    s.replace(at, 2, name);
-  return s;
+  return codegen::with_element_type(text, t == scalar_type::f64 ? "double" : "float");
 }
 
 }  // namespace

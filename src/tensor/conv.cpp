@@ -105,33 +105,11 @@ conv_dims backward_dims(const char* fn, const shape_t& x, const shape_t& wt,
   return d;
 }
 
-// Evaluated, contiguous operands on one device with one floating dtype.
+// Checked (check_float_operands), evaluated and contiguous operands.
 std::vector<tensor> operands(const char* fn,
                              std::initializer_list<std::pair<const char*, const tensor*>> xs) {
+  detail::check_float_operands(fn, xs);
   std::vector<tensor> out;
-  const tensor* first = nullptr;
-  const char* first_name = nullptr;
-  for (const auto& [name, t] : xs) {
-    if (!t->impl())
-      throw invalid_argument(std::string("kiln::") + fn + ": " + name + " is undefined");
-    const scalar_type ty = t->dtype();
-    if (ty != scalar_type::f32 && ty != scalar_type::f64)
-      throw dtype_error(std::string("kiln::") + fn + ": " + name + " has dtype " + type_name(ty) +
-                        "; only float and double are supported");
-    if (first) {
-      if (!(t->get_device() == first->get_device()))
-        throw device_mismatch(std::string("kiln::") + fn + ": " + first_name + " is on " +
-                              first->get_device().id() + ", " + name + " on " +
-                              t->get_device().id());
-      if (ty != first->dtype())
-        throw dtype_error(std::string("kiln::") + fn + ": " + first_name + " is " +
-                          type_name(first->dtype()) + ", " + name + " is " + type_name(ty) +
-                          " (convert one with to())");
-    } else {
-      first = t;
-      first_name = name;
-    }
-  }
   for (const auto& xt : xs) out.push_back(detail::contiguous_of(*xt.second));
   return out;
 }

@@ -2,6 +2,7 @@
 // decompose the flat item index with the fastest dimension last, like the tensors themselves.
 #include "tensor/conv_kernels.hpp"
 
+#include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "kiln/queue.hpp"
 #include "runtime/generated_kernels.hpp"
@@ -215,11 +216,7 @@ const char* name_of(conv_kernel_kind k) {
 }  // namespace
 
 std::string conv_source(scalar_type t, conv_kernel_kind k) {
-  std::string s = text_of(k);
-  const std::string name = type_name(t);
-  for (std::size_t at = s.find("T_"); at != std::string::npos; at = s.find("T_", at + name.size()))
-    s.replace(at, 2, name);
-  return s;
+  return codegen::with_element_type(text_of(k), type_name(t));
 }
 
 kernel conv_kernel(const device& dev, scalar_type t, conv_kernel_kind k) {
@@ -234,12 +231,7 @@ kernel conv_kernel(const device& dev, scalar_type t, conv_kernel_kind k) {
 }
 
 std::string pair_text(const std::array<std::int64_t, 2>& v) {
-  std::string s = "{";
-  s += std::to_string(v[0]);
-  s += ", ";
-  s += std::to_string(v[1]);
-  s += "}";
-  return s;
+  return codegen::cat("{", std::to_string(v[0]), ", ", std::to_string(v[1]), "}");
 }
 
 arg_binding tensor_arg(const tensor_impl& x, std::int64_t skip, bool is_const) {

@@ -25,42 +25,6 @@ tensor_impl& evaluated(const tensor& t, const char* fn, const char* name) {
   return *t.impl();
 }
 
-void check_operands(const char* fn,
-                    std::initializer_list<std::pair<const char*, const tensor*>> xs) {
-  const tensor_impl* first = nullptr;
-  const char* first_name = nullptr;
-  const tensor_impl* pinned = nullptr;  // the first fixed operand (automatic ones follow it)
-  const char* pinned_name = nullptr;
-  for (const auto& [name, t] : xs) {
-    if (!t->impl())
-      throw invalid_argument(std::string("kiln::") + fn + ": " + name + " is undefined");
-    const tensor_impl& x = *t->impl();
-    if (!first) {
-      first = &x;
-      first_name = name;
-    }
-    if (x.automatic) continue;
-    if (!pinned) {
-      pinned = &x;
-      pinned_name = name;
-    }
-    if (!(x.dev == pinned->dev))
-      throw device_mismatch(std::string("kiln::") + fn +
-                            ": operands are on different devices: " + pinned_name + " on " +
-                            pinned->dev.id() + ", " + name + " on " + x.dev.id());
-  }
-  for (const auto& [name, t] : xs) {
-    const scalar_type d = t->impl()->dtype;
-    if (d != scalar_type::f32 && d != scalar_type::f64)
-      throw dtype_error(std::string("kiln::") + fn + ": " + name + " has dtype " + type_name(d) +
-                        "; only float and double are supported");
-    if (d != first->dtype)
-      throw dtype_error(std::string("kiln::") + fn + ": operands have different dtypes: " +
-                        first_name + " is " + type_name(first->dtype) + ", " + name + " is " +
-                        type_name(d) + " (convert one with to())");
-  }
-}
-
 struct layout {
   bool trans;       // stored column-major: the operand is the transpose of a row-major matrix
   std::int64_t ld;  // the stored matrix's row pitch, at least its columns (never 0)
@@ -205,7 +169,7 @@ void gemm_into(const tensor& a, const tensor& b, const tensor& c, double alpha, 
 
 tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
   detail::reset_stats();
-  check_operands("matmul", {{"a", &a}, {"b", &b}});
+  detail::check_float_operands("matmul", {{"a", &a}, {"b", &b}});
   const shape_t as = a.shape(), bs = b.shape();
   if (as.empty() || bs.empty())
     shapes_fail("matmul", "both operands need at least 1 dimension", as, bs);
@@ -250,7 +214,7 @@ tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
 tensor gemm(const tensor& a, const tensor& b, const tensor& c, double alpha, double beta,
             bool trans_a, bool trans_b, const matmul_options& o) {
   detail::reset_stats();
-  check_operands("gemm", {{"a", &a}, {"b", &b}, {"c", &c}});
+  detail::check_float_operands("gemm", {{"a", &a}, {"b", &b}, {"c", &c}});
   for (const auto& [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}})
     if (t->dim() < 2)
       throw shape_error(std::string("kiln::gemm: ") + name +
@@ -284,7 +248,7 @@ tensor gemm(const tensor& a, const tensor& b, const tensor& c, double alpha, dou
 tensor gemv(const tensor& a, const tensor& x, const tensor& y, double alpha, double beta,
             bool trans) {
   detail::reset_stats();
-  check_operands("gemv", {{"a", &a}, {"x", &x}, {"y", &y}});
+  detail::check_float_operands("gemv", {{"a", &a}, {"x", &x}, {"y", &y}});
   if (a.dim() != 2 || x.dim() != 1 || y.dim() != 1)
     throw shape_error("kiln::gemv: expects a 2-D a and 1-D x and y, got shapes " +
                       to_string(a.shape()) + ", " + to_string(x.shape()) + " and " +

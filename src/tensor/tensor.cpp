@@ -36,6 +36,42 @@ tensor_impl& impl_of(const tensor& t, const char* what) {
   return *t.impl();
 }
 
+void check_float_operands(const char* fn,
+                          std::initializer_list<std::pair<const char*, const tensor*>> xs) {
+  const tensor_impl* first = nullptr;
+  const char* first_name = nullptr;
+  const tensor_impl* pinned = nullptr;  // the first fixed operand (automatic ones follow it)
+  const char* pinned_name = nullptr;
+  for (const auto& [name, t] : xs) {
+    if (!t->impl())
+      throw invalid_argument(std::string("kiln::") + fn + ": " + name + " is undefined");
+    const tensor_impl& x = *t->impl();
+    if (!first) {
+      first = &x;
+      first_name = name;
+    }
+    if (x.automatic) continue;
+    if (!pinned) {
+      pinned = &x;
+      pinned_name = name;
+    }
+    if (!(x.dev == pinned->dev))
+      throw device_mismatch(std::string("kiln::") + fn +
+                            ": operands are on different devices: " + pinned_name + " on " +
+                            pinned->dev.id() + ", " + name + " on " + x.dev.id());
+  }
+  for (const auto& [name, t] : xs) {
+    const scalar_type d = t->impl()->dtype;
+    if (d != scalar_type::f32 && d != scalar_type::f64)
+      throw dtype_error(std::string("kiln::") + fn + ": " + name + " has dtype " + type_name(d) +
+                        "; only float and double are supported");
+    if (d != first->dtype)
+      throw dtype_error(std::string("kiln::") + fn + ": operands have different dtypes: " +
+                        first_name + " is " + type_name(first->dtype) + ", " + name + " is " +
+                        type_name(d) + " (convert one with to())");
+  }
+}
+
 std::shared_ptr<tensor_impl> allocate_tensor(const device& dev, const shape_t& shape,
                                              scalar_type dtype) {
   check_shape(shape, "allocate");

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/buffer.hpp"
@@ -49,6 +51,11 @@ std::int64_t numel_of(const shape_t& s);
 shape_t contiguous_strides(const shape_t& s);
 // The tensor's impl, or kiln::invalid_argument for an undefined tensor (what: the operation).
 tensor_impl& impl_of(const tensor& t, const char* what);
+// Checks the operands of a float-only operation (linalg, conv2d) named fn: each defined
+// (kiln::invalid_argument), all on one device (kiln::device_mismatch), each f32 or f64 and all
+// the same (kiln::dtype_error); errors name the operands.
+void check_float_operands(const char* fn,
+                          std::initializer_list<std::pair<const char*, const tensor*>> xs);
 // A new stored tensor of the shape, contiguous, uninitialised.
 std::shared_ptr<tensor_impl> allocate_tensor(const device& dev, const shape_t& shape,
                                              scalar_type dtype);

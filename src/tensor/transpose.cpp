@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/tensor/linalg.hpp"
@@ -56,14 +57,6 @@ KILN_KERNEL void kt_transpose(KILN_GLOBAL T_* x, int64_t n, int64_t s0, int64_t 
 }
 )";
 
-std::string instantiate(const char* text, scalar_type t) {
-  std::string s = text;
-  const std::string name = type_name(t);
-  for (std::size_t at = s.find("T_"); at != std::string::npos; at = s.find("T_", at + name.size()))
-    s.replace(at, 2, name);
-  return s;
-}
-
 kernel transpose_kernel(const device& dev, scalar_type t, variant v) {
   ir::hasher h;
   h.add("tensor transpose v1").add(static_cast<std::uint64_t>(t)).add(std::uint64_t(v));
@@ -106,10 +99,10 @@ std::uint64_t round_up(std::int64_t v) {
 }  // namespace
 
 std::string detail::transpose_source(scalar_type t, transpose_variant v) {
-  return instantiate(v == variant::tiled  ? tiled_text
-                     : v == variant::copy ? copy_text
-                                          : swap_text,
-                     t);
+  return codegen::with_element_type(v == variant::tiled  ? tiled_text
+                                    : v == variant::copy ? copy_text
+                                                         : swap_text,
+                                    type_name(t));
 }
 
 tensor transpose_copy(const tensor& x) {
