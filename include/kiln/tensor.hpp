@@ -249,6 +249,26 @@ class tensor {
   tensor softmax(int dim) const;
   tensor log_softmax(int dim) const;
 
+  // ---- autograd (kiln/tensor/autograd.hpp, docs/autograd.md) ----
+  // Marks a leaf (a tensor no recorded operation produced) of a floating dtype as a parameter
+  // whose gradient backward() accumulates into grad(); returns *this. Else kiln::invalid_argument
+  // (a non-leaf) or kiln::dtype_error (an integer or bool tensor).
+  tensor& requires_grad_(bool on = true);
+  // A leaf marked requires_grad_, or the result of an operation recorded over one.
+  bool requires_grad() const;
+  bool is_leaf() const;  // no recorded operation produced it
+  // The accumulated gradient (undefined before the first backward, or for non-leaves unless
+  // retain_grad() was called). set_grad replaces it (shape and dtype must match, or undefined).
+  tensor grad() const;
+  void set_grad(const tensor& g) const;
+  void retain_grad() const;  // a non-leaf keeps its gradient in grad() too
+  // Reverse mode from this tensor: from a single element (gradient 1), or with `gradient` of
+  // this tensor's shape. Leaves' grad() accumulate (+=). The recorded graph is freed afterwards
+  // unless retain_graph; a second backward through a freed graph is kiln::invalid_argument.
+  void backward(const tensor& gradient = {}, bool retain_graph = false) const;
+  // The same elements (shared storage; a lazy tensor is evaluated first), outside the graph.
+  tensor detach() const;
+
   explicit tensor(std::shared_ptr<detail::tensor_impl> impl) : impl_(std::move(impl)) {}
   const std::shared_ptr<detail::tensor_impl>& impl() const noexcept { return impl_; }
 
@@ -365,5 +385,6 @@ inline tensor log_softmax(const tensor& x, int dim) { return x.log_softmax(dim);
 std::string to_string(const shape_t& shape);
 
 }  // namespace kiln
+#include "kiln/tensor/autograd.hpp"   // no_grad, custom differentiable functions
 #include "kiln/tensor/linalg.hpp"     // matmul, gemm, gemv, transposes
 #include "kiln/tensor/placement.hpp"  // kiln::automatic's thresholds, last_placement

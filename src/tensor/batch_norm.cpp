@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <string>
 
+#include "autograd/derivatives.hpp"
 #include "kiln/tensor/inplace.hpp"
 #include "kiln/tensor/normalization.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -64,9 +65,10 @@ void check_channel(const char* fn, const char* name, const tensor& t, const tens
 
 }  // namespace
 
-batch_norm_result batch_norm(const tensor& input, const tensor& weight, const tensor& bias,
-                             const tensor& running_mean, const tensor& running_var, bool training,
-                             double momentum, double eps) {
+namespace {
+batch_norm_result batch_norm_forward(const tensor& input, const tensor& weight, const tensor& bias,
+                                     const tensor& running_mean, const tensor& running_var,
+                                     bool training, double momentum, double eps) {
   const char* fn = "batch_norm";
   const channels ch = check_input(fn, input);
   check_channel(fn, "weight", weight, input, ch, false);
@@ -106,6 +108,22 @@ batch_norm_result batch_norm(const tensor& input, const tensor& weight, const te
   if (weight.impl()) y = y * weight.view(ch.view);
   if (bias.impl()) y = y + bias.view(ch.view);
   r.output = y;
+  return r;
+}
+}  // namespace
+
+batch_norm_result batch_norm(const tensor& input, const tensor& weight, const tensor& bias,
+                             const tensor& running_mean, const tensor& running_var, bool training,
+                             double momentum, double eps) {
+  if (!detail::grad_wanted({&input, &weight, &bias}))
+    return batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum,
+                              eps);
+  batch_norm_result r;
+  {
+    no_grad off;
+    r = batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum, eps);
+  }
+  r.output = detail::grad::batch_norm(input, weight, bias, r, training);
   return r;
 }
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <string_view>
 
+#include "autograd/derivatives.hpp"
 #include "kiln/linalg.hpp"
 #include "linalg/linalg.hpp"
 #include "tensor/conv_kernels.hpp"
@@ -238,8 +239,9 @@ double conv_flops(const shape_t& x, const shape_t& wt, const conv2d_options& o) 
 
 conv_path last_conv_path() noexcept { return last; }
 
-tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
-              const conv2d_options& o) {
+namespace {
+tensor conv2d_forward(const tensor& input, const tensor& weight, const tensor& bias,
+                      const conv2d_options& o) {
   detail::reset_stats();
   last = conv_path::none;
   tensor in;
@@ -285,6 +287,18 @@ tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
   tensor out(std::move(y));
   if (bias.impl()) out = out + ops[2].view({1, d.k, 1, 1});
   return unbatched ? out.squeeze(0) : out;
+}
+}  // namespace
+
+tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
+              const conv2d_options& o) {
+  if (!detail::grad_wanted({&input, &weight, &bias})) return conv2d_forward(input, weight, bias, o);
+  tensor out;
+  {
+    no_grad off;
+    out = conv2d_forward(input, weight, bias, o);
+  }
+  return detail::grad::conv2d(input, weight, bias, o, out);
 }
 
 tensor conv2d_backward_data(const tensor& grad_output, const tensor& weight,

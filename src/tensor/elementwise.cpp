@@ -3,6 +3,7 @@
 #include <cmath>
 #include <numbers>
 
+#include "autograd/derivatives.hpp"
 #include "tensor/build.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/promote.hpp"
@@ -43,20 +44,21 @@ tensor rounding(ir::op o, const tensor& a, const char* what) {
   return tensor(node(o, x->dtype, x->shape, {x}));
 }
 
-}  // namespace
+// The result r of op `name` over a, recorded when a needs a gradient.
+tensor recorded1(const char* name, const tensor& a, const tensor& r) {
+  return detail::grad_wanted({&a}) ? detail::grad::math1(name, a, r) : r;
+}
+tensor recorded2(const char* name, const tensor& a, const tensor& b, const tensor& r) {
+  return detail::grad_wanted({&a, &b}) ? detail::grad::math2(name, a, b, r) : r;
+}
 
-tensor tan(const tensor& a) { return math1(ir::op::tan, a, "tan"); }
-tensor rsqrt(const tensor& a) { return math1(ir::op::rsqrt, a, "rsqrt"); }
-tensor floor(const tensor& a) { return rounding(ir::op::floor, a, "floor"); }
-tensor ceil(const tensor& a) { return rounding(ir::op::ceil, a, "ceil"); }
-
-tensor square(const tensor& a) {
+tensor square_forward(const tensor& a) {
   const impl_ptr x = detail::checked(a, "square");
   const impl_ptr y = detail::cast_to(x, detail::integral_promote(x->dtype));
   return tensor(node(ir::op::mul, y->dtype, x->shape, {y, y}));
 }
 
-tensor gelu(const tensor& a, const std::string& approximate) {
+tensor gelu_forward(const tensor& a, const std::string& approximate) {
   const bool exact = approximate == "none";
   if (!exact && approximate != "tanh")
     throw invalid_argument("kiln::gelu: approximate must be \"none\" or \"tanh\", not \"" +
@@ -84,12 +86,26 @@ tensor gelu(const tensor& a, const std::string& approximate) {
   return tensor(mul(mul(half, x), add(one, node(ir::op::tanh, t, s, {inner}))));
 }
 
-tensor pow(const tensor& a, const tensor& b) { return binary_fn(ir::op::pow, a, b, true, "pow"); }
+}  // namespace
+
+tensor tan(const tensor& a) { return recorded1("tan", a, math1(ir::op::tan, a, "tan")); }
+tensor rsqrt(const tensor& a) { return recorded1("rsqrt", a, math1(ir::op::rsqrt, a, "rsqrt")); }
+tensor floor(const tensor& a) { return recorded1("floor", a, rounding(ir::op::floor, a, "floor")); }
+tensor ceil(const tensor& a) { return recorded1("ceil", a, rounding(ir::op::ceil, a, "ceil")); }
+tensor square(const tensor& a) { return recorded1("square", a, square_forward(a)); }
+tensor gelu(const tensor& a, const std::string& approximate) {
+  const tensor r = gelu_forward(a, approximate);
+  return recorded1(approximate == "none" ? "gelu" : "gelu_tanh", a, r);
+}
+
+tensor pow(const tensor& a, const tensor& b) {
+  return recorded2("pow", a, b, binary_fn(ir::op::pow, a, b, true, "pow"));
+}
 tensor minimum(const tensor& a, const tensor& b) {
-  return binary_fn(ir::op::min, a, b, false, "minimum");
+  return recorded2("minimum", a, b, binary_fn(ir::op::min, a, b, false, "minimum"));
 }
 tensor maximum(const tensor& a, const tensor& b) {
-  return binary_fn(ir::op::max, a, b, false, "maximum");
+  return recorded2("maximum", a, b, binary_fn(ir::op::max, a, b, false, "maximum"));
 }
 
 }  // namespace kiln

@@ -2,6 +2,7 @@
 // dst), then copied device-to-device into dst's storage on the default queue.
 #include "kiln/tensor/inplace.hpp"
 
+#include "autograd/graph.hpp"
 #include "kiln/buffer.hpp"
 #include "runtime/runtime.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -12,6 +13,7 @@ tensor copy_(const tensor& dst, const tensor& src) {
   detail::reset_stats();
   detail::tensor_impl& d = detail::impl_of(dst, "copy_");
   detail::tensor_impl& s = detail::impl_of(src, "copy_");
+  detail::refuse_in_place("copy_", {&dst, &src});
   if (!(d.dev == s.dev))
     throw device_mismatch("kiln::copy_: dst is on " + d.dev.id() + ", src on " + s.dev.id());
   detail::materialise(d);

@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/derivatives.hpp"
 #include "kiln/linalg.hpp"
 #include "runtime/runtime.hpp"
 #include "tensor/placement.hpp"
@@ -165,9 +166,7 @@ void gemm_into(const tensor& a, const tensor& b, const tensor& c, double alpha, 
                     " and " + to_string(b) + ")");
 }
 
-}  // namespace
-
-tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
+tensor matmul_forward(const tensor& a, const tensor& b, const matmul_options& o) {
   detail::reset_stats();
   detail::check_float_operands("matmul", {{"a", &a}, {"b", &b}});
   const shape_t as = a.shape(), bs = b.shape();
@@ -211,10 +210,23 @@ tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
   return out;
 }
 
+}  // namespace
+
+tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
+  if (!detail::grad_wanted({&a, &b})) return matmul_forward(a, b, o);
+  tensor out;
+  {
+    no_grad off;
+    out = matmul_forward(a, b, o);
+  }
+  return detail::grad::matmul(a, b, o, out);
+}
+
 tensor gemm(const tensor& a, const tensor& b, const tensor& c, double alpha, double beta,
             bool trans_a, bool trans_b, const matmul_options& o) {
   detail::reset_stats();
   detail::check_float_operands("gemm", {{"a", &a}, {"b", &b}, {"c", &c}});
+  detail::refuse_in_place("gemm", {&a, &b, &c});
   for (const auto& [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}})
     if (t->dim() < 2)
       throw shape_error(std::string("kiln::gemm: ") + name +
@@ -249,6 +261,7 @@ tensor gemv(const tensor& a, const tensor& x, const tensor& y, double alpha, dou
             bool trans) {
   detail::reset_stats();
   detail::check_float_operands("gemv", {{"a", &a}, {"x", &x}, {"y", &y}});
+  detail::refuse_in_place("gemv", {&a, &x, &y});
   if (a.dim() != 2 || x.dim() != 1 || y.dim() != 1)
     throw shape_error("kiln::gemv: expects a 2-D a and 1-D x and y, got shapes " +
                       to_string(a.shape()) + ", " + to_string(x.shape()) + " and " +

@@ -2,6 +2,7 @@
 // returns at once; tensor/eval.cpp renders and runs the whole expression when it is read.
 #include <cmath>
 
+#include "autograd/derivatives.hpp"
 #include "tensor/build.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/promote.hpp"
@@ -89,11 +90,13 @@ tensor binary(binary_op o, const tensor& a, const tensor& b) {
   const scalar_type c = promote(x->dtype, y->dtype);
   const ir::op op = ir_of(o);
   const bool compare = ir::info(op).cls == ir::op_class::compare;
-  return tensor(
+  const tensor r(
       node(op, compare ? scalar_type::boolean : c, shape, {cast_to(x, c), cast_to(y, c)}));
+  return !compare && grad_wanted({&a, &b}) ? grad::binary(o, a, b, r) : r;
 }
 
-tensor unary(unary_op o, const tensor& a) {
+namespace {
+tensor unary_forward(unary_op o, const tensor& a) {
   const impl_ptr x = checked(a, "operator");
   switch (o) {
     case unary_op::neg:
@@ -120,13 +123,20 @@ tensor unary(unary_op o, const tensor& a) {
   const scalar_type t = math_type(x->dtype);
   return tensor(node(op, t, x->shape, {cast_to(x, t)}));
 }
+}  // namespace
+
+tensor unary(unary_op o, const tensor& a) {
+  const tensor r = unary_forward(o, a);
+  return grad_wanted({&a}) ? grad::unary(o, a, r) : r;
+}
 
 tensor clamp_bits(const tensor& a, scalar_type from, std::uint64_t lo, std::uint64_t hi) {
   const impl_ptr x = checked(a, "clamp");
   const scalar_type t = x->dtype;
-  return tensor(node(ir::op::clamp, t, x->shape,
-                     {x, scalar_of(x->dev, t, convert_bits(from, lo, t)),
-                      scalar_of(x->dev, t, convert_bits(from, hi, t))}));
+  const tensor r(node(ir::op::clamp, t, x->shape,
+                      {x, scalar_of(x->dev, t, convert_bits(from, lo, t)),
+                       scalar_of(x->dev, t, convert_bits(from, hi, t))}));
+  return grad_wanted({&a}) ? grad::clamp(a, r) : r;
 }
 
 // A copy through the generated kernel: a cast to the tensor's own dtype.
@@ -146,12 +156,15 @@ tensor where(const tensor& cond, const tensor& a, const tensor& b) {
   same_device(*x, *y);
   const shape_t shape = broadcast_shapes(broadcast_shapes(c->shape, x->shape), y->shape);
   const scalar_type t = promote(x->dtype, y->dtype);
-  return tensor(node(ir::op::select, t, shape, {c, cast_to(x, t), cast_to(y, t)}));
+  const tensor r(node(ir::op::select, t, shape, {c, cast_to(x, t), cast_to(y, t)}));
+  return grad_wanted({&a, &b}) ? grad::where(cond, a, b, r) : r;
 }
 
 tensor tensor::to(scalar_type dtype) const {
   const auto x = detail::checked(*this, "to");
-  return tensor(detail::cast_to(x, dtype));
+  const tensor r(detail::cast_to(x, dtype));
+  if (!detail::grad_wanted({this}) || !detail::is_floating(dtype)) return r;
+  return detail::grad::math1("to", *this, r);
 }
 
 tensor tensor::arange(const device& dev, double start, double end, double step, scalar_type dtype) {

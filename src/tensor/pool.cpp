@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "autograd/derivatives.hpp"
 #include "kiln/tensor/conv.hpp"
 #include "tensor/conv_kernels.hpp"
 #include "tensor/dnn.hpp"
@@ -125,7 +126,8 @@ void check_output(const char* fn, const char* name, const tensor& t, const pool_
 
 }  // namespace
 
-pooled max_pool2d_with_indices(const tensor& input, const pool2d_options& o) {
+namespace {
+pooled max_pool2d_with_indices_forward(const tensor& input, const pool2d_options& o) {
   detail::reset_stats();
   const tensor x = operand("max_pool2d", "input", input);
   const pool_dims d = dims_of("max_pool2d", x.shape(), o, true);
@@ -138,15 +140,25 @@ pooled max_pool2d_with_indices(const tensor& input, const pool2d_options& o) {
                       d.g, d.n * d.c * d.p * d.q, {lowest_of(xi.dtype)});
   return {tensor(std::move(y)), tensor(std::move(idx))};
 }
+}  // namespace
+
+pooled max_pool2d_with_indices(const tensor& input, const pool2d_options& o) {
+  pooled r = max_pool2d_with_indices_forward(input, o);
+  if (detail::grad_wanted({&input}))
+    r.values = detail::grad::max_pool2d(input, r.indices, o, r.values);
+  return r;
+}
 
 tensor max_pool2d(const tensor& input, const pool2d_options& o) {
+  // Training needs the argmax of each window: the indexed kernel, recorded.
+  if (detail::grad_wanted({&input})) return max_pool2d_with_indices(input, o).values;
   detail::reset_stats();
   const tensor x = operand("max_pool2d", "input", input);
   const pool_dims d = dims_of("max_pool2d", x.shape(), o, true);
   const tensor_impl& xi = *x.impl();
   auto y = detail::allocate_tensor(xi.dev, out_shape(d), xi.dtype);
   if (d.n * d.c == 0 || run_dnn_pool(d, o, KILN_DNN_POOL_MAX, xi, *y)) return tensor(std::move(y));
-  return max_pool2d_with_indices(x, o).values;
+  return max_pool2d_with_indices_forward(x, o).values;
 }
 
 tensor max_pool2d_backward(const tensor& grad_output, const tensor& indices,
@@ -174,7 +186,8 @@ tensor max_pool2d_backward(const tensor& grad_output, const tensor& indices,
   return tensor(std::move(dx));
 }
 
-tensor avg_pool2d(const tensor& input, const pool2d_options& o) {
+namespace {
+tensor avg_pool2d_forward(const tensor& input, const pool2d_options& o) {
   detail::reset_stats();
   const tensor x = operand("avg_pool2d", "input", input);
   const pool_dims d = dims_of("avg_pool2d", x.shape(), o, false);
@@ -188,6 +201,12 @@ tensor avg_pool2d(const tensor& input, const pool2d_options& o) {
                       d.n * d.c * d.p * d.q,
                       {detail::bind_arg(std::int64_t(o.count_include_pad ? 1 : 0))});
   return tensor(std::move(y));
+}
+}  // namespace
+
+tensor avg_pool2d(const tensor& input, const pool2d_options& o) {
+  const tensor r = avg_pool2d_forward(input, o);
+  return detail::grad_wanted({&input}) ? detail::grad::avg_pool2d(input, o, r) : r;
 }
 
 tensor avg_pool2d_backward(const tensor& grad_output, const shape_t& input_shape,

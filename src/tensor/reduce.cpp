@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 
+#include "autograd/derivatives.hpp"
 #include "tensor/build.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/promote.hpp"
@@ -95,22 +96,35 @@ impl_ptr var_of(const impl_ptr& x, const axes& a, std::int64_t correction, bool 
 namespace kiln {
 using namespace detail;
 
+namespace {
+// r, the result of reduction `name` over x, recorded when x needs a gradient.
+tensor recorded(const char* name, const tensor& x, const axes& a, bool keepdim,
+                std::int64_t correction, const tensor& r) {
+  return grad_wanted({&x}) ? grad::reduction(name, x, a, keepdim, correction, r) : r;
+}
+}  // namespace
+
 tensor tensor::sum(const axes& a, bool keepdim) const {
   const impl_ptr x = checked(*this, "sum");
-  return tensor(
-      reduce(ir::op::reduce_sum, x, sum_type(x->dtype), reduce_shape(*x, a, keepdim, "sum")));
+  return recorded("sum", *this, a, keepdim, 0,
+                  tensor(reduce(ir::op::reduce_sum, x, sum_type(x->dtype),
+                                reduce_shape(*x, a, keepdim, "sum"))));
 }
 
 tensor tensor::mean(const axes& a, bool keepdim) const {
-  return tensor(mean_of(checked(*this, "mean"), a, keepdim));
+  return recorded("mean", *this, a, keepdim, 0,
+                  tensor(mean_of(checked(*this, "mean"), a, keepdim)));
 }
 
-#define KILN_TENSOR_EXTREME(name, o)                             \
-  tensor tensor::name(const axes& a, bool keepdim) const {       \
-    const impl_ptr x = checked(*this, #name);                    \
-    const reduced_shape r = reduce_shape(*x, a, keepdim, #name); \
-    need_elements(*x, r, #name);                                 \
-    return tensor(reduce(ir::op::o, x, x->dtype, r));            \
+#define KILN_TENSOR_EXTREME(name, o)                                  \
+  tensor tensor::name(const axes& a, bool keepdim) const {            \
+    const impl_ptr x = checked(*this, #name);                         \
+    const reduced_shape r = reduce_shape(*x, a, keepdim, #name);      \
+    need_elements(*x, r, #name);                                      \
+    const tensor out(reduce(ir::op::o, x, x->dtype, r));              \
+    return ir::op::o == ir::op::argmax || ir::op::o == ir::op::argmin \
+               ? out                                                  \
+               : recorded(#name, *this, a, keepdim, 0, out);          \
   }
 KILN_TENSOR_EXTREME(max, reduce_max)
 KILN_TENSOR_EXTREME(min, reduce_min)
@@ -119,15 +133,39 @@ KILN_TENSOR_EXTREME(argmin, argmin)
 #undef KILN_TENSOR_EXTREME
 
 tensor tensor::var(const axes& a, std::int64_t correction, bool keepdim) const {
-  return tensor(var_of(checked(*this, "var"), a, correction, keepdim));
+  return recorded("var", *this, a, keepdim, correction,
+                  tensor(var_of(checked(*this, "var"), a, correction, keepdim)));
 }
 
 tensor tensor::std(const axes& a, std::int64_t correction, bool keepdim) const {
-  return tensor(unary_node(ir::op::sqrt, var_of(checked(*this, "std"), a, correction, keepdim)));
+  return recorded(
+      "std", *this, a, keepdim, correction,
+      tensor(unary_node(ir::op::sqrt, var_of(checked(*this, "std"), a, correction, keepdim))));
 }
 
+namespace detail {
+tensor norm_forward(const tensor& self, double p, const axes& a, bool keepdim);
+tensor softmax_forward(const tensor& self, int dim, bool log);
+}  // namespace detail
+
 tensor tensor::norm(double p, const axes& a, bool keepdim) const {
-  const impl_ptr x0 = checked(*this, "norm");
+  const tensor r = norm_forward(*this, p, a, keepdim);
+  return grad_wanted({this}) ? grad::norm(*this, p, a, keepdim, r) : r;
+}
+
+tensor tensor::softmax(int dim) const {
+  const tensor r = softmax_forward(*this, dim, false);
+  return grad_wanted({this}) ? grad::softmax(*this, dim, false, r) : r;
+}
+
+tensor tensor::log_softmax(int dim) const {
+  const tensor r = softmax_forward(*this, dim, true);
+  return grad_wanted({this}) ? grad::softmax(*this, dim, true, r) : r;
+}
+
+namespace detail {
+tensor norm_forward(const tensor& self, double p, const axes& a, bool keepdim) {
+  const impl_ptr x0 = checked(self, "norm");
   const scalar_type t = math_type(x0->dtype);
   const impl_ptr x = cast_to(x0, t), ax = unary_node(ir::op::abs, x);
   const reduced_shape r = reduce_shape(*x, a, keepdim, "norm");
@@ -149,27 +187,24 @@ tensor tensor::norm(double p, const axes& a, bool keepdim) const {
                             scalar_double(x->dev, t, 1 / p)));
 }
 
-// Three kernels: the row maxima, the sums of exp(x - max) (exp fused into the sum), then the
-// quotient (exp recomputed rather than stored).
-tensor tensor::softmax(int dim) const {
-  const impl_ptr x0 = checked(*this, "softmax");
+// softmax: the row maxima, the sums of exp(x - max) (exp fused into the sum), then the quotient
+// (exp recomputed rather than stored); one row kernel where tensor/row_kernel.cpp applies.
+tensor softmax_forward(const tensor& self, int dim, bool log) {
+  const char* what = log ? "log_softmax" : "softmax";
+  const impl_ptr x0 = checked(self, what);
   const impl_ptr x = cast_to(x0, math_type(x0->dtype));
-  const reduced_shape r = reduce_shape(*x, dim, true, "softmax");
+  const reduced_shape r = reduce_shape(*x, dim, true, what);
   if (r.n == 0) return tensor(x);  // nothing along dim: an empty result of x's shape
-  const impl_ptr e = unary_node(
-      ir::op::exp, binary_node(ir::op::sub, x, reduce(ir::op::reduce_max, x, x->dtype, r)));
-  return tensor(binary_node(ir::op::div, e, reduce(ir::op::reduce_sum, e, x->dtype, r)));
-}
-
-tensor tensor::log_softmax(int dim) const {
-  const impl_ptr x0 = checked(*this, "log_softmax");
-  const impl_ptr x = cast_to(x0, math_type(x0->dtype));
-  const reduced_shape r = reduce_shape(*x, dim, true, "log_softmax");
-  if (r.n == 0) return tensor(x);
+  if (!log) {
+    const impl_ptr e = unary_node(
+        ir::op::exp, binary_node(ir::op::sub, x, reduce(ir::op::reduce_max, x, x->dtype, r)));
+    return tensor(binary_node(ir::op::div, e, reduce(ir::op::reduce_sum, e, x->dtype, r)));
+  }
   const impl_ptr shifted = binary_node(ir::op::sub, x, reduce(ir::op::reduce_max, x, x->dtype, r));
   const impl_ptr lse = unary_node(
       ir::op::log, reduce(ir::op::reduce_sum, unary_node(ir::op::exp, shifted), x->dtype, r));
   return tensor(binary_node(ir::op::sub, shifted, lse));
 }
 
+}  // namespace detail
 }  // namespace kiln

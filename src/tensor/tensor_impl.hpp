@@ -17,6 +17,8 @@
 
 namespace kiln::detail {
 
+struct grad_meta;  // autograd/graph.hpp
+
 enum class tensor_kind : std::uint8_t {
   stored,  // mem, strides, offset hold the elements
   scalar,  // a host scalar (rank 0), captured as a kernel parameter
@@ -41,6 +43,8 @@ struct tensor_impl {
   ir::op o = ir::op::cast;
   std::vector<std::shared_ptr<tensor_impl>> args;
   std::uint32_t axes = 0;  // a reduction's reduced dims of args[0], a bit mask
+  // autograd: set on leaves that require a gradient and on results of recorded operations
+  std::shared_ptr<grad_meta> ag;
 };
 
 // Thread-local counters of the current evaluating call (last_tensor_stats reads them).

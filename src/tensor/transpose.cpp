@@ -6,6 +6,7 @@
 
 #include <string>
 
+#include "autograd/graph.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "kiln/kernel.hpp"
@@ -105,7 +106,8 @@ std::string detail::transpose_source(scalar_type t, transpose_variant v) {
                                     type_name(t));
 }
 
-tensor transpose_copy(const tensor& x) {
+namespace {
+tensor transpose_copy_forward(const tensor& x) {
   detail::reset_stats();
   const tensor_impl& xi = stored_2d(x, "transpose_copy");
   const std::int64_t rows = xi.shape[0], cols = xi.shape[1];
@@ -133,9 +135,19 @@ tensor transpose_copy(const tensor& x) {
   detail::stats_now().kernel_launches++;
   return tensor(std::move(out));
 }
+}  // namespace
+
+tensor transpose_copy(const tensor& x) {
+  const tensor r = transpose_copy_forward(x);
+  if (!detail::grad_wanted({&x})) return r;
+  return autograd::record(
+      "transpose_copy", r, {x},
+      [](const tensor& g, const tensor&) -> std::vector<tensor> { return {g.t()}; });
+}
 
 tensor transpose_(const tensor& x) {
   detail::reset_stats();
+  detail::refuse_in_place("transpose_", {&x});
   const tensor_impl& xi = stored_2d(x, "transpose_");
   const std::int64_t n = xi.shape[0];
   if (xi.shape[1] != n)

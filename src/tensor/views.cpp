@@ -2,6 +2,7 @@
 // evaluated first (its one kernel), then viewed.
 #include <algorithm>
 
+#include "autograd/derivatives.hpp"
 #include "tensor/shape.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -32,6 +33,11 @@ tensor with(const tensor_impl& x, shape_t shape, shape_t strides, std::int64_t o
   return tensor(std::move(v));
 }
 
+// A view v of x, recorded as a reshape when x needs a gradient.
+tensor reshaped(const char* name, const tensor& x, const tensor& v) {
+  return detail::grad_wanted({&x}) ? detail::grad::reshape_view(name, x, v) : v;
+}
+
 }  // namespace
 
 tensor tensor::view(const shape_t& shape) const {
@@ -41,14 +47,19 @@ tensor tensor::view(const shape_t& shape) const {
     throw shape_error("kiln::tensor::view: the tensor of shape " + to_string(x.shape) +
                       " and strides " + to_string(x.strides) +
                       " is not contiguous; reshape() copies it");
-  return with(x, s, detail::contiguous_strides(s), x.offset);
+  return reshaped("view", *this, with(x, s, detail::contiguous_strides(s), x.offset));
 }
 
 tensor tensor::reshape(const shape_t& shape) const {
   detail::reset_stats();  // counts its evaluation and its copy together
   stored(*this, "reshape");
   detail::infer_shape(shape, numel(), this->shape(), "reshape");  // its errors before a copy
-  return is_contiguous() ? view(shape) : detail::contiguous_of(*this).view(shape);
+  tensor v;
+  {
+    no_grad off;
+    v = is_contiguous() ? view(shape) : detail::contiguous_of(*this).view(shape);
+  }
+  return reshaped("reshape", *this, v);
 }
 
 tensor tensor::permute(const std::vector<int>& dims) const {
@@ -67,7 +78,8 @@ tensor tensor::permute(const std::vector<int>& dims) const {
     s[k] = x.shape[d];
     st[k] = x.strides[d];
   }
-  return with(x, s, st, x.offset);
+  const tensor v = with(x, s, st, x.offset);
+  return detail::grad_wanted({this}) ? detail::grad::permute_view(*this, dims, v) : v;
 }
 
 tensor tensor::transpose(int a, int b) const {
@@ -84,8 +96,9 @@ tensor tensor::t() const {
   if (dim() > 2)
     throw shape_error("kiln::tensor::t: expects at most 2 dimensions, the tensor has shape " +
                       to_string(shape()) + "; use transpose(a, b)");
-  return dim() < 2 ? with(stored(*this, "t"), shape(), strides(), storage_offset())
-                   : transpose(0, 1);
+  return dim() < 2
+             ? reshaped("t", *this, with(stored(*this, "t"), shape(), strides(), storage_offset()))
+             : transpose(0, 1);
 }
 
 tensor tensor::slice(int dim, std::int64_t start, std::int64_t end, std::int64_t step) const {
@@ -103,7 +116,10 @@ tensor tensor::slice(int dim, std::int64_t start, std::int64_t end, std::int64_t
   shape_t s = x.shape, st = x.strides;
   s[d] = hi > lo ? (hi - lo + step - 1) / step : 0;
   st[d] = x.strides[d] * step;
-  return with(x, s, st, x.offset + (s[d] ? lo * x.strides[d] : 0));
+  const tensor v = with(x, s, st, x.offset + (s[d] ? lo * x.strides[d] : 0));
+  return detail::grad_wanted({this})
+             ? detail::grad::slice_view(*this, static_cast<int>(d), lo, step, v)
+             : v;
 }
 
 tensor tensor::expand(const shape_t& shape) const {
@@ -135,7 +151,8 @@ tensor tensor::expand(const shape_t& shape) const {
       fail();
     }
   }
-  return with(x, s, st, x.offset);
+  const tensor v = with(x, s, st, x.offset);
+  return detail::grad_wanted({this}) ? detail::grad::expand_view(*this, v) : v;
 }
 
 tensor tensor::squeeze() const {
@@ -146,18 +163,18 @@ tensor tensor::squeeze() const {
       s.push_back(x.shape[k]);
       st.push_back(x.strides[k]);
     }
-  return with(x, s, st, x.offset);
+  return reshaped("squeeze", *this, with(x, s, st, x.offset));
 }
 
 tensor tensor::squeeze(int dim) const {
   const tensor_impl& x = stored(*this, "squeeze");
-  if (x.shape.empty()) return with(x, {}, {}, x.offset);
+  if (x.shape.empty()) return reshaped("squeeze", *this, with(x, {}, {}, x.offset));
   const auto d = static_cast<std::size_t>(detail::normalise_axis(dim, this->dim(), "squeeze"));
-  if (x.shape[d] != 1) return with(x, x.shape, x.strides, x.offset);
+  if (x.shape[d] != 1) return reshaped("squeeze", *this, with(x, x.shape, x.strides, x.offset));
   shape_t s = x.shape, st = x.strides;
   s.erase(s.begin() + static_cast<std::ptrdiff_t>(d));
   st.erase(st.begin() + static_cast<std::ptrdiff_t>(d));
-  return with(x, s, st, x.offset);
+  return reshaped("squeeze", *this, with(x, s, st, x.offset));
 }
 
 tensor tensor::unsqueeze(int dim) const {
@@ -174,12 +191,13 @@ tensor tensor::unsqueeze(int dim) const {
   s.insert(s.begin() + static_cast<std::ptrdiff_t>(d), 1);
   st.insert(st.begin() + static_cast<std::ptrdiff_t>(d), stride);
   detail::check_shape(s, "unsqueeze");
-  return with(x, s, st, x.offset);
+  return reshaped("unsqueeze", *this, with(x, s, st, x.offset));
 }
 
 tensor tensor::contiguous() const {
   detail::reset_stats();
-  return detail::contiguous_of(*this);
+  const tensor c = detail::contiguous_of(*this);
+  return c.impl() == impl() ? c : reshaped("contiguous", *this, c);
 }
 
 namespace detail {

@@ -1,0 +1,157 @@
+// backward(): the reverse sweep. The nodes reachable from the root are ordered so each runs
+// after every consumer of its output has handed it a gradient; gradients meeting at a tensor
+// are summed lazily, and each node's backward builds lazy expressions, so elementwise chains
+// fuse into one kernel per fusion boundary (a product, a reduction, a gradient used twice).
+#include <unordered_map>
+#include <unordered_set>
+
+#include "autograd/graph.hpp"
+#include "kiln/tensor/inplace.hpp"
+#include "tensor/shape.hpp"
+
+namespace kiln {
+namespace detail {
+namespace {
+
+using impl_ptr = std::shared_ptr<tensor_impl>;
+
+// Nodes of a lazy expression, counted up to `cap` (a bound on the kernels backward builds).
+std::size_t expression_size(const tensor_impl& t, std::size_t cap) {
+  if (t.kind != tensor_kind::op) return 0;
+  std::size_t n = 1;
+  for (const auto& a : t.args) {
+    if (n >= cap) break;
+    n += expression_size(*a, cap - n);
+  }
+  return n;
+}
+
+// A gradient read by more than one input's formula is evaluated once rather than recomputed in
+// each; so is one grown past a size that would make the fused kernel unwieldy.
+tensor settle(tensor g, std::size_t readers) {
+  constexpr std::size_t max_fused_nodes = 48;
+  if (g.is_lazy() &&
+      (readers > 1 || expression_size(*g.impl(), max_fused_nodes + 1) > max_fused_nodes))
+    g.eval();
+  return g;
+}
+
+void add_into(tensor& slot, const tensor& g) { slot = slot.defined() ? slot + g : g; }
+
+// Leaves accumulate: into their existing gradient's storage when it has its own contiguous
+// storage (optimizers hand out gradients that live in one flat buffer), else a new tensor.
+void accumulate_leaf(grad_meta& m, const tensor& g, const tensor_impl& leaf) {
+  tensor v = g.dtype() == leaf.dtype ? g : g.to(leaf.dtype);
+  if (m.grad.defined() && !m.grad.is_lazy() && m.grad.is_contiguous()) {
+    copy_(m.grad, m.grad + v);
+    return;
+  }
+  m.grad = m.grad.defined() ? m.grad + v : v;
+  m.grad.eval();
+}
+
+}  // namespace
+
+void run_backward(const tensor& root, const tensor& gradient, bool retain_graph) {
+  tensor_impl& r = impl_of(root, "backward");
+  if (!needs_grad(&r))
+    throw invalid_argument(
+        "kiln::tensor::backward: the tensor does not require a gradient (no input of the "
+        "operations that made it was marked requires_grad_, or they ran under no_grad)");
+  tensor seed = gradient;
+  if (!seed.defined()) {
+    if (numel_of(r.shape) != 1)
+      throw shape_error("kiln::tensor::backward: a gradient is needed for a tensor of shape " +
+                        to_string(r.shape) + " (only a single element implies 1)");
+    seed = tensor::ones(r.dev, r.shape, r.dtype);
+  } else if (seed.shape() != r.shape) {
+    throw shape_error("kiln::tensor::backward: the gradient has shape " + to_string(seed.shape()) +
+                      ", the tensor " + to_string(r.shape));
+  }
+  if (seed.dtype() != r.dtype) seed = seed.to(r.dtype);
+
+  // Consumers per tensor within the graph (depth-first, iterative: graphs can be deep).
+  std::unordered_map<tensor_impl*, int> consumers;
+  std::vector<impl_ptr> order;  // every tensor of the graph, discovered once
+  std::vector<impl_ptr> stack{root.impl()};
+  std::unordered_set<tensor_impl*> seen{&r};
+  while (!stack.empty()) {
+    impl_ptr t = std::move(stack.back());
+    stack.pop_back();
+    order.push_back(t);
+    const auto& fn = t->ag->fn;
+    if (!fn) continue;
+    if (fn->released)
+      throw invalid_argument("kiln::tensor::backward: the graph through " + fn->name +
+                             " was freed by an earlier backward(); pass retain_graph = true to "
+                             "the first call to go through it twice");
+    for (const impl_ptr& in : fn->inputs) {
+      if (!in) continue;
+      consumers[in.get()]++;
+      if (seen.insert(in.get()).second) stack.push_back(in);
+    }
+  }
+
+  std::unordered_map<tensor_impl*, tensor> pending;
+  pending[&r] = seed;
+  std::vector<impl_ptr> ready{root.impl()};
+  std::vector<std::pair<impl_ptr, tensor>> leaves;
+  no_grad off;  // the backward formulas are not recorded (no higher-order gradients)
+  while (!ready.empty()) {
+    impl_ptr t = std::move(ready.back());
+    ready.pop_back();
+    auto it = pending.find(t.get());
+    tensor g = it != pending.end() ? std::move(it->second) : tensor();
+    if (it != pending.end()) pending.erase(it);
+    grad_meta& m = *t->ag;
+    const std::shared_ptr<grad_node> fn = m.fn;
+    if (!fn) {
+      if (g.defined()) leaves.emplace_back(t, g);
+      continue;
+    }
+    std::size_t readers = 0;
+    for (const impl_ptr& in : fn->inputs) readers += in != nullptr;
+    if (g.defined()) {
+      g = settle(g, readers);
+      if (m.retain) m.grad = g.is_lazy() ? tensor(g).eval() : g;
+      std::vector<tensor> gi;
+      try {
+        gi = fn->backward(g, tensor(t));
+      } catch (const error& e) {
+        throw invalid_argument("kiln::tensor::backward: in the gradient of " + fn->name + ": " +
+                               e.what());
+      }
+      if (gi.size() != fn->inputs.size())
+        throw invalid_argument("kiln::tensor::backward: the gradient of " + fn->name + " gave " +
+                               std::to_string(gi.size()) + " gradients for " +
+                               std::to_string(fn->inputs.size()) + " inputs");
+      for (std::size_t k = 0; k < gi.size(); ++k) {
+        const impl_ptr& in = fn->inputs[k];
+        if (!in || !gi[k].defined()) continue;
+        if (gi[k].shape() != in->shape)
+          throw shape_error("kiln::tensor::backward: the gradient of " + fn->name + " for input " +
+                            std::to_string(k) + " has shape " + to_string(gi[k].shape()) +
+                            ", the input " + to_string(in->shape));
+        add_into(pending[in.get()], gi[k].dtype() == in->dtype ? gi[k] : gi[k].to(in->dtype));
+      }
+    }
+    for (const impl_ptr& in : fn->inputs)
+      if (in && --consumers[in.get()] == 0) ready.push_back(in);
+    if (!retain_graph) {
+      fn->released = true;
+      fn->backward = nullptr;  // frees the saved tensors
+    }
+  }
+  for (auto& [t, g] : leaves) accumulate_leaf(*t->ag, g, *t);
+  if (!retain_graph)
+    for (const impl_ptr& t : order)
+      if (t->ag && t->ag->fn) t->ag->fn->inputs.clear();
+}
+
+}  // namespace detail
+
+void tensor::backward(const tensor& gradient, bool retain_graph) const {
+  detail::run_backward(*this, gradient, retain_graph);
+}
+
+}  // namespace kiln
