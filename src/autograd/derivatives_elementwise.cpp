@@ -18,7 +18,10 @@ tensor zeros_like(const tensor& t) { return tensor::zeros(t.get_device(), t.shap
 // 1 where x > 0, -1 where x < 0, else 0, in x's dtype.
 tensor sign(const tensor& x) { return (x > 0).to(x.dtype()) - (x < 0).to(x.dtype()); }
 
-tensor as(const tensor& x, scalar_type t) { return x.dtype() == t ? x : x.to(t); }
+// x as dtype t, not recorded (the op being recorded does the conversion's differentiation).
+tensor as(const tensor& x, scalar_type t) {
+  return x.dtype() == t ? x : tensor(cast_to(x.impl(), t));
+}
 
 tensor erf(const tensor& x) { return tensor(node(ir::op::erf, x.dtype(), x.shape(), {x.impl()})); }
 

@@ -1,0 +1,157 @@
+// The autograd engine: leaves, accumulation, no_grad, detach, retain_graph, custom functions,
+// fusion of backward chains, and the errors.
+#include <kiln/tensor/inplace.hpp>
+
+#include "autograd/gradcheck.hpp"
+
+namespace autograd_test {
+namespace {
+
+class AutogradEngineTest : public AutogradTest {};
+KILN_INSTANTIATE_TENSOR_PER_DEVICE(AutogradEngineTest);
+
+tensor vec(const kiln::device& d, std::vector<float> v) { return tensor::from(d, v); }
+
+TEST_P(AutogradEngineTest, LeavesAndResults) {
+  auto x = vec(dev(), {1, 2, 3});
+  EXPECT_FALSE(x.requires_grad());
+  x.requires_grad_();
+  EXPECT_TRUE(x.requires_grad());
+  EXPECT_TRUE(x.is_leaf());
+  const tensor y = x * 2.f;
+  EXPECT_TRUE(y.requires_grad());
+  EXPECT_FALSE(y.is_leaf());
+  EXPECT_FALSE((vec(dev(), {1}) * 2.f).requires_grad());
+  EXPECT_FALSE((x > 1.f).requires_grad());  // comparisons have no gradient
+  EXPECT_FALSE(x.grad().defined());
+}
+
+TEST_P(AutogradEngineTest, GradientsAccumulateAcrossBackwardCalls) {
+  auto x = vec(dev(), {1, 2, 3}).requires_grad_();
+  (x * x).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{2, 4, 6}));
+  (x * 3.f).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{5, 7, 9}));
+  x.set_grad({});
+  (x * 3.f).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{3, 3, 3}));
+}
+
+TEST_P(AutogradEngineTest, BackwardWithAGivenGradient) {
+  auto x = vec(dev(), {1, 2, 3}).requires_grad_();
+  const tensor y = x * x;
+  EXPECT_THROW(y.backward(), kiln::shape_error);  // not a single element
+  y.backward(vec(dev(), {1, 10, 100}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{2, 40, 600}));
+  EXPECT_THROW((x * x).backward(vec(dev(), {1, 2})), kiln::shape_error);
+}
+
+TEST_P(AutogradEngineTest, DiamondGraphsSumTheirPaths) {
+  auto x = vec(dev(), {0.5f, -1.5f}).requires_grad_();
+  const tensor a = x * 2.f, b = kiln::exp(x);
+  (a * b + a).sum().backward();  // d/dx (2x e^x + 2x) = 2e^x + 2x e^x + 2
+  const std::vector<float> g = x.grad().to_vector<float>();
+  for (std::size_t k = 0; k < 2; ++k) {
+    const double xv = k ? -1.5 : 0.5;
+    EXPECT_NEAR(g[k], 2 * std::exp(xv) + 2 * xv * std::exp(xv) + 2, 1e-5);
+  }
+}
+
+TEST_P(AutogradEngineTest, NoGradAndDetachRecordNothing) {
+  auto x = vec(dev(), {1, 2}).requires_grad_();
+  {
+    kiln::no_grad off;
+    EXPECT_FALSE(kiln::is_grad_enabled());
+    EXPECT_FALSE((x * 2.f).requires_grad());
+    {
+      kiln::enable_grad on;
+      EXPECT_TRUE((x * 2.f).requires_grad());
+    }
+    EXPECT_FALSE(kiln::is_grad_enabled());
+  }
+  EXPECT_TRUE(kiln::is_grad_enabled());
+  const tensor d = (x * 2.f).detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.to_vector<float>(), (std::vector<float>{2, 4}));
+  // d * x: only the x path carries a gradient (d is a constant 2x).
+  (d * x).sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{2, 4}));
+}
+
+TEST_P(AutogradEngineTest, TheGraphIsFreedUnlessRetained) {
+  auto x = vec(dev(), {1, 2}).requires_grad_();
+  const tensor loss = (x * x).sum();
+  loss.backward({}, true);
+  loss.backward();  // retained once: a second pass works
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{4, 8}));
+  EXPECT_THROW(loss.backward(), kiln::invalid_argument);  // freed now
+}
+
+TEST_P(AutogradEngineTest, RetainGradKeepsANonLeafsGradient) {
+  auto x = vec(dev(), {1, 2}).requires_grad_();
+  const tensor y = x * 3.f;
+  y.retain_grad();
+  (y * y).sum().backward();
+  EXPECT_EQ(y.grad().to_vector<float>(), (std::vector<float>{6, 12}));
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{18, 36}));
+}
+
+TEST_P(AutogradEngineTest, ABackwardChainOfElementwiseGradientsIsOneKernel) {
+  auto x = vec(dev(), {0.1f, 0.2f, 0.3f, 0.4f}).requires_grad_();
+  const tensor y = kiln::exp(kiln::sin(x) * 2.f) + kiln::tanh(x);
+  y.backward(vec(dev(), {1, 1, 1, 1}));
+  // The whole gradient (exp', sin', tanh', the sum of both paths) was one kernel.
+  EXPECT_EQ(kiln::last_tensor_stats().kernel_launches, 1u);
+  const std::vector<float> g = x.grad().to_vector<float>();
+  for (std::size_t k = 0; k < 4; ++k) {
+    const double v = 0.1 * double(k + 1), t = std::tanh(v);
+    EXPECT_NEAR(g[k], std::exp(std::sin(v) * 2) * 2 * std::cos(v) + 1 - t * t, 1e-5);
+  }
+}
+
+TEST_P(AutogradEngineTest, CustomFunctions) {
+  auto x = vec(dev(), {1, 2, 3}).requires_grad_();
+  tensor out;
+  {
+    kiln::no_grad off;
+    out = x * x * x;
+  }
+  // A cube with its own gradient, 3 x^2.
+  out = kiln::autograd::record("cube", out, {x}, [x](const tensor& g, const tensor&) {
+    return std::vector<tensor>{g * x * x * 3.f};
+  });
+  EXPECT_TRUE(out.requires_grad());
+  out.sum().backward();
+  EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{3, 12, 27}));
+  // A backward giving the wrong shape is reported with the function's name.
+  auto y = vec(dev(), {1, 2}).requires_grad_();
+  const tensor bad = kiln::autograd::record(
+      "broken", y * 1.f, {y},
+      [&](const tensor&, const tensor&) { return std::vector<tensor>{vec(dev(), {1})}; });
+  try {
+    bad.sum().backward();
+    FAIL() << "expected an error";
+  } catch (const kiln::error& e) {
+    EXPECT_NE(std::string(e.what()).find("broken"), std::string::npos) << e.what();
+  }
+}
+
+TEST_P(AutogradEngineTest, Errors) {
+  auto i = tensor::from(dev(), std::vector<int>{1, 2});
+  EXPECT_THROW(i.requires_grad_(), kiln::dtype_error);
+  auto x = vec(dev(), {1, 2}).requires_grad_();
+  const tensor y = x * 2.f;
+  EXPECT_THROW(tensor(y).requires_grad_(), kiln::invalid_argument);          // not a leaf
+  EXPECT_THROW(vec(dev(), {1}).backward(), kiln::invalid_argument);          // nothing recorded
+  EXPECT_THROW(kiln::copy_(x, vec(dev(), {3, 4})), kiln::invalid_argument);  // in place
+  {
+    kiln::no_grad off;
+    kiln::copy_(x, vec(dev(), {3, 4}));  // allowed outside recording
+  }
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{3, 4}));
+  EXPECT_THROW(x.set_grad(vec(dev(), {1, 2, 3})), kiln::shape_error);
+  EXPECT_THROW(tensor().requires_grad_(), kiln::invalid_argument);
+}
+
+}  // namespace
+}  // namespace autograd_test
