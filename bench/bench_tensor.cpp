@@ -22,6 +22,7 @@
 //                [--python python3] [--torch-script bench/torch_tensor.py]
 #include "bench_tensor.hpp"
 #include "bench_report.hpp"
+#include "torch_peer.hpp"
 
 #include <sys/wait.h>
 
@@ -59,17 +60,8 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const std::string& x : v) s += (s.empty() ? "" : ",") + x;
-  return s;
-}
-
-std::string shell_quote(const std::string& s) {
-  std::string q = "'";
-  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return q + "'";
-}
+using kiln_bench::join;
+using kiln_bench::shell_quote;
 
 // Three significant-ish digits without scientific notation (the shared report's format).
 std::string fmt(double v) { return kiln_bench::report::fmt(v); }
@@ -135,10 +127,7 @@ void run_elementwise(const kiln::device& dev, const options& o) {
 
 // ---- PyTorch: bench/torch_tensor.py --tsv prints "ROW\tgroup\tname\tvariant\tvalue\tunit" ----
 
-struct torch_row {
-  std::string group, name, variant, unit;
-  double value = 0;
-};
+using kiln_bench::torch_row;
 
 std::vector<torch_row> run_torch(const options& o, const std::vector<std::string>& groups,
                                  bool gpu) {
@@ -154,37 +143,7 @@ std::vector<torch_row> run_torch(const options& o, const std::vector<std::string
   if (o.quick) cmd += " --quick";
   if (!o.compile) cmd += " --no-compile";
   if (!o.filter.empty()) cmd += " --filter " + shell_quote(join(o.filter));
-  std::printf("\n== PyTorch: %s\n", cmd.c_str());
-  std::fflush(stdout);
-  std::FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) {
-    std::printf("PyTorch: could not start %s\n", o.python.c_str());
-    return rows;
-  }
-  std::string line;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p)) {
-    line += buf;
-    if (line.empty() || line.back() != '\n') continue;
-    line.pop_back();
-    if (line.rfind("ROW\t", 0) == 0) {
-      std::vector<std::string> f;
-      for (std::size_t s = 0, t; s <= line.size(); s = t + 1) {
-        t = line.find('\t', s);
-        if (t == std::string::npos) t = line.size();
-        f.push_back(line.substr(s, t - s));
-      }
-      if (f.size() >= 6) rows.push_back({f[1], f[2], f[3], f[5], std::atof(f[4].c_str())});
-    } else {
-      std::printf("  torch| %s\n", line.c_str());
-    }
-    line.clear();
-  }
-  const int status = pclose(p);
-  if (status != 0)
-    std::printf("PyTorch: %s exited with status %d\n", o.script.c_str(),
-                WIFEXITED(status) ? WEXITSTATUS(status) : status);
-  return rows;
+  return kiln_bench::run_torch_rows(cmd);
 }
 
 void print_merged(const std::vector<torch_row>& torch) {

@@ -71,6 +71,14 @@ class device {
   queue& default_queue() const;
   // Blocks until every queue of this device is idle.
   void synchronize() const;
+  // Device memory Kiln's allocations hold now and at most since the last reset_peak_memory
+  // (PyTorch's memory_allocated / max_memory_allocated). Memory is counted from allocation to
+  // release of its last handle.
+  struct memory_usage_t {
+    std::uint64_t in_use = 0, peak = 0;
+  };
+  memory_usage_t memory_usage() const;
+  void reset_peak_memory() const;  // peak = in use now
 
   bool operator==(const device& o) const noexcept { return impl_ == o.impl_; }
 

@@ -139,4 +139,10 @@ bool device::supports(feature f) const {
 queue& device::default_queue() const { return impl_->default_queue(); }
 void device::synchronize() const { impl_->synchronize(); }
 
+device::memory_usage_t device::memory_usage() const {
+  return {impl_->bytes_in_use.load(), impl_->peak_bytes.load()};
+}
+
+void device::reset_peak_memory() const { impl_->peak_bytes = impl_->bytes_in_use.load(); }
+
 }  // namespace kiln

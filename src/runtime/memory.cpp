@@ -7,6 +7,7 @@ namespace kiln::detail {
 
 memory_impl::~memory_impl() {
   if (!handle) return;
+  dev->bytes_in_use -= bytes;
   const kiln_backend& api = *dev->api;
   // Free on the last queue that used the memory, after every other user's work too.
   if (users.empty()) {
@@ -45,6 +46,10 @@ std::shared_ptr<memory_impl> allocate(const device& dev, std::uint64_t bytes) {
   if (s != KILN_OK) {
     m->handle = nullptr;
     throw_status(api, s, "allocating " + std::to_string(bytes) + " bytes on " + dev.id());
+  }
+  const std::uint64_t now = m->dev->bytes_in_use += bytes;
+  std::uint64_t peak = m->dev->peak_bytes.load();
+  while (now > peak && !m->dev->peak_bytes.compare_exchange_weak(peak, now)) {
   }
   return m;
 }

@@ -52,6 +52,9 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
 
   std::mutex mu;
   std::vector<std::weak_ptr<queue_impl>> queues;
+  // Bytes of device memory Kiln holds through detail::allocate now, and the most since the
+  // last reset (device::memory_usage).
+  std::atomic<std::uint64_t> bytes_in_use{0}, peak_bytes{0};
 
  private:
   std::once_flag open_once_, queue_once_, compiler_once_, cache_once_;

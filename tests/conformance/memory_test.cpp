@@ -32,6 +32,22 @@ TEST_P(MemoryTest, RoundTripSizes0And1And1000003) {
   }
 }
 
+TEST_P(MemoryTest, MemoryUsageCountsLiveAllocationsAndThePeak) {
+  dev().reset_peak_memory();
+  const auto before = dev().memory_usage();
+  {
+    kiln::buffer<float> a(dev(), 1000), b(dev(), 3000);
+    const auto during = dev().memory_usage();
+    EXPECT_EQ(during.in_use, before.in_use + 16000);
+    EXPECT_GE(during.peak, during.in_use);
+  }
+  const auto after = dev().memory_usage();
+  EXPECT_EQ(after.in_use, before.in_use);
+  EXPECT_GE(after.peak, before.in_use + 16000);
+  dev().reset_peak_memory();
+  EXPECT_EQ(dev().memory_usage().peak, after.in_use);
+}
+
 TEST_P(MemoryTest, SubviewCopiesAndOffsets) {
   const std::size_t n = 1000;
   kiln::buffer<std::int32_t> buf(dev(), n);

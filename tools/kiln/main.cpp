@@ -17,6 +17,7 @@ void usage() {
       "  cache           kernel-cache location, entries and size\n"
       "  cache clear     remove every cached kernel\n"
       "  calibrate       measure where GPUs beat the CPU on host data (kiln::automatic)\n"
+      "  train [model]   train the MLP and LeNet on MNIST (scripts/fetch_mnist.sh)\n"
       "  version         print Kiln's version\n"
       "environment: KILN_DEVICE (e.g. cuda:0, cpu), KILN_PLUGIN_PATH, KILN_CACHE_DIR,\n"
       "             KILN_CACHE=0, KILN_CXX, KILN_CPU_THREADS");
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
     if (cmd == "demo") return kiln::tool::demo(args);
     if (cmd == "cache") return kiln::tool::cache(args);
     if (cmd == "calibrate") return kiln::tool::calibrate(args);
+    if (cmd == "train") return kiln::tool::train(args);
     if (cmd == "version") {
       std::printf("kiln %s\n", kiln::version_string);
       return 0;

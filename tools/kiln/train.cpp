@@ -1,0 +1,182 @@
+// `kiln train`: trains the reference MLP and LeNet (kiln::nn::models) on the MNIST digits that
+// scripts/fetch_mnist.sh provides (8,000 train / 2,000 test, seeded split), with a progress
+// line per epoch (loss, accuracy, images/s) and a summary; optionally saves checkpoints.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <unistd.h>
+
+#include "commands.hpp"
+#include "kiln/data/loader.hpp"
+#include "kiln/data/mnist.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/nn/checkpoint.hpp"
+#include "kiln/nn/models.hpp"
+#include "kiln/optim.hpp"
+
+namespace kiln::tool {
+namespace {
+
+struct train_options {
+  std::string model = "both";  // mlp, lenet, both
+  std::string device_spec;     // empty: device::best()
+  std::string data_dir;
+  std::string save_dir;
+  int epochs = 10;
+  std::int64_t batch = 64;
+  std::uint64_t seed = 0;
+  bool batch_norm = false;
+  double lr = 1e-3;
+};
+
+struct result {
+  std::string model;
+  double test_accuracy = 0, final_loss = 0, images_per_s = 0, seconds = 0;
+  std::int64_t parameters = 0;
+};
+
+using clock_type = std::chrono::steady_clock;
+double since(clock_type::time_point t) {
+  return std::chrono::duration<double>(clock_type::now() - t).count();
+}
+
+// Fraction of the set the model labels correctly (eval mode, no recording, batches of 500).
+double accuracy(const nn::module& model, const data::dataset& set, const device& dev,
+                const shape_t& sample) {
+  no_grad off;
+  std::int64_t correct = 0;
+  const std::int64_t n = set.size(), f = set.features, step = 500;
+  for (std::int64_t i = 0; i < n; i += step) {
+    const std::int64_t b = std::min(step, n - i);
+    shape_t shape{b};
+    shape.insert(shape.end(), sample.begin(), sample.end());
+    const tensor x = tensor::from(
+        dev, std::span<const float>(set.images.data() + i * f, std::size_t(b * f)), shape);
+    const tensor y = tensor::from(
+        dev, std::span<const std::int64_t>(set.labels.data() + i, std::size_t(b)));
+    correct += (model(x).argmax(1) == y).sum().item<std::int64_t>();
+  }
+  return n ? double(correct) / double(n) : 0;
+}
+
+void progress(const std::string& name, int epoch, int epochs, std::int64_t done,
+              std::int64_t total, double loss, double ips, bool tty) {
+  if (!tty) return;
+  const int width = 24, fill = total ? int(width * done / total) : width;
+  std::printf("\r%-5s epoch %2d/%d [%s%s] %4lld/%lld  loss %.4f  %8.0f img/s", name.c_str(),
+              epoch, epochs, std::string(std::size_t(fill), '#').c_str(),
+              std::string(std::size_t(width - fill), '.').c_str(), (long long)done,
+              (long long)total, loss, ips);
+  std::fflush(stdout);
+}
+
+result train_one(const std::string& name, const train_options& o, const device& dev,
+                 const data::dataset& train, const data::dataset& test) {
+  nn::manual_seed(o.seed);
+  nn::sequential model = name == "mlp" ? nn::models::mlp(dev) : nn::models::lenet(dev, o.batch_norm);
+  const shape_t sample = name == "mlp" ? shape_t{784} : shape_t{1, 28, 28};
+  optim::optimizer opt = optim::adam(model.parameters(), {.lr = o.lr});
+  data::data_loader loader(train, dev,
+                           {.batch_size = o.batch, .shuffle = true, .seed = o.seed + 1,
+                            .sample_shape = sample});
+  const bool tty = isatty(fileno(stdout));
+  result r{name, 0, 0, 0, 0, model.parameter_count()};
+  std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s\n", name.c_str(),
+              (long long)r.parameters, o.lr, (long long)o.batch, dev.id().c_str());
+  const auto start = clock_type::now();
+  double images = 0, train_seconds = 0;
+  for (int e = 0; e < o.epochs; ++e) {
+    model.train();
+    const auto t0 = clock_type::now();
+    double loss_sum = 0;
+    std::int64_t steps = 0, seen = 0;
+    for (data::batch& b : loader.epoch(e)) {
+      opt.zero_grad();
+      const tensor loss = nn::cross_entropy(model(b.x), b.y);
+      loss.backward();
+      opt.step();
+      const double l = loss.item<float>();
+      loss_sum += l;
+      ++steps;
+      seen += b.y.numel();
+      progress(name, e + 1, o.epochs, steps, loader.batches_per_epoch(), loss_sum / double(steps),
+               double(seen) / since(t0), tty);
+    }
+    dev.synchronize();
+    const double secs = since(t0);
+    train_seconds += secs;
+    images += double(seen);
+    model.eval();
+    const double acc = accuracy(model, test, dev, sample);
+    r.final_loss = steps ? loss_sum / double(steps) : 0;
+    r.test_accuracy = acc;
+    if (tty) std::printf("\r%*s\r", 100, "");
+    std::printf("%-5s epoch %2d/%d  loss %.4f  test accuracy %6.2f%%  %8.0f img/s  %.2f s\n",
+                name.c_str(), e + 1, o.epochs, r.final_loss, 100 * acc, double(seen) / secs, secs);
+    std::fflush(stdout);
+  }
+  r.seconds = since(start);
+  r.images_per_s = train_seconds > 0 ? images / train_seconds : 0;
+  if (!o.save_dir.empty()) {
+    const std::string path = o.save_dir + "/" + name + ".safetensors";
+    nn::save_checkpoint(path, model, &opt);
+    std::printf("%s: saved %s\n", name.c_str(), path.c_str());
+  }
+  return r;
+}
+
+int usage() {
+  std::fputs(
+      "usage: kiln train [mlp|lenet|both] [--device SPEC] [--epochs N] [--batch N] [--seed N]\n"
+      "                  [--lr X] [--batch-norm] [--data DIR] [--save DIR]\n"
+      "Trains on the MNIST digits of scripts/fetch_mnist.sh (8,000 train / 2,000 test).\n",
+      stderr);
+  return 2;
+}
+
+}  // namespace
+
+int train(const std::vector<std::string>& args) {
+  train_options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    const bool has = i + 1 < args.size();
+    if (a == "mlp" || a == "lenet" || a == "both") o.model = a;
+    else if (a == "--device" && has) o.device_spec = args[++i];
+    else if (a == "--epochs" && has) o.epochs = std::stoi(args[++i]);
+    else if (a == "--batch" && has) o.batch = std::stoll(args[++i]);
+    else if (a == "--seed" && has) o.seed = std::stoull(args[++i]);
+    else if (a == "--lr" && has) o.lr = std::stod(args[++i]);
+    else if (a == "--data" && has) o.data_dir = args[++i];
+    else if (a == "--save" && has) o.save_dir = args[++i];
+    else if (a == "--batch-norm") o.batch_norm = true;
+    else return usage();
+  }
+  if (o.epochs < 1 || o.batch < 1) return usage();
+  const std::string dir = o.data_dir.empty() ? data::default_mnist_dir() : o.data_dir;
+  if (!data::mnist_available(dir)) {
+    std::fprintf(stderr,
+                 "kiln train: no MNIST digits in %s; run scripts/fetch_mnist.sh (or pass --data)\n",
+                 dir.c_str());
+    return 1;
+  }
+  const device dev = o.device_spec.empty() ? device::best() : device::get(o.device_spec);
+  auto [train_set, test_set] = data::split(data::load_mnist(dir), 8000, o.seed);
+  std::printf("MNIST: %lld train / %lld test digits from %s; device %s (%s)\n",
+              (long long)train_set.size(), (long long)test_set.size(), dir.c_str(),
+              dev.id().c_str(), dev.info().name.c_str());
+  std::vector<result> results;
+  for (const std::string m : {"mlp", "lenet"})
+    if (o.model == "both" || o.model == m) results.push_back(train_one(m, o, dev, train_set, test_set));
+  std::printf("\nsummary (%s, %d epochs, batch %lld)\n", dev.id().c_str(), o.epochs,
+              (long long)o.batch);
+  std::printf("  model  parameters  test accuracy  final loss  train img/s  total s\n");
+  for (const result& r : results)
+    std::printf("  %-5s  %10lld  %12.2f%%  %10.4f  %11.0f  %7.1f\n", r.model.c_str(),
+                (long long)r.parameters, 100 * r.test_accuracy, r.final_loss, r.images_per_s,
+                r.seconds);
+  return 0;
+}
+
+}  // namespace kiln::tool
