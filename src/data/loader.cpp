@@ -71,6 +71,7 @@ void data_loader::start_epoch(std::int64_t epoch) {
     error_ = nullptr;
     next_index_ = 0;
   }
+  ++generation_;
   worker_ = std::thread(&data_loader::work, this, std::move(o));
 }
 

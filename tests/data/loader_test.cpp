@@ -112,6 +112,17 @@ TEST_P(ConcurrentLoader, StopsEarlyWithoutDeadlock) {
   }  // ~data_loader joins a worker waiting for a free slot
 }
 
+TEST_P(ConcurrentLoader, AnOldRangeDoesNotStopANewerEpoch) {
+  data_loader loader(numbered(20, 2), dev(), {.batch_size = 3});
+  std::optional<data_loader::epoch_range> old;
+  old.emplace(loader, 0);
+  EXPECT_FALSE(old->begin() == std::default_sentinel);
+  int count = 0;
+  for ([[maybe_unused]] batch& b : loader.epoch(1))
+    if (count++ == 0) old.reset();  // epoch 0's range goes; epoch 1 carries on
+  EXPECT_EQ(count, 7);
+}
+
 TEST_P(ConcurrentLoader, EmptyAndUnstarted) {
   data_loader loader(numbered(0, 3), dev(), {.batch_size = 2});
   EXPECT_FALSE(loader.next());  // no epoch started

@@ -50,7 +50,7 @@ struct loader_options {
   bool drop_last = false;  // skip a last batch smaller than batch_size
   // Shape of one sample in batch.x, e.g. {1, 28, 28}: x is [B, ...sample_shape]. Empty: {F}.
   // Its element count must be the dataset's features (else kiln::shape_error).
-  shape_t sample_shape;
+  shape_t sample_shape = {};
   int prefetch = 2;  // pinned buffers in the ring, 1..16: batches assembled ahead
 };
 
@@ -110,6 +110,7 @@ class data_loader {
   bool stop_ = false, done_ = true;
   std::exception_ptr error_;
   std::int64_t next_index_ = 0;
+  std::uint64_t generation_ = 0;  // epochs started: an epoch_range stops only its own
   std::thread worker_;
 };
 
@@ -137,13 +138,14 @@ class data_loader::epoch_range {
  public:
   epoch_range(data_loader& l, std::int64_t e) : loader_(&l), epoch_(e) {}
   ~epoch_range() {
-    if (started_) loader_->stop();
+    if (started_ && loader_->generation_ == generation_) loader_->stop();
   }
   epoch_range(const epoch_range&) = delete;
   epoch_range& operator=(const epoch_range&) = delete;
   iterator begin() {
     if (!started_) {
       loader_->start_epoch(epoch_);
+      generation_ = loader_->generation_;
       started_ = true;
     }
     iterator it;
@@ -156,6 +158,7 @@ class data_loader::epoch_range {
  private:
   data_loader* loader_;
   std::int64_t epoch_;
+  std::uint64_t generation_ = 0;
   bool started_ = false;
 };
 
