@@ -18,7 +18,7 @@ case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test [--no-sanitizers]" 
 # the OpenCL backend runs the whole suite without a GPU.
 # OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg).
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
-          pocl-opencl-icd libopenblas-dev)
+          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
