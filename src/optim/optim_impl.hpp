@@ -1,0 +1,75 @@
+// What the optimizer core (optimizer.cpp) and the update rules (sgd.cpp, adam.cpp, rmsprop.cpp,
+// adagrad.cpp) share: a rule is the kernel-language body of one element's update plus the
+// host side of its scalars; the core groups parameters into flat buffers per (device, dtype)
+// and runs every rule through one generated kernel per group (step_kernel.cpp).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel.hpp"
+#include "kiln/optim.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln::optim::detail {
+
+struct update_rule {
+  std::string name;                  // "adam"
+  std::vector<std::string> buffers;  // state buffers, in kernel order ("exp_avg", ...)
+  std::vector<double> initial;       // each buffer's initial value
+  std::vector<std::string> scalars;  // the kernel's scalar parameters (element type), in order
+  // Statements of the update of element i, in the kernel language with T_ the element type:
+  // they read and write `pv` (the parameter) and `gv` (its gradient, may be changed), each
+  // buffer as `st_<name>[i]`, and the scalars by name.
+  std::string body;
+  // The scalars' values for step t (1 on the first step) at learning rate lr, computed on the
+  // host in double (converted to the element type at launch: no recompilation per step).
+  std::function<std::vector<double>(std::int64_t t, double lr)> values;
+};
+
+// One (device, dtype) group: flat buffers of `n` elements holding each member's slot.
+struct group {
+  device dev{nullptr};
+  scalar_type dtype = scalar_type::f32;
+  std::int64_t n = 0;
+  std::shared_ptr<kiln::detail::memory_impl> params, grads;
+  std::vector<std::shared_ptr<kiln::detail::memory_impl>> state;  // one per rule buffer
+  std::vector<std::size_t> members;                 // indices into optimizer_impl::params
+  std::shared_ptr<kiln::detail::kernel_impl> step;  // compiled once, at construction
+};
+
+struct slot {
+  std::size_t group = 0;
+  std::int64_t offset = 0;                          // in elements
+  std::shared_ptr<kiln::detail::tensor_impl> grad;  // the parameter's view of the flat gradient
+};
+
+struct optimizer_impl {
+  update_rule rule;
+  double lr = 0;
+  std::int64_t steps = 0;
+  std::vector<tensor> params;
+  std::vector<slot> slots;  // per parameter
+  std::vector<group> groups;
+};
+
+// Moves params into flat buffers and compiles the step kernels (errors: see kiln/optim.hpp).
+optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, double lr);
+
+// The step kernel "ko_step" of a rule for element type t; parameters: p, g, each buffer, the
+// element count (int64), then each scalar (element type).
+std::string step_source(const update_rule& rule, scalar_type t);
+kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t);
+// One launch over a group's flat buffers, counted in kiln::last_tensor_stats().
+void launch_step(const update_rule& rule, const group& g, const std::vector<double>& values);
+
+// The handle's optimizer, or kiln::invalid_argument for an empty handle.
+optimizer_impl& impl_of(const std::shared_ptr<optimizer_impl>& o);
+
+// kiln::invalid_argument "kiln::optim::<fn>: <what> must be ..., got <v>" unless ok.
+void check_option(bool ok, const char* fn, const char* what, const char* must, double v);
+
+}  // namespace kiln::optim::detail

@@ -1,0 +1,189 @@
+// The optimizer core: parameters grouped by (device, dtype) into flat buffers (values,
+// gradients, state), each parameter's storage and grad() re-pointed at its slot, so that
+// step() is one kernel per group and zero_grad() one fill per group.
+#include <set>
+#include <string>
+
+#include "autograd/graph.hpp"
+#include "optim/flat.hpp"
+#include "optim/optim_impl.hpp"
+#include "runtime/runtime.hpp"
+
+namespace kiln::optim {
+namespace detail {
+namespace {
+
+using kiln::detail::tensor_impl;
+
+// Slots start on 64-element boundaries: aligned, vector-friendly views for every kernel.
+constexpr std::int64_t slot_align = 64;
+
+std::string param_text(std::size_t i, const tensor& p) {
+  return "parameter " + std::to_string(i) + " (" + to_string(p.shape()) + ")";
+}
+
+void check_params(const std::string& fn, const std::vector<tensor>& params) {
+  if (params.empty()) throw invalid_argument("kiln::optim::" + fn + ": no parameters");
+  std::set<const tensor_impl*> seen;
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const tensor& p = params[i];
+    const std::string what = "kiln::optim::" + fn + ": parameter " + std::to_string(i);
+    if (!p.defined()) throw invalid_argument(what + " is undefined");
+    if (!p.is_leaf())
+      throw invalid_argument(what + " is not a leaf (the result of a recorded operation)");
+    if (!p.requires_grad())
+      throw invalid_argument(what + " does not require a gradient (call requires_grad_())");
+    if (p.is_automatic())
+      throw invalid_argument(what +
+                             " is kiln::automatic: its storage may move, so it cannot live in "
+                             "the optimizer's buffer (create it on a device)");
+    if (!seen.insert(p.impl().get()).second) throw invalid_argument(what + " is given twice");
+  }
+}
+
+std::size_t group_of(std::vector<group>& groups, const tensor_impl& x) {
+  for (std::size_t k = 0; k < groups.size(); ++k)
+    if (groups[k].dev == x.dev && groups[k].dtype == x.dtype) return k;
+  groups.emplace_back();
+  groups.back().dev = x.dev;
+  groups.back().dtype = x.dtype;
+  return groups.size() - 1;
+}
+
+void allocate_group(group& g, const update_rule& rule) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(g.n) * size_of(g.dtype);
+  auto alloc = [&](double value) {
+    auto m = kiln::detail::allocate(g.dev, std::max<std::uint64_t>(bytes, 1));
+    fill_value(g, *m, 0, g.n, value);  // padding between slots too: it is stepped like the rest
+    return m;
+  };
+  g.params = alloc(0);
+  g.grads = alloc(0);
+  for (double v : rule.initial) g.state.push_back(alloc(v));
+}
+
+// The parameter's view of its gradient slot.
+std::shared_ptr<tensor_impl> grad_view(const group& g, const tensor_impl& x, std::int64_t off) {
+  auto v = std::make_shared<tensor_impl>();
+  v->dev = g.dev;
+  v->dtype = g.dtype;
+  v->shape = x.shape;
+  v->mem = g.grads;
+  v->strides = kiln::detail::contiguous_strides(x.shape);
+  v->offset = off;
+  return v;
+}
+
+}  // namespace
+
+optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, double lr) {
+  check_params(rule.name, params);
+  auto o = std::make_shared<optimizer_impl>();
+  o->rule = std::move(rule);
+  o->lr = lr;
+  o->params = params;
+  o->slots.resize(params.size());
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    tensor_impl& x = *params[i].impl();
+    kiln::detail::materialise(x);  // a lazy leaf gets its own storage first
+    slot& s = o->slots[i];
+    s.group = group_of(o->groups, x);
+    group& g = o->groups[s.group];
+    s.offset = (g.n + slot_align - 1) / slot_align * slot_align;
+    g.n = s.offset + kiln::detail::numel_of(x.shape);
+    g.members.push_back(i);
+  }
+  for (group& g : o->groups) {
+    allocate_group(g, o->rule);
+    g.step = step_kernel(g.dev, o->rule, g.dtype).impl();
+  }
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const tensor& p = params[i];
+    tensor_impl& x = *p.impl();
+    slot& s = o->slots[i];
+    const group& g = o->groups[s.group];
+    write_slot(g, *g.params, s.offset, p);
+    s.grad = grad_view(g, x, s.offset);
+    if (const tensor old = p.grad(); old.defined()) write_slot(g, *g.grads, s.offset, old);
+    // Re-pointed: every handle sharing this tensor_impl now reads the slot.
+    x.mem = g.params;
+    x.offset = s.offset;
+    x.strides = kiln::detail::contiguous_strides(x.shape);
+    p.set_grad(tensor(s.grad));
+  }
+  return optimizer(std::move(o));
+}
+
+optimizer_impl& impl_of(const std::shared_ptr<optimizer_impl>& o) {
+  if (!o) throw invalid_argument("kiln::optim::optimizer: an empty handle (no optimizer)");
+  return *o;
+}
+
+void check_option(bool ok, const char* fn, const char* what, const char* must, double v) {
+  if (!ok)
+    throw invalid_argument(std::string("kiln::optim::") + fn + ": " + what + " must be " + must +
+                           ", got " + std::to_string(v));
+}
+
+}  // namespace detail
+
+namespace {
+
+// Points each parameter's grad() at its slot again; a gradient that is not the slot's view
+// (replaced by set_grad, or undefined) is first copied in (zeros when copy_values is false or
+// it is undefined).
+void reclaim_grads(detail::optimizer_impl& o, bool copy_values) {
+  for (std::size_t i = 0; i < o.params.size(); ++i) {
+    const detail::slot& s = o.slots[i];
+    const tensor g = o.params[i].grad();
+    if (g.impl() == s.grad) continue;
+    if (copy_values) {
+      const detail::group& grp = o.groups[s.group];
+      if (g.defined())
+        detail::write_slot(grp, *grp.grads, s.offset, g);
+      else
+        detail::fill_value(grp, *grp.grads, s.offset, o.params[i].numel(), 0);
+    }
+    o.params[i].set_grad(tensor(s.grad));
+  }
+}
+
+}  // namespace
+
+void optimizer::step() {
+  detail::optimizer_impl& o = detail::impl_of(impl_);
+  kiln::detail::reset_stats();
+  for (std::size_t i = 0; i < o.params.size(); ++i)
+    if (o.params[i].impl()->mem != o.groups[o.slots[i].group].params)
+      throw invalid_argument("kiln::optim::" + o.rule.name + "::step: the storage of " +
+                             detail::param_text(i, o.params[i]) + " was replaced");
+  reclaim_grads(o, true);
+  const std::vector<double> values = o.rule.values(o.steps + 1, o.lr);
+  for (const detail::group& g : o.groups) detail::launch_step(o.rule, g, values);
+  ++o.steps;
+}
+
+void optimizer::zero_grad() {
+  detail::optimizer_impl& o = detail::impl_of(impl_);
+  kiln::detail::reset_stats();
+  reclaim_grads(o, false);
+  for (const detail::group& g : o.groups) {
+    if (g.n == 0) continue;
+    detail::fill_value(g, *g.grads, 0, g.n, 0);
+    kiln::detail::stats_now().kernel_launches++;  // one fill: the group's one device operation
+  }
+}
+
+double optimizer::lr() const { return detail::impl_of(impl_).lr; }
+
+void optimizer::set_lr(double lr) {
+  detail::optimizer_impl& o = detail::impl_of(impl_);
+  detail::check_option(lr >= 0, o.rule.name.c_str(), "lr", "at least 0", lr);
+  o.lr = lr;
+}
+
+std::int64_t optimizer::step_count() const { return detail::impl_of(impl_).steps; }
+const std::vector<tensor>& optimizer::parameters() const { return detail::impl_of(impl_).params; }
+const std::string& optimizer::name() const { return detail::impl_of(impl_).rule.name; }
+
+}  // namespace kiln::optim

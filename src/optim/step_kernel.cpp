@@ -1,0 +1,92 @@
+// The one kernel of a step: a rule's element update wrapped in a grid-stride loop over a
+// group's flat buffers (cache "optim_step", keyed by the rendered source, which names the
+// rule's variant and the element type). On GPUs the launch is capped near the resident thread
+// count and each item walks the buffers at the grid's stride (coalesced, and no launch-size
+// limit for 100M parameters); elsewhere one item per element.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "codegen/text.hpp"
+#include "ir/hash.hpp"
+#include "optim/optim_impl.hpp"
+#include "runtime/generated_kernels.hpp"
+#include "runtime/runtime.hpp"
+
+namespace kiln::optim::detail {
+
+std::string step_source(const update_rule& rule, scalar_type t) {
+  std::string params = "KILN_GLOBAL T_* KILN_RESTRICT p, KILN_GLOBAL const T_* KILN_RESTRICT g";
+  for (const std::string& b : rule.buffers)
+    params = codegen::cat(params, ",\n    KILN_GLOBAL T_* KILN_RESTRICT st_", b);
+  params += ",\n    int64_t n";
+  for (const std::string& s : rule.scalars) params = codegen::cat(params, ", T_ ", s);
+  const std::string text = codegen::cat(  //
+      "// ", rule.name, " step over flat buffers\n", "KILN_KERNEL void ko_step(", params, ") {\n",
+      "  const int64_t stride = (int64_t)kiln_global_size(0);\n",
+      "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",
+      "    T_ pv = p[i];\n",
+      "    T_ gv = g[i];\n",  //
+      rule.body,              //
+      "    p[i] = pv;\n", "  }\n", "}\n");
+  return codegen::with_element_type(text, type_name(t));
+}
+
+kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t) {
+  const std::string source = step_source(rule, t);
+  ir::hasher h;
+  h.add("optim step v1").add(source);
+  const kiln::detail::generated_kernels k =
+      kiln::detail::get_generated(dev, "optim_step", h.value(), [&] {
+        return kiln::detail::generated_program{
+            source, {"ko_step"}, rule.name + " step of " + type_name(t)};
+      });
+  if (k.compiled) kiln::detail::stats_now().programs_compiled++;
+  return k.kernels.at(0);
+}
+
+namespace {
+
+kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, bool is_const) {
+  kiln::detail::arg_binding b;
+  b.is_mem = true;
+  b.mem = &m;
+  b.type = t;
+  b.is_const = is_const;
+  return b;
+}
+
+kiln::detail::arg_binding scalar_arg(double v, scalar_type t) {
+  return t == scalar_type::f64 ? kiln::detail::bind_arg(v)
+                               : kiln::detail::bind_arg(static_cast<float>(v));
+}
+
+// Items launched for n elements: on a GPU enough to fill it (the loop strides over the rest).
+std::uint64_t items_for(const device& dev, std::int64_t n) {
+  const device_info& info = dev.info();
+  const auto total = static_cast<std::uint64_t>(n);
+  if (info.type != device_type::gpu) return total;
+  const std::uint64_t units = std::max<std::uint32_t>(info.compute_units, 16);
+  return std::min<std::uint64_t>(total, units * 2048);
+}
+
+}  // namespace
+
+void launch_step(const update_rule& rule, const group& g, const std::vector<double>& values) {
+  if (values.size() != rule.scalars.size())  // a rule's values() out of step with its scalars
+    throw std::logic_error("kiln::optim::" + rule.name + ": " + std::to_string(values.size()) +
+                           " scalar values for " + std::to_string(rule.scalars.size()) +
+                           " parameters");
+  if (g.n == 0) return;
+  std::vector<kiln::detail::arg_binding> args{mem_arg(*g.params, g.dtype, false),
+                                              mem_arg(*g.grads, g.dtype, true)};
+  for (const auto& s : g.state) args.push_back(mem_arg(*s, g.dtype, false));
+  args.push_back(kiln::detail::bind_arg(g.n));
+  for (double v : values) args.push_back(scalar_arg(v, g.dtype));
+  queue& q = g.dev.default_queue();
+  kiln::detail::launch(*g.step, *q.impl(), range(items_for(g.dev, g.n)), nullptr, args.data(),
+                       args.size());
+  kiln::detail::stats_now().kernel_launches++;
+}
+
+}  // namespace kiln::optim::detail
