@@ -86,7 +86,8 @@ struct trainer {
 };
 
 tensor inputs(const kiln::device& dev, const std::string& which, std::int64_t b, unsigned seed) {
-  return which == "mlp" ? tensor::randn(dev, {b, 784}, seed) : tensor::randn(dev, {b, 1, 28, 28}, seed);
+  return which == "mlp" ? tensor::randn(dev, {b, 784}, seed)
+                        : tensor::randn(dev, {b, 1, 28, 28}, seed);
 }
 tensor labels(const kiln::device& dev, std::int64_t b, unsigned seed) {
   return (tensor::rand(dev, {b}, seed) * 10.f).to(kiln::scalar_type::i64);
@@ -160,7 +161,8 @@ void run_adam(const kiln::device& dev, const options& o) {
 
 void print_merged(const std::vector<kiln_bench::torch_row>& torch) {
   std::map<std::string, double> eager, compiled;
-  for (const auto& t : torch) (t.variant == "compile" ? compiled : eager)[t.group + "|" + t.name] = t.value;
+  for (const auto& t : torch)
+    (t.variant == "compile" ? compiled : eager)[t.group + "|" + t.name] = t.value;
   // Speed-up: above 1 is Kiln better (time and memory: PyTorch / Kiln; rates: Kiln / PyTorch).
   const auto ratio = [](const row& r, double p) {
     if (p <= 0 || r.value <= 0) return std::string("—");
@@ -174,7 +176,8 @@ void print_merged(const std::vector<kiln_bench::torch_row>& torch) {
     return it == m.end() ? 0.0 : it->second;
   };
   std::printf("\n== Kiln beside PyTorch (x: above 1 is Kiln better)\n\n");
-  std::printf("| group | case | unit | Kiln | PyTorch eager | x eager | torch.compile | x compile |\n");
+  std::printf(
+      "| group | case | unit | Kiln | PyTorch eager | x eager | torch.compile | x compile |\n");
   std::printf("| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |\n");
   for (const row& r : rows) {
     const std::string k = r.group + "|" + r.name;
@@ -186,10 +189,11 @@ void print_merged(const std::vector<kiln_bench::torch_row>& torch) {
 }
 
 int usage(const char* argv0) {
-  std::fprintf(stderr,
-               "usage: %s [--device ID] [--runs N] [--warmup N] [--only mlp,lenet,adam,memory,cpu]\n"
-               "          [--quick] [--no-torch] [--no-compile] [--python EXE]\n",
-               argv0);
+  std::fprintf(
+      stderr,
+      "usage: %s [--device ID] [--runs N] [--warmup N] [--only mlp,lenet,adam,memory,cpu]\n"
+      "          [--quick] [--no-torch] [--no-compile] [--python EXE]\n",
+      argv0);
   return 2;
 }
 
@@ -200,13 +204,20 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     const bool has = i + 1 < argc;
-    if (a == "--device" && has) o.device = argv[++i];
-    else if (a == "--runs" && has) o.runs = std::atoi(argv[++i]);
-    else if (a == "--warmup" && has) o.warmup = std::atoi(argv[++i]);
-    else if (a == "--quick") o.quick = true;
-    else if (a == "--no-torch") o.torch = false;
-    else if (a == "--no-compile") o.compile = false;
-    else if (a == "--python" && has) o.python = argv[++i];
+    if (a == "--device" && has)
+      o.device = argv[++i];
+    else if (a == "--runs" && has)
+      o.runs = std::atoi(argv[++i]);
+    else if (a == "--warmup" && has)
+      o.warmup = std::atoi(argv[++i]);
+    else if (a == "--quick")
+      o.quick = true;
+    else if (a == "--no-torch")
+      o.torch = false;
+    else if (a == "--no-compile")
+      o.compile = false;
+    else if (a == "--python" && has)
+      o.python = argv[++i];
     else if (a == "--only" && has) {
       std::string s = argv[++i];
       for (std::size_t at = 0; at <= s.size();) {
@@ -214,7 +225,8 @@ int main(int argc, char** argv) {
         if (c > at) o.groups.push_back(s.substr(at, c - at));
         at = c + 1;
       }
-    } else return usage(argv[0]);
+    } else
+      return usage(argv[0]);
   }
   if (o.quick) o.runs = std::min(o.runs, 5), o.warmup = std::min(o.warmup, 3);
   try {
@@ -238,7 +250,8 @@ int main(int argc, char** argv) {
     if (o.torch && std::filesystem::exists(o.script)) {
       std::string cmd = o.python + " " + kiln_bench::shell_quote(o.script) + " --tsv --device " +
                         (gpu ? "cuda" : "cpu") + " --runs " + std::to_string(o.runs) +
-                        " --warmup " + std::to_string(o.warmup) + " --only " + kiln_bench::join(ran);
+                        " --warmup " + std::to_string(o.warmup) + " --only " +
+                        kiln_bench::join(ran);
       if (o.quick) cmd += " --quick";
       if (!o.compile) cmd += " --no-compile";
       print_merged(kiln_bench::run_torch_rows(cmd));

@@ -60,7 +60,8 @@ inline std::vector<torch_row> run_torch_rows(const std::string& cmd) {
   }
   const int status = pclose(p);
   if (status != 0)
-    std::printf("PyTorch: exited with status %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : status);
+    std::printf("PyTorch: exited with status %d\n",
+                WIFEXITED(status) ? WEXITSTATUS(status) : status);
   return rows;
 }
 

@@ -1,11 +1,12 @@
 // `kiln train`: trains the reference MLP and LeNet (kiln::nn::models) on the MNIST digits that
 // scripts/fetch_mnist.sh provides (8,000 train / 2,000 test, seeded split), with a progress
 // line per epoch (loss, accuracy, images/s) and a summary; optionally saves checkpoints.
+#include <unistd.h>
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
-#include <unistd.h>
 
 #include "commands.hpp"
 #include "kiln/data/loader.hpp"
@@ -53,19 +54,19 @@ double accuracy(const nn::module& model, const data::dataset& set, const device&
     shape.insert(shape.end(), sample.begin(), sample.end());
     const tensor x = tensor::from(
         dev, std::span<const float>(set.images.data() + i * f, std::size_t(b * f)), shape);
-    const tensor y = tensor::from(
-        dev, std::span<const std::int64_t>(set.labels.data() + i, std::size_t(b)));
+    const tensor y =
+        tensor::from(dev, std::span<const std::int64_t>(set.labels.data() + i, std::size_t(b)));
     correct += (model(x).argmax(1) == y).sum().item<std::int64_t>();
   }
   return n ? double(correct) / double(n) : 0;
 }
 
-void progress(const std::string& name, int epoch, int epochs, std::int64_t done,
-              std::int64_t total, double loss, double ips, bool tty) {
+void progress(const std::string& name, int epoch, int epochs, std::int64_t done, std::int64_t total,
+              double loss, double ips, bool tty) {
   if (!tty) return;
   const int width = 24, fill = total ? int(width * done / total) : width;
-  std::printf("\r%-5s epoch %2d/%d [%s%s] %4lld/%lld  loss %.4f  %8.0f img/s", name.c_str(),
-              epoch, epochs, std::string(std::size_t(fill), '#').c_str(),
+  std::printf("\r%-5s epoch %2d/%d [%s%s] %4lld/%lld  loss %.4f  %8.0f img/s", name.c_str(), epoch,
+              epochs, std::string(std::size_t(fill), '#').c_str(),
               std::string(std::size_t(width - fill), '.').c_str(), (long long)done,
               (long long)total, loss, ips);
   std::fflush(stdout);
@@ -74,12 +75,13 @@ void progress(const std::string& name, int epoch, int epochs, std::int64_t done,
 result train_one(const std::string& name, const train_options& o, const device& dev,
                  const data::dataset& train, const data::dataset& test) {
   nn::manual_seed(o.seed);
-  nn::sequential model = name == "mlp" ? nn::models::mlp(dev) : nn::models::lenet(dev, o.batch_norm);
+  nn::sequential model =
+      name == "mlp" ? nn::models::mlp(dev) : nn::models::lenet(dev, o.batch_norm);
   const shape_t sample = name == "mlp" ? shape_t{784} : shape_t{1, 28, 28};
   optim::optimizer opt = optim::adam(model.parameters(), {.lr = o.lr});
-  data::data_loader loader(train, dev,
-                           {.batch_size = o.batch, .shuffle = true, .seed = o.seed + 1,
-                            .sample_shape = sample});
+  data::data_loader loader(
+      train, dev,
+      {.batch_size = o.batch, .shuffle = true, .seed = o.seed + 1, .sample_shape = sample});
   const bool tty = isatty(fileno(stdout));
   result r{name, 0, 0, 0, 0, model.parameter_count()};
   std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s\n", name.c_str(),
@@ -142,16 +144,26 @@ int train(const std::vector<std::string>& args) {
   for (std::size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     const bool has = i + 1 < args.size();
-    if (a == "mlp" || a == "lenet" || a == "both") o.model = a;
-    else if (a == "--device" && has) o.device_spec = args[++i];
-    else if (a == "--epochs" && has) o.epochs = std::stoi(args[++i]);
-    else if (a == "--batch" && has) o.batch = std::stoll(args[++i]);
-    else if (a == "--seed" && has) o.seed = std::stoull(args[++i]);
-    else if (a == "--lr" && has) o.lr = std::stod(args[++i]);
-    else if (a == "--data" && has) o.data_dir = args[++i];
-    else if (a == "--save" && has) o.save_dir = args[++i];
-    else if (a == "--batch-norm") o.batch_norm = true;
-    else return usage();
+    if (a == "mlp" || a == "lenet" || a == "both")
+      o.model = a;
+    else if (a == "--device" && has)
+      o.device_spec = args[++i];
+    else if (a == "--epochs" && has)
+      o.epochs = std::stoi(args[++i]);
+    else if (a == "--batch" && has)
+      o.batch = std::stoll(args[++i]);
+    else if (a == "--seed" && has)
+      o.seed = std::stoull(args[++i]);
+    else if (a == "--lr" && has)
+      o.lr = std::stod(args[++i]);
+    else if (a == "--data" && has)
+      o.data_dir = args[++i];
+    else if (a == "--save" && has)
+      o.save_dir = args[++i];
+    else if (a == "--batch-norm")
+      o.batch_norm = true;
+    else
+      return usage();
   }
   if (o.epochs < 1 || o.batch < 1) return usage();
   const std::string dir = o.data_dir.empty() ? data::default_mnist_dir() : o.data_dir;
@@ -168,7 +180,8 @@ int train(const std::vector<std::string>& args) {
               dev.id().c_str(), dev.info().name.c_str());
   std::vector<result> results;
   for (const std::string m : {"mlp", "lenet"})
-    if (o.model == "both" || o.model == m) results.push_back(train_one(m, o, dev, train_set, test_set));
+    if (o.model == "both" || o.model == m)
+      results.push_back(train_one(m, o, dev, train_set, test_set));
   std::printf("\nsummary (%s, %d epochs, batch %lld)\n", dev.id().c_str(), o.epochs,
               (long long)o.batch);
   std::printf("  model  parameters  test accuracy  final loss  train img/s  total s\n");
