@@ -34,6 +34,8 @@ void write_slot(const group& g, kiln::detail::memory_impl& dst, std::int64_t off
     std::vector<unsigned char> host(bytes(g, n));
     kiln::detail::tensor_read(v, g.dtype, host.data(), static_cast<std::uint64_t>(n));
     kiln::detail::copy_h2d(queue_of(g), dst, bytes(g, offset), host.data(), host.size());
+    // The copy may still be reading `host` (asynchronous on OpenCL): wait before it goes.
+    g.dev.default_queue().finish();
     return;
   }
   v = kiln::detail::contiguous_of(v);
