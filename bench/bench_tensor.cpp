@@ -21,8 +21,6 @@
 //                [--filter tf32,sgemv] [--quick] [--no-torch] [--no-compile]
 //                [--python python3] [--torch-script bench/torch_tensor.py]
 #include "bench_tensor.hpp"
-#include "bench_report.hpp"
-#include "torch_peer.hpp"
 
 #include <sys/wait.h>
 
@@ -39,6 +37,9 @@
 #include <string>
 #include <vector>
 
+#include "bench_report.hpp"
+#include "torch_peer.hpp"
+
 namespace kiln_bench_tensor {
 
 namespace {
@@ -46,19 +47,7 @@ namespace {
 std::vector<result> results;
 double copy_gbs = 0;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t comma = s.find(',', start);
-    const std::string item =
-        s.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    if (!item.empty()) out.push_back(item);
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
+using kiln_bench::split;
 
 using kiln_bench::join;
 using kiln_bench::shell_quote;

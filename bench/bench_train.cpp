@@ -218,14 +218,9 @@ int main(int argc, char** argv) {
       o.compile = false;
     else if (a == "--python" && has)
       o.python = argv[++i];
-    else if (a == "--only" && has) {
-      std::string s = argv[++i];
-      for (std::size_t at = 0; at <= s.size();) {
-        const std::size_t c = std::min(s.find(',', at), s.size());
-        if (c > at) o.groups.push_back(s.substr(at, c - at));
-        at = c + 1;
-      }
-    } else
+    else if (a == "--only" && has)
+      o.groups = kiln_bench::split(argv[++i]);
+    else
       return usage(argv[0]);
   }
   if (o.quick) o.runs = std::min(o.runs, 5), o.warmup = std::min(o.warmup, 3);

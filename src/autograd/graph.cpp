@@ -142,14 +142,8 @@ tensor tensor::detach() const {
   if (x.kind == detail::tensor_kind::scalar)
     return tensor(detail::scalar_of(x.dev, x.dtype, x.value.bits));
   detail::materialise(x);
-  auto v = std::make_shared<detail::tensor_impl>();
-  v->dev = x.dev;
-  v->dtype = x.dtype;
+  auto v = detail::share_storage(x);
   v->automatic = x.automatic;
-  v->shape = x.shape;
-  v->mem = x.mem;
-  v->strides = x.strides;
-  v->offset = x.offset;
   return tensor(std::move(v));
 }
 

@@ -457,13 +457,7 @@ tensor tensor::to(automatic_t) const {
     detail::reset_stats();
     detail::materialise(x);
   }
-  auto v = std::make_shared<detail::tensor_impl>();
-  v->dev = x.dev;
-  v->dtype = x.dtype;
-  v->shape = x.shape;
-  v->mem = x.mem;
-  v->strides = x.strides;
-  v->offset = x.offset;
+  auto v = detail::share_storage(x);
   v->automatic = true;
   return tensor(std::move(v));
 }

@@ -30,6 +30,17 @@ shape_t contiguous_strides(const shape_t& s) {
   return st;
 }
 
+std::shared_ptr<tensor_impl> share_storage(const tensor_impl& x) {
+  auto v = std::make_shared<tensor_impl>();
+  v->dev = x.dev;
+  v->dtype = x.dtype;
+  v->shape = x.shape;
+  v->mem = x.mem;
+  v->strides = x.strides;
+  v->offset = x.offset;
+  return v;
+}
+
 tensor_impl& impl_of(const tensor& t, const char* what) {
   if (!t.impl())
     throw invalid_argument(std::string("kiln::tensor::") + what + ": the tensor is undefined");

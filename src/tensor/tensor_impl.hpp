@@ -67,6 +67,9 @@ std::shared_ptr<tensor_impl> allocate_tensor(const device& dev, const shape_t& s
 void materialise(tensor_impl& t);
 // contiguous() without resetting the stats (for callers that count their own launches).
 tensor contiguous_of(const tensor& t);
+// A new stored handle on x's storage, shape, strides and offset (x must be stored); not
+// automatic and outside the autograd graph (detach, to(automatic) build on it).
+std::shared_ptr<tensor_impl> share_storage(const tensor_impl& x);
 // A lazy copy of a (a cast to its own dtype): contiguous() evaluates it.
 tensor copy_node(const tensor& a);
 
