@@ -29,6 +29,7 @@ enum class feature : std::uint32_t {
   mapped_host = 1u << 4,  // kernels can read pinned host memory
   unified_address = 1u << 5,
   float_atomics = 1u << 6,  // kiln_atomic_add on float and double
+  warp32 = 1u << 7,         // generated kernels may use 32-lane warp shuffles and ballots
 };
 
 struct device_info {

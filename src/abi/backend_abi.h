@@ -51,6 +51,7 @@ typedef enum kiln_device_type {
 #define KILN_FEATURE_MAPPED_HOST (1u << 4)   /* device can address pinned host memory */
 #define KILN_FEATURE_UNIFIED_ADDR (1u << 5)  /* host and device share one address space */
 #define KILN_FEATURE_FLOAT_ATOMICS (1u << 6) /* atomic add on float/double */
+#define KILN_FEATURE_WARP32 (1u << 7)        /* the target's kiln__warp_* primitives, 32 lanes */
 
 typedef struct kiln_device_info {
   char name[256];

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
+#include <deque>
+#include <mutex>
 
 #include "codegen/target.hpp"
 #include "kiln/error.hpp"
@@ -24,9 +27,53 @@ target_registration::target_registration(const target& t) noexcept {
   if (g_target_count < max_targets) g_targets[g_target_count++] = &t;
 }
 
+namespace {
+// KILN_TILE_POLICY="compact_items=24,scan_items=12": tile shapes for tuning (docs/query.md).
+// Applied to a copy of each target when it is first asked for; kernels and their launchers
+// both read the copy, and the shape is part of the generated source, so cached programs of
+// another shape are never reused.
+void apply_tile_policy(tile_policy& p, const char* spec) {
+  std::string_view rest(spec);
+  while (!rest.empty()) {
+    const std::size_t comma = rest.find(',');
+    const std::string_view item = rest.substr(0, comma);
+    rest = comma == std::string_view::npos ? std::string_view() : rest.substr(comma + 1);
+    const std::size_t eq = item.find('=');
+    const std::string key(item.substr(0, eq));
+    std::uint32_t* field = nullptr;
+    if (key == "group") field = &p.group;
+    if (key == "map_items") field = &p.map_items;
+    if (key == "reduce_items") field = &p.reduce_items;
+    if (key == "compact_items") field = &p.compact_items;
+    if (key == "scan_items") field = &p.scan_items;
+    const std::string value = eq == std::string_view::npos ? "" : std::string(item.substr(eq + 1));
+    const unsigned long v = std::strtoul(value.c_str(), nullptr, 10);
+    if (!field || value.find_first_not_of("0123456789") != std::string::npos || v == 0 ||
+        v > 1024 || (key == "group" && v % 32 != 0))
+      throw invalid_argument("KILN_TILE_POLICY: '" + std::string(item) +
+                             "' is not one of group (a multiple of 32), map_items, reduce_items, "
+                             "compact_items, scan_items = 1..1024");
+    *field = static_cast<std::uint32_t>(v);
+  }
+}
+
+const target* tuned(const target* t) {
+  const char* spec = std::getenv("KILN_TILE_POLICY");
+  if (!spec || !*spec) return t;
+  static std::mutex mu;
+  static std::deque<std::pair<const target*, target>> copies;  // stable addresses
+  std::lock_guard lock(mu);
+  for (const auto& [from, copy] : copies)
+    if (from == t) return &copy;
+  target copy = *t;
+  apply_tile_policy(copy.tiles, spec);
+  return &copies.emplace_back(t, copy).second;
+}
+}  // namespace
+
 const target& target_for(std::string_view name) {
   for (std::size_t i = 0; i < g_target_count; ++i)
-    if (name == g_targets[i]->name) return *g_targets[i];
+    if (name == g_targets[i]->name) return *tuned(g_targets[i]);
   std::string known;
   for (std::size_t i = 0; i < g_target_count; ++i)
     known.append(known.empty() ? "" : ", ").append(g_targets[i]->name);

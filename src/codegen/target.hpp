@@ -45,6 +45,7 @@ struct tile_policy {
 // Warp-level primitives for generated kernels. `definitions` defines, for a full warp:
 //   kiln__warp_shfl_up(x, d), kiln__warp_shfl_down(x, d)  (32- and 64-bit scalars)
 //   kiln__warp_ballot(pred) -> uint32_t mask, kiln__warp_ffs(mask) -> 1-based lowest set bit
+//   kiln__warp_popc(mask) -> set bits, kiln__warp_sync() (orders the warp's local memory)
 struct warp_ops {
   std::uint32_t lanes;
   const char* definitions;

@@ -75,6 +75,8 @@ const warp_ops warp = {32, R"KILN(
 #define kiln__warp_shfl_down(x, d) __shfl_down_sync(0xffffffffu, (x), (d))
 #define kiln__warp_ballot(p) ((uint32_t)__ballot_sync(0xffffffffu, (p)))
 #define kiln__warp_ffs(m) ((uint32_t)__ffs((int)(m)))
+#define kiln__warp_popc(m) ((uint32_t)__popc((unsigned)(m)))
+#define kiln__warp_sync() __syncwarp()
 )KILN"};
 
 // Memory ordering, CUDA: loads and stores of shared words use PTX's .sys scope because the

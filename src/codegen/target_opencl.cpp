@@ -159,6 +159,52 @@ void respell(std::string& source, const std::string& blank) {
   }
 }
 
+// Warp primitives through NVIDIA's inline PTX; generators use them only on devices that report
+// feature::warp32 (NVIDIA's platform), so other compilers never see them. Shuffles move 32-bit
+// registers: narrower scalars widen, 64-bit ones go as two halves.
+const warp_ops warp = {32, R"KILN(
+#ifdef KILN_OPENCL_NVIDIA
+static inline uint kiln__shfl_up_u32(uint x, uint d) {
+  uint r; __asm__ volatile("shfl.sync.up.b32 %0, %1, %2, 0, 0xffffffff;" : "=r"(r) : "r"(x), "r"(d));
+  return r;
+}
+static inline uint kiln__shfl_down_u32(uint x, uint d) {
+  uint r; __asm__ volatile("shfl.sync.down.b32 %0, %1, %2, 31, 0xffffffff;" : "=r"(r) : "r"(x), "r"(d));
+  return r;
+}
+#define KILN__SHFL32(T, TO, FROM) \
+  KILN_OVL T kiln__warp_shfl_up(T x, uint d) { return FROM(kiln__shfl_up_u32(TO(x), d)); } \
+  KILN_OVL T kiln__warp_shfl_down(T x, uint d) { return FROM(kiln__shfl_down_u32(TO(x), d)); }
+#define KILN__SHFL64(T, TO, FROM) \
+  KILN_OVL T kiln__warp_shfl_up(T x, uint d) { \
+    uint2 h = TO(x); h.x = kiln__shfl_up_u32(h.x, d); h.y = kiln__shfl_up_u32(h.y, d); return FROM(h); } \
+  KILN_OVL T kiln__warp_shfl_down(T x, uint d) { \
+    uint2 h = TO(x); h.x = kiln__shfl_down_u32(h.x, d); h.y = kiln__shfl_down_u32(h.y, d); return FROM(h); }
+KILN__SHFL32(uint, (uint), (uint))
+KILN__SHFL32(int, as_uint, as_int)
+KILN__SHFL32(float, as_uint, as_float)
+KILN__SHFL32(uchar, (uint), (uchar))
+KILN__SHFL32(char, (uint), (char))
+KILN__SHFL32(ushort, (uint), (ushort))
+KILN__SHFL32(short, (uint), (short))
+KILN__SHFL64(ulong, as_uint2, as_ulong)
+KILN__SHFL64(long, as_uint2, as_long)
+#ifdef cl_khr_fp64
+KILN__SHFL64(double, as_uint2, as_double)
+#endif
+static inline uint kiln__warp_ballot(int p) {
+  uint r;
+  __asm__ volatile("{ .reg .pred q; setp.ne.s32 q, %1, 0; vote.sync.ballot.b32 %0, q, 0xffffffff; }"
+                   : "=r"(r) : "r"(p));
+  return r;
+}
+#define kiln__warp_ballot(p) kiln__warp_ballot((int)(p))
+#define kiln__warp_ffs(m) ((m) ? 32u - clz((uint)(m) & (0u - (uint)(m))) : 0u)
+#define kiln__warp_popc(m) ((uint)popcount((uint)(m)))
+#define kiln__warp_sync() __asm__ volatile("bar.warp.sync 0xffffffff;" ::: "memory")
+#endif
+)KILN"};
+
 }  // namespace
 
 const target opencl_target = {.name = "opencl",
@@ -167,7 +213,8 @@ const target opencl_target = {.name = "opencl",
                               .emit_entry = nullptr,
                               .emit_params = emit_params,
                               .emit_prologue = emit_prologue,
-                              .respell = respell};
+                              .respell = respell,
+                              .warp = &warp};
 
 namespace {
 const target_registration registered{opencl_target};

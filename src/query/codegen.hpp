@@ -18,6 +18,7 @@ struct codegen_in {
   const segment& seg;
   const ir::graph& graph;               // the query's: every kernel takes all its captures
   const reduce_spec* reduce = nullptr;  // segment_end::reduce
+  bool warp32 = true;  // the device runs the target's warp primitives (feature::warp32)
 };
 
 // Common text: helpers, element function(s), accumulator and scan types.

@@ -83,7 +83,7 @@ struct runner {
     return b * n;
   }
   std::vector<kernel> kernels(const segment& s, const reduce_spec* r) {
-    const codegen_in in{s, d.graph, r};
+    const codegen_in in{s, d.graph, r, dev.supports(feature::warp32)};
     generated_kernels g = get_generated(dev, "query", segment_key(s, d, r, gpu, target.name), [&] {
       generated p = gpu ? render_gpu(in, target) : render_cpu(in);
       p.about = describe(s, d.graph);

@@ -93,7 +93,7 @@ kiln_status query_info(CUdevice dev, kiln_device_info* info) {
   info->max_groups[2] = static_cast<uint64_t>(gz);
   info->clock_mhz = static_cast<uint32_t>(clock_khz / 1000);
   info->features = KILN_FEATURE_BARRIER | KILN_FEATURE_ATOMICS | KILN_FEATURE_DOUBLE |
-                   KILN_FEATURE_FLOAT_ATOMICS;
+                   KILN_FEATURE_FLOAT_ATOMICS | KILN_FEATURE_WARP32;
   if (coop) info->features |= KILN_FEATURE_COOPERATIVE;
   if (map_host) info->features |= KILN_FEATURE_MAPPED_HOST;
   if (unified) info->features |= KILN_FEATURE_UNIFIED_ADDR;

@@ -99,6 +99,8 @@ void query_info(kiln_device_s& d) {
   }
   info.clock_mhz = device_value<cl_uint>(id, CL_DEVICE_MAX_CLOCK_FREQUENCY);
   info.features = KILN_FEATURE_BARRIER;
+  // NVIDIA's compiler takes inline PTX: the OpenCL target's warp primitives (warps of 32).
+  if (d.nvidia) info.features |= KILN_FEATURE_WARP32;
   if (has_extension(ext, "cl_khr_int64_base_atomics") &&
       has_extension(ext, "cl_khr_int64_extended_atomics"))
     info.features |= KILN_FEATURE_ATOMICS | KILN_FEATURE_FLOAT_ATOMICS;
