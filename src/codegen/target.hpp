@@ -32,7 +32,7 @@ struct tile_policy {
   std::uint32_t reduce_groups_per_unit = 8;  // ... and at most this many per compute unit
   std::uint32_t compact_items = 16;          // elements per item in look-back compaction
   std::uint32_t scan_items = 16;             // elements per item in look-back scans
-  std::uint32_t lookback_window = 32;        // predecessors one look-back step reads
+  std::uint32_t lookback_window = 128;       // predecessors one look-back step reads (32s)
   std::uint32_t stage_bytes = 40960;         // local memory for staging a tile's outputs
   std::uint32_t cpu_chunk_elems = 16384;     // CPU templates: elements per chunk, at least
   std::uint32_t cpu_chunks_per_unit = 4;     // ... and at most this many chunks per core

@@ -3,6 +3,7 @@
 // look-back in kernels_lookback.cpp.
 #include "query/kernels_gpu.hpp"
 
+#include <algorithm>
 #include <string>
 
 namespace kiln::detail::q {
@@ -26,6 +27,7 @@ std::string constants(const codegen::tile_policy& p, std::uint32_t items) {
   return "#define KQ_B " + std::to_string(p.group) + "\n#define KQ_IT " + std::to_string(items) +
          "\n#define KQ_MAP_IT " + std::to_string(p.map_items) +
          "\n#define KQ_TILE (KQ_B * KQ_IT)\n#define KQ_RED_IT " + std::to_string(p.reduce_items) +
+         "\n#define KQ_LBW " + std::to_string(std::max<std::uint32_t>(p.lookback_window / 32, 1)) +
          "\n";
 }
 

@@ -47,27 +47,38 @@ const char* const publish = R"(
   }
 )";
 const char* const walk_warp = R"(
-  // Warp 0 walks back 32 tiles per step: ballot finds the nearest inclusive prefix, a
-  // shuffle tree folds the window in sequence order (older tiles first).
+  // Warp 0 walks back KQ_LBW windows of 32 tiles per step, their status words loaded together:
+  // inclusive prefixes can spread no faster than one step's reach per round trip to L2, so
+  // the reach (KQ_LBW * 32 tiles) bounds the kernel's rate. Per window, nearest first: ballot
+  // finds the nearest inclusive prefix, a shuffle tree folds the window in sequence order
+  // (older tiles first).
   if (kq_tile != 0 && kq_t < 32) {
     const uint32_t kq_lane = kq_t;
     kq_lb_t kq_back = kq_lb_id();
     int64_t kq_pos = (int64_t)kq_tile - 1;
-    for (;;) {
-      const int64_t t = kq_pos - (int64_t)kq_lane;
-      uint32_t f = 2u;
-      kq_lb_t v = kq_lb_id();
-      if (t >= 0) v = kq_lb_get(kq_status, kq_aggw, kq_inclw, t, kq_epoch, &f);
-      const uint32_t pm = kiln__warp_ballot(f == 2u);
-      const uint32_t stop = pm ? kiln__warp_ffs(pm) - 1u : 31u;
-      if (kq_lane > stop) v = kq_lb_id();
-      for (uint32_t d = 1; d < 32; d <<= 1) {
-        const kq_lb_t o = kq_lb_shfl_down(v, d);
-        if (kq_lane + d < 32) v = kq_lb_op(o, v);
+    for (uint32_t kq_found = 0; !kq_found; kq_pos -= 32 * KQ_LBW) {
+      kq_lb_t kq_wv[KQ_LBW];
+      uint32_t kq_wf[KQ_LBW];
+#pragma unroll
+      for (int w = 0; w < KQ_LBW; ++w) {
+        const int64_t t = kq_pos - 32 * w - (int64_t)kq_lane;
+        kq_wf[w] = 2u;
+        kq_wv[w] = kq_lb_id();
+        if (t >= 0) kq_wv[w] = kq_lb_get(kq_status, kq_aggw, kq_inclw, t, kq_epoch, &kq_wf[w]);
       }
-      if (kq_lane == 0) kq_back = kq_lb_op(v, kq_back);
-      if (pm) break;
-      kq_pos -= 32;
+#pragma unroll
+      for (int w = 0; w < KQ_LBW; ++w) {
+        if (kq_found) break;  // uniform across the warp
+        const uint32_t pm = kiln__warp_ballot(kq_wf[w] == 2u);
+        const uint32_t stop = pm ? kiln__warp_ffs(pm) - 1u : 31u;
+        kq_lb_t v = kq_lane > stop ? kq_lb_id() : kq_wv[w];
+        for (uint32_t d = 1; d < 32; d <<= 1) {
+          const kq_lb_t o = kq_lb_shfl_down(v, d);
+          if (kq_lane + d < 32) v = kq_lb_op(o, v);
+        }
+        if (kq_lane == 0) kq_back = kq_lb_op(v, kq_back);
+        kq_found = pm != 0u;
+      }
     }
     if (kq_lane == 0) {
       kq_prefix = kq_back;
