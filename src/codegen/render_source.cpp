@@ -47,14 +47,16 @@ void apply_tile_policy(tile_policy& p, const char* spec) {
     if (key == "compact_items") field = &p.compact_items;
     if (key == "scan_items") field = &p.scan_items;
     if (key == "lookback_window") field = &p.lookback_window;
+    if (key == "spin_ns") field = &p.spin_ns;
     const std::string value = eq == std::string_view::npos ? "" : std::string(item.substr(eq + 1));
     const unsigned long v = std::strtoul(value.c_str(), nullptr, 10);
-    if (!field || value.find_first_not_of("0123456789") != std::string::npos || v == 0 ||
-        v > 1024 || ((key == "group" || key == "lookback_window") && v % 32 != 0))
+    if (!field || value.find_first_not_of("0123456789") != std::string::npos ||
+        (v == 0 && key != "spin_ns") || (v > 1024 && key != "spin_ns") ||
+        ((key == "group" || key == "lookback_window") && v % 32 != 0))
       throw invalid_argument(
           "KILN_TILE_POLICY: '" + std::string(item) +
           "' is not one of group or lookback_window (multiples of 32), map_items, "
-          "reduce_items, compact_items, scan_items = 1..1024");
+          "reduce_items, compact_items, scan_items = 1..1024, spin_ns");
     *field = static_cast<std::uint32_t>(v);
   }
 }

@@ -32,7 +32,8 @@ struct tile_policy {
   std::uint32_t reduce_groups_per_unit = 8;  // ... and at most this many per compute unit
   std::uint32_t compact_items = 16;          // elements per item in look-back compaction
   std::uint32_t scan_items = 16;             // elements per item in look-back scans
-  std::uint32_t lookback_window = 128;       // predecessors one look-back step reads (32s)
+  std::uint32_t lookback_window = 32;        // predecessors one look-back step reads (32s)
+  std::uint32_t spin_ns = 256;  // look-back polling backs off up to this (where it can sleep)
   std::uint32_t stage_bytes = 40960;         // local memory for staging a tile's outputs
   std::uint32_t cpu_chunk_elems = 16384;     // CPU templates: elements per chunk, at least
   std::uint32_t cpu_chunks_per_unit = 4;     // ... and at most this many chunks per core
@@ -46,6 +47,7 @@ struct tile_policy {
 //   kiln__warp_shfl_up(x, d), kiln__warp_shfl_down(x, d)  (32- and 64-bit scalars)
 //   kiln__warp_ballot(pred) -> uint32_t mask, kiln__warp_ffs(mask) -> 1-based lowest set bit
 //   kiln__warp_popc(mask) -> set bits, kiln__warp_sync() (orders the warp's local memory)
+//   kiln__backoff(ns): sleep about ns nanoseconds in a polling loop (spares the memory system)
 struct warp_ops {
   std::uint32_t lanes;
   const char* definitions;

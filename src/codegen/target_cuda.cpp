@@ -77,6 +77,7 @@ const warp_ops warp = {32, R"KILN(
 #define kiln__warp_ffs(m) ((uint32_t)__ffs((int)(m)))
 #define kiln__warp_popc(m) ((uint32_t)__popc((unsigned)(m)))
 #define kiln__warp_sync() __syncwarp()
+#define kiln__backoff(ns) __nanosleep(ns)
 )KILN"};
 
 // Memory ordering, CUDA: loads and stores of shared words use PTX's .sys scope because the

@@ -202,6 +202,7 @@ static inline uint kiln__warp_ballot(int p) {
 #define kiln__warp_ffs(m) ((m) ? 32u - clz((uint)(m) & (0u - (uint)(m))) : 0u)
 #define kiln__warp_popc(m) ((uint)popcount((uint)(m)))
 #define kiln__warp_sync() __asm__ volatile("bar.warp.sync 0xffffffff;" ::: "memory")
+#define kiln__backoff(ns) __asm__ volatile("nanosleep.u32 %0;" :: "r"((uint)(ns)))
 #endif
 )KILN"};
 

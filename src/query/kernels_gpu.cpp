@@ -28,7 +28,9 @@ std::string constants(const codegen::tile_policy& p, std::uint32_t items) {
          "\n#define KQ_MAP_IT " + std::to_string(p.map_items) +
          "\n#define KQ_TILE (KQ_B * KQ_IT)\n#define KQ_RED_IT " + std::to_string(p.reduce_items) +
          "\n#define KQ_LBW " + std::to_string(std::max<std::uint32_t>(p.lookback_window / 32, 1)) +
-         "\n";
+         "\n#define KQ_SPIN_NS0 " + std::to_string(std::min(p.spin_ns, 32u)) +
+         "\n#define KQ_SPIN_NS " + std::to_string(p.spin_ns) +
+         "\n#ifndef kiln__backoff\n#define kiln__backoff(ns)\n#endif\n";
 }
 
 std::string map_kernel(const segment& seg, const common_code& p) {

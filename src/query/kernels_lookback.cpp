@@ -274,14 +274,16 @@ std::uint32_t lookback_items(const segment& seg, const codegen::tile_policy& p) 
 
 std::string compact_kernel(const segment& seg, const common_code& p, const codegen::target& t,
                            bool warp32) {
-  return warp32 && t.warp && t.warp->lanes == 32 ? std::string(t.warp->definitions) + compact_warp(seg, p)
-                                       : compact_local(seg, p, t);
+  return warp32 && t.warp && t.warp->lanes == 32
+             ? std::string(t.warp->definitions) + compact_warp(seg, p)
+             : compact_local(seg, p, t);
 }
 
 std::string scan_kernel(const segment& seg, const common_code& p, const codegen::target& t,
                         bool warp32) {
-  return warp32 && t.warp && t.warp->lanes == 32 ? std::string(t.warp->definitions) + scan_warp(seg, p)
-                                       : scan_local(seg, p, t);
+  return warp32 && t.warp && t.warp->lanes == 32
+             ? std::string(t.warp->definitions) + scan_warp(seg, p)
+             : scan_local(seg, p, t);
 }
 
 }  // namespace kiln::detail::q
