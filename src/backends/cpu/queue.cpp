@@ -5,22 +5,29 @@
 
 namespace kiln::cpu {
 
+namespace {
+// How long the queue thread polls for its next task before it sleeps, and how long finish()
+// polls before it blocks (the caller may need its core back sooner).
+constexpr std::chrono::microseconds queue_spin{200}, finish_spin{20};
+}  // namespace
+
 work_queue::work_queue() : thread_([this] { loop(); }) {}
 
 work_queue::~work_queue() {
   {
     std::lock_guard lock(mu_);
     stop_ = true;
+    pushed_.fetch_add(1);  // ends the thread's polling; the loop drains the queue and stops
   }
   cv_.notify_all();
-  thread_.join();  // the loop drains the queue before it stops
+  thread_.join();
 }
 
 void work_queue::run_or_push(std::function<void()> task) {
   bool idle;
   {
     std::lock_guard lock(mu_);
-    idle = tasks_.empty() && !busy_;
+    idle = done_.load(std::memory_order_relaxed) == pushed_.load(std::memory_order_relaxed);
   }
   if (idle)
     task();
@@ -32,28 +39,36 @@ void work_queue::push(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
     tasks_.push_back(std::move(task));
+    pushed_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
 }
 
 void work_queue::finish() {
+  const std::uint64_t target = pushed_.load(std::memory_order_acquire);
+  const auto ran = [&] { return done_.load(std::memory_order_acquire) >= target; };
+  if (spin_until(ran, finish_spin)) return;
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return tasks_.empty() && !busy_; });
+  ++finishers_;
+  idle_cv_.wait(lock, ran);
+  --finishers_;
 }
 
 void work_queue::loop() {
-  std::unique_lock lock(mu_);
+  std::uint64_t taken = 0;
   for (;;) {
+    spin_until([&] { return pushed_.load(std::memory_order_acquire) != taken; }, queue_spin);
+    std::unique_lock lock(mu_);
     cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
     if (tasks_.empty()) return;  // stop_ and drained
     auto task = std::move(tasks_.front());
     tasks_.pop_front();
-    busy_ = true;
+    ++taken;
     lock.unlock();
     task();
     lock.lock();
-    busy_ = false;
-    if (tasks_.empty()) idle_cv_.notify_all();
+    done_.fetch_add(1, std::memory_order_release);
+    if (finishers_) idle_cv_.notify_all();
   }
 }
 
