@@ -8,7 +8,7 @@
 namespace kiln::cpu {
 namespace {
 // How long a worker polls for the next job before it sleeps.
-constexpr std::chrono::microseconds worker_spin{200};
+constexpr std::chrono::microseconds worker_spin{50};
 // How long run() polls for the workers still inside the job before it sleeps.
 constexpr std::chrono::microseconds caller_spin{50};
 }  // namespace
