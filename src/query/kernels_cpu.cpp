@@ -101,9 +101,17 @@ generated render_cpu(const codegen_in& in) {
          "\n    }\n    kq_p = kq_lb_op(kq_p, kq_r);\n  }\n}\n";
     g.kernels = {"kq_scan_part", "kq_scan_write"};
   } else if (seg.has_filter()) {
-    std::string zeroed = c.out_decls;  // "T o0; " -> "T o0 = 0; "
-    for (std::size_t p = zeroed.find(';'); p != std::string::npos; p = zeroed.find(';', p + 6))
-      zeroed.replace(p, 1, " = 0;");
+    // Blocks of the write pass: element values and flags into arrays (a loop that
+    // vectorises), then a scalar pass that only moves survivors.
+    // Values are zeroed first: a dropped element's may be left unset (a dead store when not).
+    std::string block_decls, block_zero, block_refs;
+    for (std::size_t k = 0; k < seg.out_types.size(); ++k) {
+      const std::string o = cat("o", std::to_string(k));
+      block_decls += cat(c_type(seg.out_types[k]), " ", o, "[256]; ");
+      block_zero += cat(o, "[i - b] = 0; ");
+      block_refs += cat(", &", o, "[i - b]");
+    }
+    const std::string stores_j = out_stores(seg, "kq_o", "j");
     s += "KILN_KERNEL void kq_count_part(" + P +
          "KILN_GLOBAL uint64_t* kq_part, uint64_t kq_n, uint64_t kq_cs) {\n" + chunk_bounds +
          "  uint64_t kq_k = 0;\n"
@@ -119,15 +127,23 @@ generated render_cpu(const codegen_in& in) {
          "  uint64_t kq_o = 0;\n"
          "  for (uint64_t j = 0; j < kq_c; ++j) kq_o += kq_part[j];\n"
          "  const uint64_t kq_e = kq_o + kq_part[kq_c];\n"
-         "  // Branch-free: every element is stored at the next free slot, which only a survivor\n"
-         "  // advances; the slot past this chunk's last survivor (the next chunk's) is never\n"
-         "  // written.\n"
-         "  for (uint64_t i = kq_lo; i < kq_hi; ++i) {\n    " +
-         zeroed + "\n    const bool kq_k = kq_elem(i" + AS + refs +
-         ");\n"
-         "    if (kq_o < kq_e) { " +
-         out_stores(seg, "kq_o", nullptr) +
-         "}\n    kq_o += kq_k ? 1 : 0;\n  }\n"
+         "  for (uint64_t b = kq_lo; b < kq_hi; b += 256) {\n"
+         "    const uint64_t m = b + 256 < kq_hi ? 256 : kq_hi - b;\n    ";
+    s += block_decls;
+    s += "unsigned char kq_k[256];\n    for (uint64_t i = b; i < b + m; ++i) { ";
+    s += block_zero;
+    s += "kq_k[i - b] = kq_elem(i";
+    s += AS + block_refs;
+    s += ") ? 1 : 0; }\n"
+         "    // Branch-free: every element is stored at the next free slot, which only a\n"
+         "    // survivor advances. The slot past this chunk's last survivor is the next chunk's\n"
+         "    // (or past the output): only a block that may reach it checks the bound.\n"
+         "    if (kq_o + m <= kq_e) {\n      for (uint64_t j = 0; j < m; ++j) { ";
+    s += stores_j;
+    s += "kq_o += kq_k[j]; }\n    } else {\n      for (uint64_t j = 0; j < m; ++j) {\n"
+         "        if (kq_o < kq_e) { ";
+    s += stores_j;
+    s += "}\n        kq_o += kq_k[j];\n      }\n    }\n  }\n"
          "  if (kq_c == kq_chunks - 1) *kq_count = kq_o;\n}\n";
     g.kernels = {"kq_count_part", "kq_compact_write"};
   } else {

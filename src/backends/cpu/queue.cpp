@@ -20,7 +20,7 @@ void work_queue::run_or_push(std::function<void()> task) {
   bool idle;
   {
     std::lock_guard lock(mu_);
-    idle = tasks_.empty() && !busy_;
+    idle = done_.load(std::memory_order_relaxed) == pushed_.load(std::memory_order_relaxed);
   }
   if (idle)
     task();
@@ -32,28 +32,64 @@ void work_queue::push(std::function<void()> task) {
   {
     std::lock_guard lock(mu_);
     tasks_.push_back(std::move(task));
+    pushed_.fetch_add(1, std::memory_order_release);
   }
   cv_.notify_one();
 }
 
+// Runs the first task with mu_ held by lock (released while it runs). One runner at a time:
+// the queue thread or a finish() caller.
+void work_queue::run_front(std::unique_lock<std::mutex>& lock) {
+  auto task = std::move(tasks_.front());
+  tasks_.pop_front();
+  busy_ = true;
+  lock.unlock();
+  struct done_guard {  // the queue stays usable if the task throws
+    work_queue& q;
+    std::unique_lock<std::mutex>& lock;
+    ~done_guard() {
+      lock.lock();
+      q.busy_ = false;
+      q.done_.fetch_add(1, std::memory_order_release);
+      if (q.finishers_) q.idle_cv_.notify_all();
+    }
+  } guard{*this, lock};
+  task();
+}
+
+// A caller that blocks anyway runs the tasks it waits for itself when the queue thread has not
+// started them yet (it may still be waking up): a synchronous caller then pays no thread hop.
+// Neither side polls: measured on a loaded 2-core machine, a polling queue thread or finish()
+// took the core that the caller or the pool needed (a small query went from 4 to 9 us).
 void work_queue::finish() {
+  const std::uint64_t target = pushed_.load(std::memory_order_acquire);
+  const auto ran = [&] { return done_.load(std::memory_order_acquire) >= target; };
+  if (ran()) return;
   std::unique_lock lock(mu_);
-  idle_cv_.wait(lock, [&] { return tasks_.empty() && !busy_; });
+  ++finishers_;
+  try {
+    while (!ran()) {
+      if (!busy_ && !tasks_.empty())
+        run_front(lock);
+      else
+        idle_cv_.wait(lock);
+    }
+  } catch (...) {
+    --finishers_;
+    throw;
+  }
+  --finishers_;
+  const bool more = !tasks_.empty();
+  lock.unlock();
+  if (more) cv_.notify_one();  // tasks pushed after the call: the queue thread's again
 }
 
 void work_queue::loop() {
-  std::unique_lock lock(mu_);
   for (;;) {
-    cv_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return (stop_ || !tasks_.empty()) && !busy_; });
     if (tasks_.empty()) return;  // stop_ and drained
-    auto task = std::move(tasks_.front());
-    tasks_.pop_front();
-    busy_ = true;
-    lock.unlock();
-    task();
-    lock.lock();
-    busy_ = false;
-    if (tasks_.empty()) idle_cv_.notify_all();
+    run_front(lock);
   }
 }
 
