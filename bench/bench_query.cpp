@@ -14,8 +14,11 @@
 //   inclusive_scan  x | inclusive_scan | to_buffer
 // host-resident (std::vector in, std::vector out):
 //   host_map_filter_map  v | on(dev) | transform | filter | transform | to_vector
+//   host_sum             v | on(dev) | sum                           (the host-to-device path)
 // roofs: copy (queue::copy, device to device, at each size), copy_roof (1 GiB, as
-// bench_foundation), host_roundtrip (queue::copy of a std::vector to the device and back).
+// bench_foundation), host_roundtrip (queue::copy of a std::vector to the device and back),
+// pinned_roundtrip (the same through kiln::pinned_buffers, event-timed: the copy engines' rate;
+// each host query also prints its bytes in + out per second as a share of this).
 //
 // Timing: a query's terminal returns its result, so a run is timed on the host (steady_clock)
 // around the whole call, followed by device::synchronize() so that work a terminal might leave
@@ -270,6 +273,34 @@ class bench {
       }
       add("host_roundtrip", n, 2 * in, median(ms), -1, "wall", back == hx ? "ok" : "WRONG");
     }
+    double pinned_gbs = 0;
+    {  // the roof host queries are held to: the same bytes, pinned both ways (copy engines' speed)
+      kiln::queue q(dev_);
+      kiln::buffer<float> d(dev_, n);
+      kiln::pinned_buffer<float> up(dev_, n), down(dev_, n);
+      std::copy(hx.begin(), hx.end(), up.begin());
+      const double ms = event_median_ms(q, a_, [&] {
+        q.copy(up, d);
+        q.copy(d, down);
+      });
+      pinned_gbs = gbs_of(2 * in, ms);
+      add("pinned_roundtrip", n, 2 * in, ms, -1, "events",
+          std::equal(hx.begin(), hx.end(), down.begin()) ? "ok" : "WRONG");
+    }
+    // A host query's bytes in + out over its wall time, as a share of pinned_roundtrip's rate.
+    const auto of_pinned = [&](const char* name, double bytes, double ms) {
+      std::printf("  %-20s %5.1f%% of pinned_roundtrip's GB/s\n", name,
+                  100.0 * gbs_of(bytes, ms) / std::max(pinned_gbs, 1e-9));
+    };
+    {  // host data in, one value out: the host-to-device path alone
+      float s = 0;
+      const timing t = time_query(dev_, a_, [&] {
+        s = hx | kiln::on(dev_) | kiln::sum();
+        return s;
+      });
+      add("host_sum", n, in + 4, t.ms, t.launches, "wall", float_check(s, e.total));
+      of_pinned("host_sum", in + 4, t.ms);
+    }
     {
       const float thr = chain_threshold, off = chain_offset;
       auto run = [&] {
@@ -280,6 +311,7 @@ class bench {
       const std::vector<float> y = run();
       add("host_map_filter_map", n, in + 4.0 * double(y.size()), t.ms, t.launches, "wall",
           survivors_match(y.data(), y.size(), e.chain_count, e.chain_sum) ? "ok" : "WRONG");
+      of_pinned("host_map_filter_map", in + 4.0 * double(y.size()), t.ms);
     }
   }
 

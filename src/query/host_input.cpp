@@ -3,10 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <map>
-#include <mutex>
 #include <sstream>
 
+#include "query/host_staging.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/runtime.hpp"
 
@@ -16,45 +15,38 @@ namespace {
 // Measured on the lent H100 host (docs/benchmarks.md): below this, the CPU backend finishes a
 // host-resident query before the data would have crossed PCIe.
 constexpr std::uint64_t default_crossover = 8ull << 20;
-constexpr std::uint64_t stage_bytes = 8ull << 20;  // one staging buffer
 
-struct staging {
-  std::mutex mu;
-  void* buf[2] = {nullptr, nullptr};
-  std::optional<event> done[2];
-};
-
-staging& staging_for(const device& dev) {
-  static std::mutex mu;
-  static auto* all = new std::map<const device_impl*, std::unique_ptr<staging>>;  // kept
-  std::lock_guard lock(mu);
-  auto& s = (*all)[dev.impl().get()];
-  if (!s) {
-    s = std::make_unique<staging>();
-    for (auto& b : s->buf) b = host_alloc(dev, stage_bytes);
-  }
-  return *s;
-}
-
+// Copies host data into fresh device memory `dst`. Later work on the default queue (the
+// query's kernels) is ordered after the copies; the host range is no longer read on return.
 void copy_in(const device& dev, memory_impl& dst, const void* src, std::uint64_t bytes) {
-  queue& q = dev.default_queue();
-  if (dev.info().type == device_type::cpu) {  // device memory is host memory: one copy
-    copy_h2d(*q.impl(), dst, 0, src, bytes);
+  const host_transfer_config c = host_transfer();
+  if (void* p = host_address(dst, c)) {  // device memory is host memory: one copy
+    parallel_copy(p, src, bytes, c);
     return;
   }
-  staging& s = staging_for(dev);
-  std::lock_guard lock(s.mu);
-  const auto* p = static_cast<const unsigned char*>(src);
-  for (std::uint64_t off = 0, k = 0; off < bytes; off += stage_bytes, ++k) {
-    const std::uint64_t len = std::min(stage_bytes, bytes - off);
-    const int slot = static_cast<int>(k & 1);
-    if (s.done[slot]) s.done[slot]->wait();  // the DMA out of this buffer has finished
-    std::memcpy(s.buf[slot], p + off, len);
-    copy_h2d(*q.impl(), dst, off, s.buf[slot], len);
-    s.done[slot] = q.record();
+  staging_pool& pool = staging_pool::of(dev);
+  queue& cq = pool.h2d();
+  // Pinned already, or a CPU device (its "DMA" is a memcpy): one copy, no staging.
+  if (pinned_for(dev, src, bytes) || direct_device(dev, c)) {
+    copy_h2d(*cq.impl(), dst, 0, src, bytes);
+    const event e = cq.record();
+    dev.default_queue().wait(e);
+    e.wait();  // the caller may free its buffer once the query returns (to_buffer: at once)
+    return;
   }
-  // Later queue work is ordered after the copies; the staging buffers are reused only after
-  // their events, so nothing needs to wait here.
+  // Chunks through the pool: the host's copy into one slot overlaps the DMA out of the others.
+  const std::uint64_t chunk =
+      std::min(std::max<std::uint64_t>(c.chunk_bytes, 1), pool.slot_bytes());
+  const auto* from = static_cast<const unsigned char*>(src);
+  for (std::uint64_t off = 0; off < bytes; off += chunk) {
+    const std::uint64_t len = std::min(chunk, bytes - off);
+    slot_lease s(pool, pool.acquire());
+    parallel_copy(s->p, from + off, len, c);
+    s.submitted(cq);
+    copy_h2d(*cq.impl(), dst, off, s->p, len);
+    s.done(cq);
+  }
+  dev.default_queue().wait(cq.record());
 }
 
 // "cuda:0@NVIDIA_H100_80GB_HBM3": a device and the model it was measured on.

@@ -1,6 +1,7 @@
 // Host inputs (host_range | kiln::on(dev)): the device is chosen (kiln::automatic: by size,
-// from the calibrated crossover) and the data is streamed to it through pinned staging
-// buffers, the host's copy into one buffer overlapping the DMA out of the other.
+// from the calibrated crossover) and the data is streamed to it in chunks through the device's
+// pinned staging pool (host_staging.hpp), the host's copy of a chunk overlapping the DMAs of
+// the ones before it.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
 #include <algorithm>
 
 #include "kiln/buffer.hpp"
+#include "runtime/pinned.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln::detail {
@@ -122,11 +123,19 @@ void* host_alloc(const device& dev, std::uint64_t bytes) {
   const kiln_backend& api = *dev.impl()->api;
   check(api, api.host_alloc(dev.impl()->handle(), bytes, &p),
         ("allocating " + std::to_string(bytes) + " bytes of pinned host memory").c_str());
+  try {
+    note_pinned(dev.impl().get(), p, bytes);
+  } catch (...) {
+    api.host_free(dev.impl()->handle(), p);
+    throw;
+  }
   return p;
 }
 
 void host_free(const device& dev, void* p) noexcept {
-  if (p) dev.impl()->api->host_free(dev.impl()->handle(), p);
+  if (!p) return;
+  forget_pinned(p);  // before the free: after it, host_alloc may hand out this address again
+  dev.impl()->api->host_free(dev.impl()->handle(), p);
 }
 
 void throw_size_mismatch(const char* what, std::uint64_t a, std::uint64_t b) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/query/host_output.hpp"
 #include "kiln/query/pipeline.hpp"
 
 namespace kiln {
@@ -37,7 +38,7 @@ struct to_vector_t : terminal_tag {
     require_single<kiln::query<Ts...>>();
     using T = only_t<kiln::query<Ts...>>;
     collect_result r = collect(q.desc());
-    return buffer_view<T>(r.outputs[0], 0, r.count).to_vector();
+    return read_vector<T>(r.outputs[0], r.count);  // staged, pipelined D2H (host_output.hpp)
   }
 };
 struct to_buffer_t : terminal_tag {
