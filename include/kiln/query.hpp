@@ -10,8 +10,11 @@
 //   std::uint64_t n = kiln::zip(xs, ws) | kiln::filter(_2 != 0) | kiln::count();
 //   std::optional<float> m = host | kiln::on(dev) | kiln::max();  // host range in, value out
 //   kiln::query_stats st = kiln::last_query_stats();                // launches, bytes moved
+//   kiln::pending<float> p = xs | kiln::async(kiln::sum(), q);      // enqueued on q, no wait
+//   float later = p.get();                                          // query/async.hpp
 #pragma once
 
+#include "kiln/query/async.hpp"
 #include "kiln/query/expr.hpp"
 #include "kiln/query/pipeline.hpp"
 #include "kiln/query/terminals.hpp"

@@ -1,6 +1,8 @@
 #include "query/plan.hpp"
 
+#include <list>
 #include <stdexcept>
+#include <unordered_map>
 
 #include "ir/hash.hpp"
 #include "ir/print.hpp"
@@ -45,7 +47,8 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
     filtered = scanned = indexed = false;
   };
 
-  for (const stage& s : d.stages) {
+  for (std::size_t si = 0; si < d.stages.size(); ++si) {
+    const stage& s = d.stages[si];
     const bool positional = s.kind == stage_kind::take || s.kind == stage_kind::skip ||
                             s.kind == stage_kind::enumerate || s.kind == stage_kind::scan ||
                             s.uses_index;
@@ -55,7 +58,7 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
     if (s.kind == stage_kind::take || s.kind == stage_kind::skip) {
       // take keeps earlier positions; skip would shift the ones earlier stages saw.
       if (indexed && s.kind == stage_kind::skip) materialize();
-      seg.slices.push_back({s.kind, s.count});
+      seg.slices.push_back({s.kind, s.count, static_cast<int>(si)});
       continue;
     }
     seg.stages.push_back(s);
@@ -104,6 +107,62 @@ std::uint64_t segment_key(const segment& s, const query_desc& d, const reduce_sp
     if (r->op >= 0) h.add(d.graph, r->op);
   }
   return h.value();
+}
+
+namespace {
+
+std::uint64_t shape_key(const query_desc& d, segment_end terminal, bool no_filter_at_end,
+                        bool no_scan_at_end, const reduce_spec* r) {
+  ir::hasher h;
+  const auto u = [](auto x) { return static_cast<std::uint64_t>(x); };
+  h.add(reinterpret_cast<std::uintptr_t>(d.dev.impl().get()));
+  h.add(ir::structural_hash(d.graph));
+  h.add(u(terminal)).add(u(no_filter_at_end)).add(u(no_scan_at_end)).add(d.inputs.size());
+  for (const auto& in : d.inputs) h.add(u(in.type));
+  h.add(d.stages.size());
+  // Node ids too: the segments name them (equal structure built another way just misses).
+  for (const stage& st : d.stages) {
+    h.add(u(st.kind)).add(u(st.var)).add(u(st.expr)).add(u(st.type)).add(u(st.uses_index));
+    h.add(u(st.exclusive)).add(u(st.init)).add(u(st.arg));
+  }
+  if (r) h.add(u(r->kind)).add(u(r->acc)).add(u(r->op)).add(u(r->init));
+  return h.value();
+}
+
+// Keyed by device and shape in one hash (the device's address folded in).
+struct plan_cache {
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, std::shared_ptr<query_plan>> entries;
+  std::list<std::uint64_t> order;  // oldest first
+  static constexpr std::size_t max_entries = 1024;
+};
+
+}  // namespace
+
+std::shared_ptr<query_plan> cached_plan(const query_desc& d, segment_end terminal,
+                                        bool no_filter_at_end, bool no_scan_at_end,
+                                        const reduce_spec* r, bool gpu, const char* target) {
+  static auto* cache = new plan_cache;  // never destroyed: holds kernels (device objects)
+  const std::uint64_t k = shape_key(d, terminal, no_filter_at_end, no_scan_at_end, r);
+  {
+    std::lock_guard lock(cache->mu);
+    if (auto it = cache->entries.find(k); it != cache->entries.end()) return it->second;
+  }
+  auto p = std::make_shared<query_plan>();
+  p->segments = plan(d, terminal, no_filter_at_end, no_scan_at_end);
+  for (const segment& s : p->segments)
+    p->keys.push_back(segment_key(s, d, s.end == segment_end::reduce ? r : nullptr, gpu, target));
+  p->programs = std::make_unique<query_plan::program[]>(p->segments.size());
+  std::lock_guard lock(cache->mu);
+  auto [it, fresh] = cache->entries.emplace(k, p);
+  if (fresh) {
+    cache->order.push_back(k);
+    if (cache->entries.size() > plan_cache::max_entries) {
+      cache->entries.erase(cache->order.front());
+      cache->order.pop_front();
+    }
+  }
+  return it->second;
 }
 
 std::string describe(const segment& s, const ir::graph& g) {

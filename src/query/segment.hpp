@@ -29,6 +29,7 @@ struct segment_input {
 struct slice {
   stage_kind kind = stage_kind::take;
   std::uint64_t count = 0;
+  int stage = -1;  // the query's stage it came from: a cached plan reads the count there
 };
 
 struct segment {

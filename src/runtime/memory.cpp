@@ -31,7 +31,9 @@ memory_impl::~memory_impl() {
   api.mem_free(dev->handle(), handle, last.handle);
 }
 
-std::shared_ptr<memory_impl> allocate(const device& dev, std::uint64_t bytes) {
+namespace {
+// `q` null: usable by every queue when this returns; else ordered on q (no host wait).
+std::shared_ptr<memory_impl> allocate_impl(const device& dev, std::uint64_t bytes, queue_impl* q) {
   auto m = std::make_shared<memory_impl>();
   m->dev = dev.impl();
   m->public_device = dev;
@@ -43,16 +45,26 @@ std::shared_ptr<memory_impl> allocate(const device& dev, std::uint64_t bytes) {
                         ": the device's largest allocation is " +
                         std::to_string(info.max_alloc_bytes) + " bytes");
   const kiln_backend& api = *m->dev->api;
-  kiln_status s = api.mem_alloc(m->dev->handle(), bytes, nullptr, &m->handle);
+  kiln_status s = api.mem_alloc(m->dev->handle(), bytes, q ? q->handle : nullptr, &m->handle);
   if (s != KILN_OK) {
     m->handle = nullptr;
     throw_status(api, s, "allocating " + std::to_string(bytes) + " bytes on " + dev.id());
   }
+  if (q) note_queue_use(*m, *q);  // freed on q, after its work
   const std::uint64_t now = m->dev->bytes_in_use += bytes;
   std::uint64_t peak = m->dev->peak_bytes.load();
   while (now > peak && !m->dev->peak_bytes.compare_exchange_weak(peak, now)) {
   }
   return m;
+}
+}  // namespace
+
+std::shared_ptr<memory_impl> allocate(const device& dev, std::uint64_t bytes) {
+  return allocate_impl(dev, bytes, nullptr);
+}
+
+std::shared_ptr<memory_impl> allocate_on(queue_impl& q, std::uint64_t bytes) {
+  return allocate_impl(q.public_device, bytes, &q);
 }
 
 const device& memory_device(const memory_impl& m) { return m.public_device; }

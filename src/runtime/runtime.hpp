@@ -139,6 +139,10 @@ struct registry {
 // Records that queue q uses memory m (for ordered frees and synchronous waits).
 void note_queue_use(memory_impl& m, queue_impl& q);
 
+// Memory ordered on q (stream-ordered on CUDA: no host wait): usable by q's later work at
+// once, by other queues only after an event recorded on q after this call.
+std::shared_ptr<memory_impl> allocate_on(queue_impl& q, std::uint64_t bytes);
+
 // Refuses, with kiln::unsupported naming the line, a kernel that needs what the device lacks
 // (barriers and local memory, double precision).
 void check_features(const kernel_lang::parsed_source& p, const device_info& info,

@@ -1,5 +1,10 @@
 // Terminals end a kiln::query and run it: collect (to_vector, to_buffer) or reduce (count,
-// sum, product, min, max, average, any, all, reduce, argmin, argmax).
+// sum, product, min, max, average, any, all, reduce, argmin, argmax). Each also runs
+// asynchronously through kiln::async (query/async.hpp):
+//
+//   float s = xs | kiln::sum();                                   // waits for the result
+//   kiln::pending<float> p = xs | kiln::async(kiln::sum(), q);    // returns at once
+//   float t = p.get();
 #pragma once
 
 #include <bit>
@@ -8,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "kiln/query/async.hpp"
 #include "kiln/query/host_output.hpp"
 #include "kiln/query/pipeline.hpp"
 
@@ -40,6 +46,16 @@ struct to_vector_t : terminal_tag {
     collect_result r = collect(q.desc());
     return read_vector<T>(r.outputs[0], r.count);  // staged, pipelined D2H (host_output.hpp)
   }
+  // The device-side result is read back at get().
+  template <class... Ts>
+  auto apply_async(kiln::query<Ts...> q, const kiln::queue* on) const {
+    require_single<kiln::query<Ts...>>();
+    using T = only_t<kiln::query<Ts...>>;
+    return pending<std::vector<T>>(collect_async(q.desc(), on), [](async_state& s) {
+      collect_result r = async_collect(s);
+      return read_vector<T>(r.outputs[0], r.count);
+    });
+  }
 };
 struct to_buffer_t : terminal_tag {
   template <class... Ts>
@@ -48,6 +64,48 @@ struct to_buffer_t : terminal_tag {
     using T = only_t<kiln::query<Ts...>>;
     collect_result r = collect(q.desc());
     return buffer<T>(adopt, buffer_view<T>(r.outputs[0], 0, r.count));
+  }
+  template <class... Ts>
+  auto apply_async(kiln::query<Ts...> q, const kiln::queue* on) const {
+    require_single<kiln::query<Ts...>>();
+    using T = only_t<kiln::query<Ts...>>;
+    return pending<buffer<T>>(collect_async(q.desc(), on), [](async_state& s) {
+      collect_result r = async_collect(s);
+      return buffer<T>(adopt, buffer_view<T>(r.outputs[0], 0, r.count));
+    });
+  }
+};
+
+// A reduction's accumulator type and its result from the accumulator, per kind; the
+// synchronous and asynchronous forms share them.
+template <reduce_kind K, class Q>
+struct reduce_traits {
+  using T = only_t<Q>;
+  static reduce_spec spec() {
+    if constexpr (K == reduce_kind::sum || K == reduce_kind::product)
+      return reduce_spec{K, scalar_type_of<sum_t<T>>};
+    else if constexpr (K == reduce_kind::any || K == reduce_kind::all)
+      return reduce_spec{K, scalar_type::boolean};
+    else if constexpr (K == reduce_kind::average)
+      return reduce_spec{K, scalar_type::f64};
+    else  // min, max, argmin, argmax
+      return reduce_spec{K, scalar_type_of<T>};
+  }
+  static auto result(const reduce_result& r) {
+    if constexpr (K == reduce_kind::sum || K == reduce_kind::product) {
+      return bits_as<sum_t<T>>(r.value_bits);
+    } else if constexpr (K == reduce_kind::min || K == reduce_kind::max) {
+      return r.count ? std::optional<T>(bits_as<T>(r.value_bits)) : std::nullopt;
+    } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
+      return bits_as<bool>(r.value_bits);
+    } else if constexpr (K == reduce_kind::average) {
+      return r.count ? std::optional<double>(bits_as<double>(r.value_bits) /
+                                             static_cast<double>(r.count))
+                     : std::nullopt;
+    } else {  // argmin, argmax
+      return r.count ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(r.index))
+                     : std::nullopt;
+    }
   }
 };
 
@@ -60,25 +118,21 @@ struct reduce_t : terminal_tag {
       return reduce(q.desc(), reduce_spec{K, scalar_type::u64}).count;
     } else {
       require_single<Q>();
-      using T = only_t<Q>;
-      if constexpr (K == reduce_kind::sum || K == reduce_kind::product) {
-        using S = sum_t<T>;
-        return bits_as<S>(reduce(q.desc(), reduce_spec{K, scalar_type_of<S>}).value_bits);
-      } else if constexpr (K == reduce_kind::min || K == reduce_kind::max) {
-        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>});
-        return r.count ? std::optional<T>(bits_as<T>(r.value_bits)) : std::nullopt;
-      } else if constexpr (K == reduce_kind::any || K == reduce_kind::all) {
-        return bits_as<bool>(reduce(q.desc(), reduce_spec{K, scalar_type::boolean}).value_bits);
-      } else if constexpr (K == reduce_kind::average) {
-        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type::f64});
-        return r.count ? std::optional<double>(bits_as<double>(r.value_bits) /
-                                               static_cast<double>(r.count))
-                       : std::nullopt;
-      } else {  // argmin, argmax
-        reduce_result r = reduce(q.desc(), reduce_spec{K, scalar_type_of<T>});
-        return r.count ? std::optional<std::uint64_t>(static_cast<std::uint64_t>(r.index))
-                       : std::nullopt;
-      }
+      return reduce_traits<K, Q>::result(reduce(q.desc(), reduce_traits<K, Q>::spec()));
+    }
+  }
+  template <class... Ts>
+  auto apply_async(kiln::query<Ts...> q, const kiln::queue* on) const {
+    using Q = kiln::query<Ts...>;
+    if constexpr (K == reduce_kind::count) {
+      return pending<std::uint64_t>(reduce_async(q.desc(), reduce_spec{K, scalar_type::u64}, on),
+                                    [](async_state& s) { return async_reduce(s).count; });
+    } else {
+      require_single<Q>();
+      using R = decltype(reduce_traits<K, Q>::result(reduce_result{}));
+      return pending<R>(
+          reduce_async(q.desc(), reduce_traits<K, Q>::spec(), on),
+          [](async_state& s) { return reduce_traits<K, Q>::result(async_reduce(s)); });
     }
   }
 };
@@ -87,15 +141,24 @@ template <class I, class Op>
 struct custom_reduce_t : terminal_tag {
   I init;
   Op op;
-  template <class... Ts>
-  I apply(kiln::query<Ts...> q) const {
-    using Q = kiln::query<Ts...>;
-    require_single<Q>();
-    query_desc& d = q.desc();
+  reduce_spec spec(query_desc& d) const {
     reduce_spec s{reduce_kind::custom, scalar_type_of<I>, lower_combine<I>(d, op, "kiln::reduce")};
     s.init = d.graph.new_capture(init);
     // The kernels fold init in last: std::reduce's contract (op associative and commutative).
-    return bits_as<I>(reduce(d, s).value_bits);
+    return s;
+  }
+  template <class... Ts>
+  I apply(kiln::query<Ts...> q) const {
+    require_single<kiln::query<Ts...>>();
+    query_desc& d = q.desc();
+    return bits_as<I>(reduce(d, spec(d)).value_bits);
+  }
+  template <class... Ts>
+  pending<I> apply_async(kiln::query<Ts...> q, const kiln::queue* on) const {
+    require_single<kiln::query<Ts...>>();
+    query_desc& d = q.desc();
+    return pending<I>(reduce_async(d, spec(d), on),
+                      [](async_state& s) { return bits_as<I>(async_reduce(s).value_bits); });
   }
 };
 }  // namespace detail::q
