@@ -27,12 +27,7 @@ target_registration::target_registration(const target& t) noexcept {
   if (g_target_count < max_targets) g_targets[g_target_count++] = &t;
 }
 
-namespace {
-// KILN_TILE_POLICY="compact_items=24,scan_items=12": tile shapes for tuning (docs/query.md).
-// Applied to a copy of each target when it is first asked for; kernels and their launchers
-// both read the copy, and the shape is part of the generated source, so cached programs of
-// another shape are never reused.
-void apply_tile_policy(tile_policy& p, const char* spec) {
+void apply_tile_policy(tile_policy& p, std::string_view spec) {
   std::string_view rest(spec);
   while (!rest.empty()) {
     const std::size_t comma = rest.find(',');
@@ -50,7 +45,7 @@ void apply_tile_policy(tile_policy& p, const char* spec) {
     if (key == "spin_ns") field = &p.spin_ns;
     const std::string value = eq == std::string_view::npos ? "" : std::string(item.substr(eq + 1));
     const unsigned long v = std::strtoul(value.c_str(), nullptr, 10);
-    if (!field || value.find_first_not_of("0123456789") != std::string::npos ||
+    if (!field || value.empty() || value.find_first_not_of("0123456789") != std::string::npos ||
         (v == 0 && key != "spin_ns") || (v > 1024 && key != "spin_ns") ||
         ((key == "group" || key == "lookback_window") && v % 32 != 0))
       throw invalid_argument(
@@ -61,8 +56,13 @@ void apply_tile_policy(tile_policy& p, const char* spec) {
   }
 }
 
+namespace {
+// KILN_TILE_POLICY="compact_items=24,scan_items=12": tile shapes for tuning (docs/query.md).
+// Applied to a copy of each target when it is first asked for; kernels and their launchers
+// both read the copy, and the shape is part of the generated source, so cached programs of
+// another shape are never reused.
 const target* tuned(const target* t) {
-  const char* spec = std::getenv("KILN_TILE_POLICY");
+  static const char* const spec = std::getenv("KILN_TILE_POLICY");  // read once per process
   if (!spec || !*spec) return t;
   static std::mutex mu;
   static std::deque<std::pair<const target*, target>> copies;  // stable addresses

@@ -33,15 +33,19 @@ struct tile_policy {
   std::uint32_t compact_items = 16;          // elements per item in look-back compaction
   std::uint32_t scan_items = 16;             // elements per item in look-back scans
   std::uint32_t lookback_window = 32;        // predecessors one look-back step reads (32s)
-  std::uint32_t spin_ns = 256;  // look-back polling backs off up to this (where it can sleep)
-  std::uint32_t stage_bytes = 40960;         // local memory for staging a tile's outputs
-  std::uint32_t cpu_chunk_elems = 16384;     // CPU templates: elements per chunk, at least
-  std::uint32_t cpu_chunks_per_unit = 4;     // ... and at most this many chunks per core
+  std::uint32_t spin_ns = 256;        // look-back polling backs off up to this (where it can sleep)
+  std::uint32_t stage_bytes = 40960;  // local memory for staging a tile's outputs
+  std::uint32_t cpu_chunk_elems = 16384;  // CPU templates: elements per chunk, at least
+  std::uint32_t cpu_chunks_per_unit = 4;  // ... and at most this many chunks per core
 
   std::uint64_t map_tile() const { return std::uint64_t(group) * map_items; }
   std::uint64_t compact_tile() const { return std::uint64_t(group) * compact_items; }
   std::uint64_t scan_tile() const { return std::uint64_t(group) * scan_items; }
 };
+
+// Applies "key=value,..." (KILN_TILE_POLICY, docs/query.md) to p; kiln::invalid_argument naming
+// the item for an unknown key or a value out of range. target_for applies the environment's.
+void apply_tile_policy(tile_policy& p, std::string_view spec);
 
 // Warp-level primitives for generated kernels. `definitions` defines, for a full warp:
 //   kiln__warp_shfl_up(x, d), kiln__warp_shfl_down(x, d)  (32- and 64-bit scalars)

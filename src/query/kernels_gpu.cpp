@@ -30,7 +30,12 @@ std::string constants(const codegen::tile_policy& p, std::uint32_t items) {
          "\n#define KQ_LBW " + std::to_string(std::max<std::uint32_t>(p.lookback_window / 32, 1)) +
          "\n#define KQ_SPIN_NS0 " + std::to_string(std::min(p.spin_ns, 32u)) +
          "\n#define KQ_SPIN_NS " + std::to_string(p.spin_ns) +
-         "\n#ifndef kiln__backoff\n#define kiln__backoff(ns)\n#endif\n";
+         "\n#ifndef kiln__backoff\n#define kiln__backoff(ns)\n#endif\n"
+         // Polls `var = load` until `ready`, backing off exponentially (look-back status words).
+         "#define KQ_POLL(var, load, ready) \\\n"
+         "  for (uint32_t kq_ns = KQ_SPIN_NS0;; kq_ns = kq_ns < KQ_SPIN_NS ? 2 * kq_ns : kq_ns) { "
+         "\\\n"
+         "    var = (load); if (ready) break; kiln__backoff(kq_ns); }\n";
 }
 
 std::string map_kernel(const segment& seg, const common_code& p) {

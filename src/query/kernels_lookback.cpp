@@ -34,9 +34,9 @@ constexpr const char* warp_locals =
     "5;\n"
     "  const uint64_t kq_wbase = kq_tile * KQ_TILE + (uint64_t)kq_warp * (32u * KQ_IT);\n"
     "  const int kq_full = kq_wbase + 32u * KQ_IT <= kq_n;  // no bounds checks needed\n";
-const std::string walk_portable =
+// The portable form's block scan and look-back.
+const std::string walk =
     std::string(lookback::block_scan_local) + lookback::publish + lookback::walk_local;
-const std::string& walk = walk_portable;
 
 // Counts are scanned as has-value pairs like any scan value; h is always set.
 constexpr const char* count_type =

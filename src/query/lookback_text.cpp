@@ -146,11 +146,7 @@ KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw
                             KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
                             uint32_t* flag) {
   uint32_t s;
-  for (uint32_t ns = KQ_SPIN_NS0;; ns = ns < KQ_SPIN_NS ? 2 * ns : ns) {
-    s = *(KILN_GLOBAL volatile uint32_t*)(st + t);
-    if ((s >> 2) == epoch && (s & 3u) != 0u) break;
-    kiln__backoff(ns);
-  }
+  KQ_POLL(s, *(KILN_GLOBAL volatile uint32_t*)(st + t), (s >> 2) == epoch && (s & 3u) != 0u);
   kiln_mem_fence();
   *flag = s & 3u;
   KILN_GLOBAL kq_lb_t* vals = (KILN_GLOBAL kq_lb_t*)(*flag == 2u ? inclw : aggw);
@@ -171,11 +167,8 @@ KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw
                             KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
                             uint32_t* flag) {
   uint64_t w;
-  for (uint32_t ns = KQ_SPIN_NS0;; ns = ns < KQ_SPIN_NS ? 2 * ns : ns) {
-    w = *(KILN_GLOBAL volatile uint64_t*)(inclw + t);
-    if (((w >> 48) & 0x3FFFu) == epoch && (w >> 62) != 0u) break;
-    kiln__backoff(ns);
-  }
+  KQ_POLL(w, *(KILN_GLOBAL volatile uint64_t*)(inclw + t),
+          ((w >> 48) & 0x3FFFu) == epoch && (w >> 62) != 0u);
   *flag = (uint32_t)(w >> 62);
   kq_lb_t r; r.v = w & 0xFFFFFFFFFFFFull; r.h = 1; return r;
 }
@@ -196,11 +189,8 @@ KILN_FUNC kq_lb_t kq_lb_get(KILN_GLOBAL uint32_t* st, KILN_GLOBAL uint64_t* aggw
                             KILN_GLOBAL uint64_t* inclw, int64_t t, uint32_t epoch,
                             uint32_t* flag) {
   uint64_t w;
-  for (uint32_t ns = KQ_SPIN_NS0;; ns = ns < KQ_SPIN_NS ? 2 * ns : ns) {
-    w = *(KILN_GLOBAL volatile uint64_t*)(inclw + 2 * t);
-    if ((uint32_t)(w >> 34) == epoch && ((w >> 32) & 3u) != 0u) break;
-    kiln__backoff(ns);
-  }
+  KQ_POLL(w, *(KILN_GLOBAL volatile uint64_t*)(inclw + 2 * t),
+          (uint32_t)(w >> 34) == epoch && ((w >> 32) & 3u) != 0u);
   *flag = (uint32_t)(w >> 32) & 3u;
   kq_pun p; p.u = (uint32_t)w;
   kq_lb_t r; r.v = p.v; r.h = 1; return r;

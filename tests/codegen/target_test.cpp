@@ -66,3 +66,25 @@ KILN_KERNEL void warp_ops(KILN_GLOBAL uint64_t* out, KILN_GLOBAL const double* i
 }
 
 }  // namespace
+
+// KILN_TILE_POLICY's parser: known keys set their fields; anything else is refused by name.
+TEST(Target, TilePolicyOverrides) {
+  kiln::codegen::tile_policy p;
+  kiln::codegen::apply_tile_policy(
+      p, "group=512,compact_items=24,scan_items=12,lookback_window=64,spin_ns=0");
+  EXPECT_EQ(p.group, 512u);
+  EXPECT_EQ(p.compact_items, 24u);
+  EXPECT_EQ(p.scan_items, 12u);
+  EXPECT_EQ(p.lookback_window, 64u);
+  EXPECT_EQ(p.spin_ns, 0u);
+  for (const char* bad : {"tiles=4", "group=100", "group=0", "scan_items=2000", "scan_items=x",
+                          "compact_items=-1", "spin_ns=", "lookback_window=48", "group"}) {
+    kiln::codegen::tile_policy q;
+    try {
+      kiln::codegen::apply_tile_policy(q, bad);
+      ADD_FAILURE() << bad << " was accepted";
+    } catch (const kiln::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    }
+  }
+}
