@@ -81,6 +81,15 @@ class device {
   memory_usage_t memory_usage() const;
   void reset_peak_memory() const;  // peak = in use now
 
+  // Whether the device failed for this process (a trapped CUDA kernel, an illegal address).
+  // Every call on a lost device and its objects throws kiln::device_lost until reset().
+  bool lost() const;
+  // Makes a lost device usable again in this process (CUDA: primary-context reset). Every
+  // buffer, queue, event, program and kernel of the device made before stays invalid and
+  // throws kiln::device_lost when used; make new ones. Throws kiln::unsupported where the
+  // backend cannot reset (OpenCL). Call it with no other thread using the device.
+  void reset() const;
+
   bool operator==(const device& o) const noexcept { return impl_ == o.impl_; }
 
   explicit device(std::shared_ptr<detail::device_impl> impl) : impl_(std::move(impl)) {}
@@ -91,5 +100,15 @@ class device {
 };
 
 std::vector<backend_status> backends();
+
+// Memory of a device as Kiln and the driver see it (kiln::memory_stats).
+struct memory_statistics {
+  std::uint64_t in_use = 0;  // bytes Kiln's live allocations hold (device::memory_usage)
+  std::uint64_t peak = 0;    // most in use since the last reset_peak_memory
+  std::uint64_t cached = 0;  // held by the driver's pool for reuse, not in use (CUDA)
+  std::uint64_t free = 0;    // free device memory; UINT64_MAX where the driver cannot say
+  std::uint64_t total = 0;   // device memory
+};
+memory_statistics memory_stats(const device& dev);
 
 }  // namespace kiln

@@ -21,7 +21,8 @@ enum class error_category {
   compile_error,     // kernel source did not compile
   unsupported,       // the backend or device cannot do this (e.g. barriers on the CPU)
   backend_failure,   // the driver or device failed
-  not_found          // a device, backend or kernel entry point that does not exist
+  not_found,         // a device, backend or kernel entry point that does not exist
+  device_lost        // the device failed for the process (e.g. a trapped CUDA kernel)
 };
 
 const char* to_string(error_category c) noexcept;
@@ -84,6 +85,15 @@ class backend_failure : public error {
 class not_found : public error {
  public:
   explicit not_found(const std::string& m) : error(error_category::not_found, m) {}
+};
+
+// The device failed in a way that poisons it for the process: a kernel trapped or touched an
+// illegal address (CUDA's sticky errors). Every later call on the device, and on its buffers,
+// queues, events and kernels, throws this until kiln::device::reset() is called; handles from
+// before the reset keep throwing it after (their memory is gone).
+class device_lost : public error {
+ public:
+  explicit device_lost(const std::string& m) : error(error_category::device_lost, m) {}
 };
 
 // A kernel that failed to compile. what() holds the summary, the offending

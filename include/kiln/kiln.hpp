@@ -3,6 +3,7 @@
 #include "kiln/buffer.hpp"
 #include "kiln/device.hpp"
 #include "kiln/error.hpp"
+#include "kiln/fallback.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/linalg.hpp"
 #include "kiln/queue.hpp"

@@ -34,7 +34,10 @@ typedef enum kiln_status {
   KILN_ERR_COMPILE = 3,
   KILN_ERR_UNSUPPORTED = 4,
   KILN_ERR_BACKEND = 5,  /* driver or device failure */
-  KILN_ERR_NOT_FOUND = 6 /* e.g. a kernel entry point missing from a program */
+  KILN_ERR_NOT_FOUND = 6, /* e.g. a kernel entry point missing from a program */
+  /* The device failed in a way that poisons it for the process (CUDA's sticky errors: a trapped
+   * kernel, an illegal address). Every later call on it fails until device_reset. */
+  KILN_ERR_DEVICE_LOST = 7
 } kiln_status;
 
 typedef enum kiln_device_type {
@@ -229,7 +232,21 @@ typedef struct kiln_extension_header {
    * for listings, never needed to call one. */                                                    \
   X(const char*, extension_list, (void))                                                           \
   /* 1 when device `index` runs `op` (KILN_OP_*) on `dtype`, 0 otherwise or when unknown. */       \
-  X(int, supports_op, (int device_index, const char* op, kiln_dtype dtype))
+  X(int, supports_op, (int device_index, const char* op, kiln_dtype dtype))                       \
+  /* ---- Resilience (optional). ---- */                                                           \
+  /* Free and total device memory, and what the plugin's allocator caches (reserved but not in     \
+   * use, e.g. CUDA's stream-ordered pool). Any pointer may be NULL. */                            \
+  X(kiln_status, mem_info,                                                                         \
+    (kiln_device_h dev, uint64_t * free_bytes, uint64_t * total_bytes, uint64_t * cached_bytes))   \
+  /* Returns cached, unused memory to the driver (before an allocation is retried). Never waits    \
+   * for running work. */                                                                          \
+  X(kiln_status, mem_trim, (kiln_device_h dev))                                                    \
+  /* KILN_ERR_DEVICE_LOST when the device has failed for the process, else KILN_OK. */             \
+  X(kiln_status, device_status, (kiln_device_h dev))                                               \
+  /* Destroys every object of the device (memory, queues, events, programs) and makes it usable    \
+   * again: CUDA's primary-context reset. Handles from before are invalid; the core never passes   \
+   * them again. */                                                                                \
+  X(kiln_status, device_reset, (kiln_device_h dev))
 
 #define KILN_BACKEND_MEMBER_(ret, name, params) ret(*name) params;
 

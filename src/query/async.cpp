@@ -3,6 +3,7 @@
 // queue, record an event, read the slot at get()).
 #include <cstring>
 
+#include "query/fallback.hpp"
 #include "query/run.hpp"
 #include "runtime/runtime.hpp"
 
@@ -72,7 +73,35 @@ std::shared_ptr<async_state> start(query_desc& d, const queue* q, bool reduce,
 
 }  // namespace
 
+namespace {
+collect_result collect_once(query_desc& d);
+reduce_result reduce_once(query_desc& d, const reduce_spec& r);
+}  // namespace
+
 collect_result collect(query_desc& d) {
+  if (const fallback* chain = fallback_scope::current()) {
+    collect_result r;
+    run_falling_back(d, *chain, [&](query_desc& dd) {
+      // No scope inside: the inner call runs once, on dd's device.
+      collect_result attempt = collect_once(dd);
+      r = std::move(attempt);
+    });
+    return r;
+  }
+  return collect_once(d);
+}
+
+reduce_result reduce(query_desc& d, const reduce_spec& r) {
+  if (const fallback* chain = fallback_scope::current()) {
+    reduce_result out{};
+    run_falling_back(d, *chain, [&](query_desc& dd) { out = reduce_once(dd, r); });
+    return out;
+  }
+  return reduce_once(d, r);
+}
+
+namespace {
+collect_result collect_once(query_desc& d) {
   const device dev = prepare(d, nullptr);
   queue& q = dev.default_queue();
   enqueued e = enqueue_collect(d, q);
@@ -80,13 +109,14 @@ collect_result collect(query_desc& d) {
   return finish_collect(e);
 }
 
-reduce_result reduce(query_desc& d, const reduce_spec& r) {
+reduce_result reduce_once(query_desc& d, const reduce_spec& r) {
   const device dev = prepare(d, nullptr);
   queue& q = dev.default_queue();
   enqueued e = enqueue_reduce(d, r, q);
   q.finish();
   return slot_result(e);
 }
+}  // namespace
 
 std::shared_ptr<async_state> collect_async(query_desc& d, const queue* q) {
   return start(d, q, false, [](query_desc& dd, queue& qq) { return enqueue_collect(dd, qq); });

@@ -155,6 +155,16 @@ struct staging_pool::state {
 staging_pool& staging_pool::of(const device& dev) {
   static std::mutex mu;
   static auto* all = new std::map<const device_impl*, staging_pool*>;  // never destroyed
+  // A reset device's pool holds queues and pinned memory of the old generation: a new pool
+  // serves it. The old one is leaked, never freed (its driver objects are gone).
+  static const bool hooked = [] {
+    detail::on_device_reset([](const device_impl* d) {
+      std::lock_guard lock(mu);
+      all->erase(d);
+    });
+    return true;
+  }();
+  (void)hooked;
   std::lock_guard lock(mu);
   staging_pool*& p = (*all)[dev.impl().get()];
   if (!p) p = new staging_pool(dev);

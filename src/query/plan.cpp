@@ -7,6 +7,7 @@
 #include "ir/hash.hpp"
 #include "ir/print.hpp"
 #include "ir/verify.hpp"
+#include "runtime/runtime.hpp"
 
 namespace kiln::detail::q {
 
@@ -116,6 +117,7 @@ std::uint64_t shape_key(const query_desc& d, segment_end terminal, bool no_filte
   ir::hasher h;
   const auto u = [](auto x) { return static_cast<std::uint64_t>(x); };
   h.add(reinterpret_cast<std::uintptr_t>(d.dev.impl().get()));
+  h.add(d.dev.impl()->generation.load(std::memory_order_relaxed));  // a reset re-plans
   h.add(ir::structural_hash(d.graph));
   h.add(u(terminal)).add(u(no_filter_at_end)).add(u(no_scan_at_end)).add(d.inputs.size());
   for (const auto& in : d.inputs) h.add(u(in.type));

@@ -32,14 +32,61 @@ void reallocate(std::shared_ptr<memory_impl>& m, queue& q, std::uint64_t bytes) 
   m = allocate_on(*q.impl(), bytes);
 }
 
+// Out of memory: sets nobody leases give their memory back (after their last queue's work).
+// Device reset: every set and slot belongs to the old generation; forget them (their memory
+// went with the reset; the core never frees stale memory).
+void drop_sets(device_scratch& ds, bool reset) {
+  std::vector<std::unique_ptr<scratch>> dropped;
+  {
+    std::lock_guard lock(ds.mu);
+    for (auto& s : ds.sets)
+      if (reset || !s->leased) dropped.push_back(std::move(s));
+    std::erase(ds.sets, nullptr);
+    if (reset) {
+      ds.free_slots.clear();
+      ds.retired.clear();
+    }
+  }
+  if (reset) return;
+  for (auto& s : dropped)
+    if (auto last = s->last.lock()) try {
+        queue(last).finish();
+      } catch (...) {  // a failed queue ran nothing more: the memory is free to go
+      }
+}
+
+std::mutex& scratch_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::map<const device_impl*, std::unique_ptr<device_scratch>>& all_scratch() {
+  // Never destroyed, like the devices: no device memory is freed after a driver shut down.
+  static auto* all = new std::map<const device_impl*, std::unique_ptr<device_scratch>>;
+  return *all;
+}
+void drop_for(const device_impl* dev, bool reset) {
+  device_scratch* ds = nullptr;
+  {
+    std::lock_guard lock(scratch_mu());
+    auto it = all_scratch().find(dev);
+    if (it == all_scratch().end()) return;
+    ds = it->second.get();
+  }
+  drop_sets(*ds, reset);
+}
+
 device_scratch& scratch_of(const device_impl* dev) {
   // Devices and their scratch live until exit: the last lookup of a thread stays valid.
   thread_local std::pair<const device_impl*, device_scratch*> last{nullptr, nullptr};
   if (last.first == dev) return *last.second;
-  static std::mutex mu;
-  // Never destroyed, like the devices: no device memory is freed after a driver shut down.
-  static auto* all = new std::map<const device_impl*, std::unique_ptr<device_scratch>>;
-  std::lock_guard lock(mu);
+  static const bool hooked = [] {
+    on_memory_pressure([](const device_impl* d) { drop_for(d, false); });
+    on_device_reset([](const device_impl* d) { drop_for(d, true); });
+    return true;
+  }();
+  (void)hooked;
+  auto* all = &all_scratch();
+  std::lock_guard lock(scratch_mu());
   auto& s = (*all)[dev];
   if (!s) s = std::make_unique<device_scratch>();
   last = {dev, s.get()};

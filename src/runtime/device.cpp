@@ -2,19 +2,28 @@
 #include <cstdlib>
 
 #include "runtime/program_cache.hpp"
+#include "runtime/resilience_log.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln {
 namespace detail {
 
 kiln_device_h device_impl::handle() {
-  std::call_once(open_once_,
-                 [&] { check(*api, api->device_open(index, &handle_), "opening device"); });
+  std::call_once(open_once_, [&] {
+    check(*api, api->device_open(index, &handle_), "opening device");
+    opened_.store(true, std::memory_order_release);
+  });
   return handle_;
 }
 
 queue& device_impl::default_queue() {
-  std::call_once(queue_once_, [&] { default_queue_ = std::make_unique<queue>(make_queue()); });
+  std::lock_guard lock(queue_mu_);
+  const std::uint32_t gen = generation.load(std::memory_order_acquire);
+  if (!default_queue_ || default_queue_gen_ != gen) {
+    if (default_queue_) retired_queues_.push_back(std::move(default_queue_));
+    default_queue_ = std::make_unique<queue>(make_queue());
+    default_queue_gen_ = gen;
+  }
   return *default_queue_;
 }
 
@@ -23,6 +32,8 @@ std::shared_ptr<queue_impl> device_impl::make_queue() {
   auto q = std::make_shared<queue_impl>();
   q->dev = self;
   q->public_device = kiln::device(self);
+  q->gen = generation.load(std::memory_order_acquire);
+  check_alive(q->gen, "creating a queue");
   check(*api, api->queue_create(handle(), &q->handle), "creating a queue");
   std::lock_guard lock(mu);
   std::erase_if(queues, [](const std::weak_ptr<queue_impl>& w) { return w.expired(); });
@@ -37,7 +48,66 @@ void device_impl::synchronize() {
     for (auto& w : queues)
       if (auto q = w.lock(); q && !q->resident) live.push_back(std::move(q));
   }
-  for (auto& q : live) check(*api, api->queue_finish(q->handle), "synchronizing a queue");
+  for (auto& q : live) {
+    check_alive(q->gen, "synchronizing a queue");
+    check(*api, api->queue_finish(q->handle), "synchronizing a queue");
+  }
+}
+
+void device_impl::refresh_lost() noexcept {
+  if (!opened_.load(std::memory_order_acquire) || !KILN_BACKEND_HAS(api, device_status)) return;
+  if (api->device_status(handle_) == KILN_ERR_DEVICE_LOST && !lost.exchange(true))
+    log_device_lost(*this, api->last_error());
+}
+
+void device_impl::throw_lost(std::uint32_t gen, const char* what) const {
+  if (gen != generation.load())
+    throw device_lost(std::string(what) + ": the object was made on " + id +
+                      " before kiln::device::reset(); its driver objects are gone");
+  throw device_lost(std::string(what) + ": " + id +
+                    " is lost (a kernel failed with a sticky error); call kiln::device::reset()");
+}
+
+namespace {
+std::mutex& reset_hooks_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<void (*)(const device_impl*)>& reset_hooks() {
+  static auto* hooks = new std::vector<void (*)(const device_impl*)>;
+  return *hooks;
+}
+}  // namespace
+
+void on_device_reset(void (*hook)(const device_impl*)) {
+  std::lock_guard lock(reset_hooks_mu());
+  reset_hooks().push_back(hook);
+}
+
+void device_impl::reset() {
+  if (!KILN_BACKEND_HAS(api, device_reset))
+    throw unsupported("kiln::device::reset: the " + info.backend + " plugin cannot reset " + id);
+  {
+    std::lock_guard lock(queue_mu_);
+    check(*api, api->device_reset(handle()), ("resetting " + id).c_str());
+    // Objects of the old generation stop reaching the plugin from here on.
+    generation.fetch_add(1, std::memory_order_acq_rel);
+    lost.store(false, std::memory_order_release);
+    bytes_in_use.store(0);
+    peak_bytes.store(0);
+  }
+  {
+    std::lock_guard lock(mu);
+    queues.clear();
+  }
+  if (programs_) programs_->clear();
+  std::vector<void (*)(const device_impl*)> hooks;
+  {
+    std::lock_guard lock(reset_hooks_mu());
+    hooks = reset_hooks();
+  }
+  for (auto* h : hooks) h(this);
+  log_device_reset(*this);
 }
 
 const std::string& device_impl::compiler_id() {
@@ -144,5 +214,16 @@ device::memory_usage_t device::memory_usage() const {
 }
 
 void device::reset_peak_memory() const { impl_->peak_bytes = impl_->bytes_in_use.load(); }
+
+bool device::lost() const {
+  impl_->refresh_lost();
+  return impl_->lost.load();
+}
+
+void device::reset() const { impl_->reset(); }
+
+memory_statistics memory_stats(const device& dev) {
+  return detail::query_memory_stats(*dev.impl());
+}
 
 }  // namespace kiln

@@ -1,5 +1,7 @@
 #include "runtime/generated_kernels.hpp"
 
+#include "runtime/runtime.hpp"
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -33,7 +35,25 @@ struct cache {
   static constexpr std::size_t max_entries = 512;
 };
 cache& the_cache() {
-  static auto* c = new cache;  // never destroyed: holds device objects
+  static auto* c = [] {
+    auto* made = new cache;  // never destroyed: holds device objects
+    // A reset device's kernels belong to its old generation: forget them.
+    on_device_reset([](const device_impl* d) {
+      cache& c = the_cache();
+      std::vector<std::vector<kernel>> dropped;  // released outside the lock
+      std::lock_guard lock(c.mu);
+      for (auto it = c.order.begin(); it != c.order.end();)
+        if (it->first == d) {
+          auto e = c.entries.find(*it);
+          dropped.push_back(std::move(e->second));
+          c.entries.erase(e);
+          it = c.order.erase(it);
+        } else {
+          ++it;
+        }
+    });
+    return made;
+  }();
   return *c;
 }
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <string>
 
+#include "runtime/fault_injection.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln::detail {
@@ -44,6 +45,7 @@ void check_args(const kernel_impl& k, const queue_impl& q, const arg_binding* ar
                 "a view of const elements passed where the kernel writes (" + param_type(p) + ")");
       if (a.mem && a.mem->dev.get() != q.dev.get())
         bad_arg(k, i, "the buffer lives on " + a.mem->dev->id + ", the launch is on " + q.dev->id);
+      if (a.mem && a.mem->handle) q.dev->check_alive(a.mem->gen, "launching a kernel");
     }
   }
 }
@@ -84,6 +86,8 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
   if (q.dev.get() != k.dev)
     throw invalid_argument("kernel '" + k.name + "' was compiled for " + k.dev->id +
                            ", the queue belongs to " + q.dev->id);
+  q.dev->check_alive(q.gen, "launching a kernel");
+  q.dev->check_alive(k.program->gen, "launching a kernel");
   check_args(k, q, args, n);
   if (n + 1 > max_args)
     throw invalid_argument("kernel '" + k.name + "': more than " + std::to_string(max_args - 1) +
@@ -148,6 +152,10 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
     std::uint64_t n[3];
   } range_arg = {{global.size[0], global.size[1], global.size[2]}};
   kargs[n] = {&range_arg, sizeof range_arg, 0};
+  if (g_faults_armed.load(std::memory_order_relaxed)) [[unlikely]]
+    for (auto f : {testing::fault::launch, testing::fault::device_lost})
+      if (kiln_status s = take_fault(*k.dev, f); s != KILN_OK)
+        throw_injected(*k.dev, f, s, "launching kernel '" + k.name + "'");
   kiln_status s =
       k.api->launch(k.handle, q.handle, &dims, kargs, static_cast<std::uint32_t>(n + 1));
   if (s != KILN_OK) throw_status(*k.api, s, "launching kernel '" + k.name + "'");

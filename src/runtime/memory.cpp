@@ -1,13 +1,26 @@
 #include <algorithm>
+#include <cstdio>
 
 #include "kiln/buffer.hpp"
+#include "runtime/fault_injection.hpp"
 #include "runtime/pinned.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln::detail {
 
+namespace {
+std::mutex& pressure_mu() {
+  static std::mutex mu;
+  return mu;
+}
+std::vector<void (*)(const device_impl*)>& pressure_hooks() {
+  static auto* hooks = new std::vector<void (*)(const device_impl*)>;
+  return *hooks;
+}
+}  // namespace
+
 memory_impl::~memory_impl() {
-  if (!handle) return;
+  if (!handle || dev->stale(gen)) return;  // a reset freed it with the old generation
   dev->bytes_in_use -= bytes;
   const kiln_backend& api = *dev->api;
   // Free on the last queue that used the memory, after every other user's work too.
@@ -32,20 +45,64 @@ memory_impl::~memory_impl() {
 }
 
 namespace {
+
+std::string mib(std::uint64_t b) {
+  char s[48];
+  std::snprintf(s, sizeof s, "%.1f MiB", double(b) / (1 << 20));
+  return s;
+}
+
+// The out-of-memory message: what was asked, what the device has, what Kiln holds.
+[[noreturn]] void throw_oom(const device_impl& d, std::uint64_t bytes, const std::string& why) {
+  std::string msg = "out of memory on " + d.id + ": asked for " + std::to_string(bytes) +
+                    " bytes (" + mib(bytes) + ")";
+  const memory_statistics st = query_memory_stats(const_cast<device_impl&>(d));
+  if (st.total)
+    msg += "; device free " + (st.free == UINT64_MAX ? std::string("unknown") : mib(st.free)) +
+           " of " + mib(st.total);
+  msg += "; Kiln holds " + mib(st.in_use) + " in use (peak " + mib(st.peak) + ") and " +
+         mib(st.cached) + " cached in the pool, released and retried once before failing (" +
+         why + ")";
+  throw out_of_memory(msg);
+}
+
 // `q` null: usable by every queue when this returns; else ordered on q (no host wait).
 std::shared_ptr<memory_impl> allocate_impl(const device& dev, std::uint64_t bytes, queue_impl* q) {
   auto m = std::make_shared<memory_impl>();
   m->dev = dev.impl();
   m->public_device = dev;
   m->bytes = bytes;
+  m->gen = m->dev->generation.load(std::memory_order_acquire);
   if (bytes == 0) return m;
+  m->dev->check_alive(q ? q->gen : m->gen, "allocating device memory");
   const device_info& info = dev.info();
   if (info.max_alloc_bytes && bytes > info.max_alloc_bytes)
     throw out_of_memory("cannot allocate " + std::to_string(bytes) + " bytes on " + dev.id() +
                         ": the device's largest allocation is " +
                         std::to_string(info.max_alloc_bytes) + " bytes");
   const kiln_backend& api = *m->dev->api;
-  kiln_status s = api.mem_alloc(m->dev->handle(), bytes, q ? q->handle : nullptr, &m->handle);
+  bool injected = false;
+  auto try_alloc = [&] {
+    if (kiln_status f = maybe_fault(*m->dev, testing::fault::allocate); f != KILN_OK) {
+      injected = true;
+      return f;
+    }
+    injected = false;
+    return api.mem_alloc(m->dev->handle(), bytes, q ? q->handle : nullptr, &m->handle);
+  };
+  kiln_status s = try_alloc();
+  if (s == KILN_ERR_OUT_OF_MEMORY) {
+    // Give back what is cached (the driver's pool, Kiln's idle scratch) and try once more.
+    m->handle = nullptr;
+    release_cached_memory(*m->dev);
+    s = try_alloc();
+    if (s == KILN_ERR_OUT_OF_MEMORY) {
+      m->handle = nullptr;
+      const std::string why =
+          injected ? "injected by kiln::testing::inject_fault" : std::string(api.last_error());
+      throw_oom(*m->dev, bytes, why);
+    }
+  }
   if (s != KILN_OK) {
     m->handle = nullptr;
     throw_status(api, s, "allocating " + std::to_string(bytes) + " bytes on " + dev.id());
@@ -69,6 +126,37 @@ std::shared_ptr<memory_impl> allocate_on(queue_impl& q, std::uint64_t bytes) {
 
 const device& memory_device(const memory_impl& m) { return m.public_device; }
 
+void release_cached_memory(device_impl& d) {
+  std::vector<void (*)(const device_impl*)> hooks;
+  {
+    std::lock_guard lock(pressure_mu());
+    hooks = pressure_hooks();
+  }
+  for (auto* h : hooks) h(&d);
+  if (KILN_BACKEND_HAS(d.api, mem_trim)) d.api->mem_trim(d.handle());  // best effort
+}
+
+void on_memory_pressure(void (*hook)(const device_impl*)) {
+  std::lock_guard lock(pressure_mu());
+  pressure_hooks().push_back(hook);
+}
+
+memory_statistics query_memory_stats(device_impl& d) {
+  memory_statistics st;
+  st.in_use = d.bytes_in_use.load();
+  st.peak = d.peak_bytes.load();
+  if (KILN_BACKEND_HAS(d.api, mem_info) && !d.lost.load()) {
+    std::uint64_t f = 0, t = 0, c = 0;
+    if (d.api->mem_info(d.handle(), &f, &t, &c) == KILN_OK) {
+      st.free = f;
+      st.total = t;
+      st.cached = c;
+    }
+  }
+  if (!st.total) st.total = d.info.global_mem_bytes;
+  return st;
+}
+
 void finish_users(memory_impl& m) {
   std::vector<std::shared_ptr<queue_impl>> users;
   {
@@ -85,6 +173,10 @@ void same_device(const queue_impl& q, const memory_impl& m, const char* what) {
     throw invalid_argument(std::string(what) + ": the buffer lives on " + m.dev->id +
                            " but the queue belongs to " + q.dev->id);
 }
+void alive(const queue_impl& q, const memory_impl& m, const char* what) {
+  q.dev->check_alive(q.gen, what);
+  if (m.handle) q.dev->check_alive(m.gen, what);
+}
 }  // namespace
 
 void note_queue_use(memory_impl& m, queue_impl& q) {
@@ -98,6 +190,7 @@ void note_queue_use(memory_impl& m, queue_impl& q) {
 void copy_h2d(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* src,
               std::uint64_t bytes) {
   same_device(q, dst, "copy to device");
+  alive(q, dst, "copy to device");
   note_queue_use(dst, q);
   check(*q.dev->api, q.dev->api->copy_h2d(q.handle, {dst.handle, off}, src, bytes),
         "copying host to device");
@@ -105,6 +198,7 @@ void copy_h2d(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* sr
 
 void copy_d2h(queue_impl& q, void* dst, memory_impl& src, std::uint64_t off, std::uint64_t bytes) {
   same_device(q, src, "copy to host");
+  alive(q, src, "copy to host");
   note_queue_use(src, q);
   check(*q.dev->api, q.dev->api->copy_d2h(q.handle, dst, {src.handle, off}, bytes),
         "copying device to host");
@@ -114,6 +208,8 @@ void copy_d2d(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_imp
               std::uint64_t src_off, std::uint64_t bytes) {
   same_device(q, dst, "device copy (destination)");
   same_device(q, src, "device copy (source)");
+  alive(q, dst, "device copy");
+  alive(q, src, "device copy");
   note_queue_use(dst, q);
   note_queue_use(src, q);
   check(*q.dev->api,
@@ -124,6 +220,7 @@ void copy_d2d(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_imp
 void fill(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* pattern,
           std::uint32_t pattern_size, std::uint64_t count) {
   same_device(q, dst, "fill");
+  alive(q, dst, "fill");
   note_queue_use(dst, q);
   check(*q.dev->api, q.dev->api->fill(q.handle, {dst.handle, off}, pattern, pattern_size, count),
         "filling device memory");

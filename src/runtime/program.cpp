@@ -7,6 +7,7 @@
 #include "codegen/target.hpp"
 #include "runtime/cache_key.hpp"
 #include "runtime/disk_cache.hpp"
+#include "runtime/fault_injection.hpp"
 #include "runtime/program_cache.hpp"
 #include "runtime/runtime.hpp"
 
@@ -77,13 +78,15 @@ void check_features(const kernel_lang::parsed_source& p, const device_info& info
 
 program_impl::~program_impl() {
   kernels.clear();
-  if (handle) dev->api->program_unload(handle);
+  if (handle && !dev->stale(gen)) dev->api->program_unload(handle);
 }
 
 }  // namespace detail
 
 program program::compile(const device& dev, std::string_view source, std::string_view options) {
   detail::device_impl& d = *dev.impl();
+  const std::uint32_t gen = d.generation.load(std::memory_order_acquire);
+  d.check_alive(gen, "compiling a program");
   if (auto hit = d.programs().find(source, options)) {
     detail::stats().memory_hits++;
     return program(std::move(hit));
@@ -91,6 +94,7 @@ program program::compile(const device& dev, std::string_view source, std::string
   auto p = std::make_shared<detail::program_impl>();
   p->dev = dev.impl();
   p->public_device = dev;
+  p->gen = gen;
   p->parsed = kernel_lang::parse(source);
   detail::check_features(p->parsed, d.info, d.id);
   const kiln_backend& api = *d.api;
@@ -107,6 +111,8 @@ program program::compile(const device& dev, std::string_view source, std::string
   std::optional<std::vector<std::byte>> bytes;
   if (disk) bytes = disk->load(key);
   bool from_disk = bytes.has_value();
+  if (const kiln_status f = detail::maybe_fault(d, testing::fault::compile); f != KILN_OK)
+    detail::throw_injected(d, testing::fault::compile, f, "compiling a kernel for " + d.id);
   if (!bytes)
     bytes = detail::backend_compile(api, d.handle(), d.info.arch, rendered, source, opts, d.id);
   kiln_status s = api.program_load(d.handle(), bytes->data(), bytes->size(), &p->handle);
@@ -127,6 +133,7 @@ program program::compile(const device& dev, std::string_view source, std::string
 }
 
 kernel program::get_kernel(std::string_view name) const {
+  impl_->dev->check_alive(impl_->gen, "getting a kernel");
   std::lock_guard lock(impl_->mu);
   if (auto it = impl_->kernels.find(std::string(name)); it != impl_->kernels.end())
     if (auto k = it->second.lock()) return kernel(std::move(k));

@@ -37,4 +37,12 @@ void program_cache::insert(std::string_view source, std::string_view options,
   bucket.push_back({std::string(source), std::string(options), std::move(p)});
 }
 
+void program_cache::clear() {
+  decltype(map_) old;
+  {
+    std::lock_guard lock(mu_);
+    old.swap(map_);
+  }  // programs released outside the lock
+}
+
 }  // namespace kiln::detail

@@ -18,6 +18,7 @@ struct program_impl;
 struct program_cache {
   std::shared_ptr<program_impl> find(std::string_view source, std::string_view options);
   void insert(std::string_view source, std::string_view options, std::shared_ptr<program_impl> p);
+  void clear();  // after a device reset: every program belongs to the old generation
 
  private:
   struct entry {

@@ -3,12 +3,13 @@
 namespace kiln {
 namespace detail {
 
+// Objects of a generation before a device reset died with it: never hand them back.
 queue_impl::~queue_impl() {
-  if (handle) dev->api->queue_destroy(handle);  // waits for queued work; never throws
+  if (handle && !dev->stale(gen)) dev->api->queue_destroy(handle);  // waits; never throws
 }
 
 event_impl::~event_impl() {
-  if (handle) dev->api->event_destroy(handle);
+  if (handle && !dev->stale(gen)) dev->api->event_destroy(handle);
 }
 
 }  // namespace detail
@@ -18,8 +19,10 @@ queue::queue(const device& dev) : impl_(dev.impl()->make_queue()) {}
 const device& queue::get_device() const { return impl_->public_device; }
 
 event queue::record() {
+  impl_->dev->check_alive(impl_->gen, "recording an event");
   auto e = std::make_shared<detail::event_impl>();
   e->dev = impl_->dev;
+  e->gen = impl_->gen;
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.event_create(impl_->dev->handle(), &e->handle), "creating an event");
   detail::check(api, api.event_record(e->handle, impl_->handle), "recording an event");
@@ -30,21 +33,26 @@ void queue::wait(const event& e) {
   if (e.impl()->dev != impl_->dev)
     throw invalid_argument("queue::wait: the event belongs to device " + e.impl()->dev->id +
                            ", the queue to " + impl_->dev->id);
+  impl_->dev->check_alive(impl_->gen, "waiting on an event");
+  impl_->dev->check_alive(e.impl()->gen, "waiting on an event");
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.queue_wait_event(impl_->handle, e.impl()->handle), "waiting on an event");
 }
 
 void queue::finish() {
+  impl_->dev->check_alive(impl_->gen, "finishing a queue");
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.queue_finish(impl_->handle), "finishing a queue");
 }
 
 void event::wait() const {
+  impl_->dev->check_alive(impl_->gen, "waiting for an event");
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.event_wait(impl_->handle), "waiting for an event");
 }
 
 bool event::done() const {
+  impl_->dev->check_alive(impl_->gen, "querying an event");
   const kiln_backend& api = *impl_->dev->api;
   kiln_status s = api.event_query(impl_->handle);
   if (s == KILN_ERR_NOT_FOUND) return false;
@@ -56,6 +64,8 @@ float elapsed_ms(const event& start, const event& stop) {
   if (start.impl()->dev != stop.impl()->dev)
     throw invalid_argument("elapsed_ms: events of different devices (" + start.impl()->dev->id +
                            ", " + stop.impl()->dev->id + ")");
+  start.impl()->dev->check_alive(start.impl()->gen, "measuring time between events");
+  start.impl()->dev->check_alive(stop.impl()->gen, "measuring time between events");
   const kiln_backend& api = *start.impl()->dev->api;
   float ms = 0;
   detail::check(api, api.event_elapsed_ms(start.impl()->handle, stop.impl()->handle, &ms),

@@ -56,10 +56,39 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
   // last reset (device::memory_usage).
   std::atomic<std::uint64_t> bytes_in_use{0}, peak_bytes{0};
 
+  // ---- Resilience (docs/resilience.md) ----
+  // Set when the plugin reports the device lost (throw_status); cleared by reset().
+  std::atomic<bool> lost{false};
+  // Bumped by reset(): objects stamped with an older generation are never passed to the
+  // plugin again (their driver objects died with the reset) and throw device_lost when used.
+  std::atomic<std::uint32_t> generation{1};
+  // Asks the plugin whether the device failed; sets `lost`. Only for an opened device.
+  void refresh_lost() noexcept;
+  // Throws device_lost when the device is lost or `gen` predates a reset. One relaxed load
+  // each on the hot path.
+  void check_alive(std::uint32_t gen, const char* what) const {
+    if (lost.load(std::memory_order_relaxed) ||
+        gen != generation.load(std::memory_order_relaxed)) [[unlikely]]
+      throw_lost(gen, what);
+  }
+  [[noreturn]] void throw_lost(std::uint32_t gen, const char* what) const;
+  // True for an object of generation `gen` whose driver object died with a reset: its
+  // destructor must not hand it to the plugin.
+  bool stale(std::uint32_t gen) const noexcept {
+    return gen != generation.load(std::memory_order_acquire);
+  }
+  // device::reset(): the plugin's reset, a new generation, fresh caches.
+  void reset();
+
  private:
-  std::once_flag open_once_, queue_once_, compiler_once_, cache_once_;
+  std::once_flag open_once_, compiler_once_, cache_once_;
   kiln_device_h handle_ = nullptr;
+  std::atomic<bool> opened_{false};
+  std::mutex queue_mu_;
   std::unique_ptr<queue> default_queue_;
+  std::uint32_t default_queue_gen_ = 0;
+  // Default queues of earlier generations: callers may still hold references to them.
+  std::vector<std::unique_ptr<queue>> retired_queues_;
   std::string compiler_id_;
   std::unique_ptr<program_cache> programs_;
 };
@@ -67,6 +96,7 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
 struct queue_impl : std::enable_shared_from_this<queue_impl> {
   std::shared_ptr<device_impl> dev;
   kiln_queue_h handle = nullptr;
+  std::uint32_t gen = 0;  // device generation at creation
   kiln::device public_device{nullptr};
   bool resident = false;  // runs a ring kernel: device::synchronize() does not wait for it
   ~queue_impl();
@@ -75,6 +105,7 @@ struct queue_impl : std::enable_shared_from_this<queue_impl> {
 struct event_impl {
   std::shared_ptr<device_impl> dev;
   kiln_event_h handle = nullptr;
+  std::uint32_t gen = 0;
   ~event_impl();
 };
 
@@ -85,6 +116,7 @@ struct memory_impl {
   kiln::device public_device{nullptr};
   void* handle = nullptr;
   std::uint64_t bytes = 0;
+  std::uint32_t gen = 0;
   std::mutex mu;
   std::vector<std::shared_ptr<queue_impl>> users;
   ~memory_impl();
@@ -105,6 +137,7 @@ struct program_impl : std::enable_shared_from_this<program_impl> {
   std::shared_ptr<device_impl> dev;
   kiln::device public_device{nullptr};
   kiln_program_h handle = nullptr;
+  std::uint32_t gen = 0;
   kernel_lang::parsed_source parsed;
   std::mutex mu;
   std::unordered_map<std::string, std::weak_ptr<kernel_impl>>
@@ -135,6 +168,18 @@ struct registry {
  private:
   registry();
 };
+
+// Called by device::reset() for every device reset: caches keyed by device drop that
+// device's entries (their kernels and buffers belong to the old generation). Register once,
+// from a function-local static; hooks run under no lock of the runtime's.
+void on_device_reset(void (*hook)(const device_impl*));
+
+// Called before an allocation that ran out of memory is retried: caches of device memory
+// (query scratch ...) release what is idle on that device. Register once, like reset hooks.
+void on_memory_pressure(void (*hook)(const device_impl*));
+// Runs the pressure hooks, then asks the plugin to trim its pool.
+void release_cached_memory(device_impl& d);
+memory_statistics query_memory_stats(device_impl& d);
 
 // Records that queue q uses memory m (for ordered frees and synchronous waits).
 void note_queue_use(memory_impl& m, queue_impl& q);

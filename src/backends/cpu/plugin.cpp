@@ -3,6 +3,8 @@
 #include <cstdarg>
 #include <cstdio>
 
+#include <unistd.h>
+
 #include "backends/cpu/cpu_backend.hpp"
 #include "plugin_table.hpp"
 #include "runtime/builtin_backend.hpp"
@@ -59,6 +61,21 @@ int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
          (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype));
 }
+
+// Host memory: free is what the kernel reports available; nothing is cached (malloc).
+kiln_status mem_info(kiln_device_h, uint64_t* free_bytes, uint64_t* total_bytes,
+                     uint64_t* cached_bytes) noexcept {
+  const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (free_bytes) *free_bytes = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
+  if (total_bytes) *total_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * page;
+  if (cached_bytes) *cached_bytes = 0;
+  return KILN_OK;
+}
+kiln_status mem_trim(kiln_device_h) noexcept { return KILN_OK; }
+// The host cannot be lost; a reset only makes the core drop its handles (their memory is
+// not freed: the core no longer passes them to the plugin).
+kiln_status device_status(kiln_device_h) noexcept { return KILN_OK; }
+kiln_status device_reset(kiln_device_h) noexcept { return KILN_OK; }
 
 const kiln_backend table = KILN_PLUGIN_TABLE("cpu", "cpp", 0);
 

@@ -26,6 +26,8 @@ struct kiln_device_s {
   CUcontext ctx = nullptr;
   CUstream internal = nullptr;  // for NULL-queue allocations and frees
   CUmemoryPool pool = nullptr;  // null: device lacks memory pools, fall back to cuMemAlloc
+  // A sticky error hit this device's context (cu_fail): every call fails until device_reset.
+  std::atomic<bool> lost{false};
 };
 
 struct kiln_queue_s {
@@ -127,6 +129,11 @@ int device_count();
 kiln_status device_info(int index, kiln_device_info* out);
 kiln_status device_open(int index, kiln_device_h* out);
 void device_close(kiln_device_h dev);
+kiln_status device_status(kiln_device_h dev);
+kiln_status device_reset(kiln_device_h dev);
+kiln_status mem_info(kiln_device_h dev, uint64_t* free_bytes, uint64_t* total_bytes,
+                     uint64_t* cached_bytes);
+kiln_status mem_trim(kiln_device_h dev);
 
 kiln_status mem_alloc(kiln_device_h dev, uint64_t bytes, kiln_queue_h queue, void** out);
 void mem_free(kiln_device_h dev, void* mem, kiln_queue_h queue);

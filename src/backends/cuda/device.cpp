@@ -265,6 +265,48 @@ kiln_status device_open(int index, kiln_device_h* out) {
   return KILN_OK;
 }
 
+void note_device_lost() noexcept {
+  // Lock-free: cu_fail may run under state().mu. The device list is fixed after init.
+  const CUcontext cur = t_ctx.ctx;
+  if (!cur) return;
+  for (auto& d : state().devices)
+    if (d->ctx == cur) d->lost.store(true, std::memory_order_release);
+}
+
+kiln_status device_status(kiln_device_h dev) {
+  if (!dev) return set_error(KILN_ERR_INVALID_ARGUMENT, "device_status: dev is NULL");
+  if (dev->lost.load(std::memory_order_acquire))
+    return set_error(KILN_ERR_DEVICE_LOST, "cuda:%d hit a sticky error; reset the device",
+                     dev->index);
+  return KILN_OK;
+}
+
+// cuDevicePrimaryCtxReset destroys every allocation, stream, event and module of the context,
+// then the context is made again for the references Kiln still holds. The core never passes a
+// handle from before the reset again; the plugin's own per-queue state (cuBLAS, cuDNN) dies
+// with the queues, which the core stops destroying once their generation is gone.
+kiln_status device_reset(kiln_device_h dev) {
+  State& s = state();
+  std::lock_guard<std::mutex> lock(s.mu);
+  if (!dev || dev->refs <= 0) return set_error(KILN_ERR_INVALID_ARGUMENT, "device_reset: not open");
+  if (CUresult r = g_cu.cuDevicePrimaryCtxReset(dev->dev); r != CUDA_SUCCESS)
+    return cu_fail(r, "cuDevicePrimaryCtxReset");
+  // The reset dropped the primary context's references: retain it again for ours.
+  const int refs = dev->refs;
+  dev->internal = nullptr;
+  dev->pool = nullptr;
+  dev->ctx = nullptr;
+  g_ctx_generation.fetch_add(1, std::memory_order_acq_rel);
+  t_ctx = {};
+  if (kiln_status st = open_device(dev); st) {
+    dev->refs = 0;
+    return st;
+  }
+  dev->refs = refs;
+  dev->lost.store(false, std::memory_order_release);
+  return KILN_OK;
+}
+
 void device_close(kiln_device_h dev) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);

@@ -41,6 +41,19 @@ kiln_status map_cu(CUresult r) {
       return KILN_ERR_OUT_OF_MEMORY;
     case CUDA_ERROR_INVALID_VALUE:
       return KILN_ERR_INVALID_ARGUMENT;
+    // Sticky errors: the context is poisoned and every later call on it fails the same way.
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_LAUNCH_TIMEOUT:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+      return KILN_ERR_DEVICE_LOST;
     default:
       return KILN_ERR_BACKEND;
   }
@@ -94,6 +107,7 @@ kiln_status cu_fail(CUresult r, const char* call, const char* detail) noexcept {
   }
   set_error(map_cu(r), "%s: %s (%s)%s%s", call, name, text ? text : "no description",
             detail && *detail ? ": " : "", detail ? detail : "");
+  if (map_cu(r) == KILN_ERR_DEVICE_LOST) note_device_lost();
   return map_cu(r);
 }
 

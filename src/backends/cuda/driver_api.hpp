@@ -60,7 +60,11 @@ namespace kiln_cuda {
   X(cuModuleGetFunction)              \
   X(cuFuncGetAttribute)               \
   X(cuOccupancyMaxPotentialBlockSize) \
-  X(cuLaunchKernel)
+  X(cuLaunchKernel)                   \
+  X(cuMemGetInfo)                     \
+  X(cuMemPoolGetAttribute)            \
+  X(cuMemPoolTrimTo)                  \
+  X(cuDevicePrimaryCtxReset)
 
 #define KILN_NVRTC_FUNCS(X)    \
   X(nvrtcVersion)              \
@@ -116,6 +120,9 @@ kiln_status set_error(kiln_status status, const char* fmt, ...) noexcept
 kiln_status cu_fail(CUresult r, const char* call) noexcept;
 kiln_status cu_fail(CUresult r, const char* call, const char* detail) noexcept;
 kiln_status rtc_fail(nvrtcResult r, const char* call) noexcept;
+// Marks the device whose context this thread last made current as lost (device.cpp): called
+// by cu_fail on a sticky error.
+void note_device_lost() noexcept;
 // "CUDA_ERROR_NO_DEVICE (no CUDA-capable device is detected)" without touching the error slot.
 std::string cu_error_text(CUresult r);
 

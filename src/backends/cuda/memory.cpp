@@ -158,3 +158,41 @@ kiln_status fill(kiln_queue_h queue, kiln_mem_ref dst, const void* pattern, uint
 }
 
 }  // namespace kiln_cuda
+
+namespace kiln_cuda {
+
+kiln_status mem_info(kiln_device_h dev, uint64_t* free_bytes, uint64_t* total_bytes,
+                     uint64_t* cached_bytes) {
+  if (!dev) return set_error(KILN_ERR_INVALID_ARGUMENT, "mem_info: dev is NULL");
+  if (kiln_status st = make_current_checked(dev); st) return st;
+  size_t f = 0, t = 0;
+  if (CUresult r = g_cu.cuMemGetInfo(&f, &t); r != CUDA_SUCCESS) return cu_fail(r, "cuMemGetInfo");
+  cuuint64_t reserved = 0, used = 0;
+  if (dev->pool) {
+    if (CUresult r = g_cu.cuMemPoolGetAttribute(dev->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
+                                                &reserved);
+        r != CUDA_SUCCESS)
+      return cu_fail(r, "cuMemPoolGetAttribute(RESERVED_MEM_CURRENT)");
+    if (CUresult r =
+            g_cu.cuMemPoolGetAttribute(dev->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+        r != CUDA_SUCCESS)
+      return cu_fail(r, "cuMemPoolGetAttribute(USED_MEM_CURRENT)");
+  }
+  if (free_bytes) *free_bytes = f;
+  if (total_bytes) *total_bytes = t;
+  if (cached_bytes) *cached_bytes = reserved > used ? reserved - used : 0;
+  return KILN_OK;
+}
+
+// Trims what the pool can release now. No synchronisation: a context-wide wait would hang
+// behind a resident ring kernel, and frees still queued are released by the next trim.
+kiln_status mem_trim(kiln_device_h dev) {
+  if (!dev) return set_error(KILN_ERR_INVALID_ARGUMENT, "mem_trim: dev is NULL");
+  if (!dev->pool) return KILN_OK;
+  if (kiln_status st = make_current_checked(dev); st) return st;
+  if (CUresult r = g_cu.cuMemPoolTrimTo(dev->pool, 0); r != CUDA_SUCCESS)
+    return cu_fail(r, "cuMemPoolTrimTo");
+  return KILN_OK;
+}
+
+}  // namespace kiln_cuda
