@@ -135,6 +135,7 @@ namespace {
 
 TEST_F(LogTest, LogfFormatsOnlyWhenEnabled) {
   kiln::set_log_level(kiln::log_level::warn);
+  counted::formatted = 0;
   kiln::detail::logf(kiln::log_level::debug, "value {}", counted{});
   EXPECT_EQ(counted::formatted, 0);
   kiln::detail::logf(kiln::log_level::warn, "value {} of {}", counted{}, std::string("x"));

@@ -7,6 +7,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <kiln/kiln.hpp>
 #include <string>
@@ -44,6 +45,7 @@ class NvtxTest : public testing::Test {
   void SetUp() override {
     if (!tool_attached) GTEST_SKIP() << "child run without a tool";
     ASSERT_NE(kiln::detail::trace_domain(), nullptr) << "the stand-in tool did not attach";
+    rec_ = recorder();  // now that NVTX has loaded the tool
     ASSERT_TRUE(rec_.ranges && rec_.depth && rec_.clear);
     rec_.clear();
   }
@@ -94,9 +96,10 @@ TEST_F(NvtxTest, KilnWorkShowsUpByName) {
 }
 
 TEST_F(NvtxTest, CompilesAreRanges) {
-  const std::string src = "KILN_KERNEL void nvtx_compile_" +
-                          std::to_string(reinterpret_cast<std::uintptr_t>(this)) +
-                          "(KILN_GLOBAL float* y) { y[kiln_global_id(0)] = 0.f; }\n";
+  const std::string src =
+      "KILN_KERNEL void nvtx_compile_" +
+      std::to_string(std::chrono::steady_clock::now().time_since_epoch().count()) +
+      "(KILN_GLOBAL float* y) { y[kiln_global_id(0)] = 0.f; }\n";
   kiln::program::compile(kiln::device::get("cpu"), src);
   EXPECT_THAT(ranges(), HasSubstr("registered:compile\n"));
 }
