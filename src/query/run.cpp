@@ -10,6 +10,7 @@
 #include "query/host_input.hpp"
 #include "query/plan.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "runtime/nvtx.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln {
@@ -350,6 +351,7 @@ enqueued::~enqueued() {
 }
 
 enqueued enqueue_collect(query_desc& d, queue& q) {
+  KILN_TRACE_RANGE("query collect");
   enqueued e;
   e.dev = d.dev;
   e.slot = acquire_slot(e.dev);
@@ -364,6 +366,10 @@ enqueued enqueue_collect(query_desc& d, queue& q) {
 }
 
 enqueued enqueue_reduce(query_desc& d, const reduce_spec& r, queue& q) {
+  constexpr const char* kinds[] = {"count", "sum",     "product", "min",    "max",   "any",
+                                   "all",   "average", "argmin",  "argmax", "custom"};
+  static_assert(std::size(kinds) == static_cast<std::size_t>(reduce_kind::custom) + 1);
+  const trace_range traced("query", kinds[static_cast<std::size_t>(r.kind)]);
   enqueued e;
   e.dev = d.dev;
   e.slot = acquire_slot(e.dev);

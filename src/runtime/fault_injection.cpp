@@ -3,6 +3,8 @@
 #include <map>
 #include <mutex>
 
+#include "runtime/resilience_log.hpp"
+
 namespace kiln {
 namespace detail {
 
@@ -56,7 +58,7 @@ void throw_injected(const device_impl& dev, testing::fault f, kiln_status s,
     case KILN_ERR_OUT_OF_MEMORY: throw out_of_memory(msg);
     case KILN_ERR_DEVICE_LOST:
       // As the plugin would after a trap: the device stays lost until reset.
-      const_cast<device_impl&>(dev).lost.store(true);
+      if (!const_cast<device_impl&>(dev).lost.exchange(true)) log_device_lost(dev, msg);
       throw device_lost(msg + "; kiln::device::reset() makes the device usable again");
     default: throw backend_failure(msg);
   }

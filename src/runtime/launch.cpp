@@ -4,6 +4,7 @@
 #include <string>
 
 #include "runtime/fault_injection.hpp"
+#include "runtime/nvtx.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln::detail {
@@ -83,6 +84,7 @@ void default_local(const kernel_impl& k, const range& global, std::uint32_t loca
 
 void launch(const kernel_impl& k, queue_impl& q, const range& global, const range* local,
             arg_binding* args, std::size_t n) {
+  const trace_range traced("launch", k.name);
   if (q.dev.get() != k.dev)
     throw invalid_argument("kernel '" + k.name + "' was compiled for " + k.dev->id +
                            ", the queue belongs to " + q.dev->id);

@@ -3,6 +3,7 @@
 
 #include "kiln/buffer.hpp"
 #include "runtime/fault_injection.hpp"
+#include "runtime/log.hpp"
 #include "runtime/pinned.hpp"
 #include "runtime/runtime.hpp"
 
@@ -109,6 +110,9 @@ std::shared_ptr<memory_impl> allocate_impl(const device& dev, std::uint64_t byte
   }
   if (q) note_queue_use(*m, *q);  // freed on q, after its work
   const std::uint64_t now = m->dev->bytes_in_use += bytes;
+  if (log_enabled(log_level::debug) && bytes >= log_alloc_bytes())
+    logf(log_level::debug, "allocated {} bytes ({:.1f} MiB) on {}; {:.1f} MiB in use", bytes,
+         bytes / 1048576.0, dev.id(), now / 1048576.0);
   std::uint64_t peak = m->dev->peak_bytes.load();
   while (now > peak && !m->dev->peak_bytes.compare_exchange_weak(peak, now)) {
   }

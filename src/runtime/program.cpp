@@ -1,5 +1,6 @@
 // program::compile: in-memory cache -> parse and render -> disk cache -> backend compiler.
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <optional>
 
@@ -8,6 +9,8 @@
 #include "runtime/cache_key.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/fault_injection.hpp"
+#include "runtime/log.hpp"
+#include "runtime/nvtx.hpp"
 #include "runtime/program_cache.hpp"
 #include "runtime/runtime.hpp"
 
@@ -39,6 +42,17 @@ const disk_cache* the_disk_cache() {
   if (!ex.empty()) msg += "\n" + ex;
   msg += "compiler log:\n" + log;
   throw compile_error(msg, log, ex);
+}
+
+// "a, b" for the log.
+std::string kernel_list(const kernel_lang::parsed_source& p) {
+  std::string names;
+  for (const auto& k : p.kernels) names += (names.empty() ? "" : ", ") + k.name;
+  return names;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
 }
 
 // Compiles rendered source with the backend; the blob's bytes are returned in `out`.
@@ -89,8 +103,13 @@ program program::compile(const device& dev, std::string_view source, std::string
   d.check_alive(gen, "compiling a program");
   if (auto hit = d.programs().find(source, options)) {
     detail::stats().memory_hits++;
+    if (detail::log_enabled(log_level::debug))
+      detail::logf(log_level::debug, "program cache hit (memory) on {}: {}", d.id,
+                   detail::kernel_list(hit->parsed));
     return program(std::move(hit));
   }
+  KILN_TRACE_RANGE("compile");
+  const auto t0 = std::chrono::steady_clock::now();
   auto p = std::make_shared<detail::program_impl>();
   p->dev = dev.impl();
   p->public_device = dev;
@@ -128,6 +147,10 @@ program program::compile(const device& dev, std::string_view source, std::string
     detail::stats().disk_hits++;
   else if (disk)
     disk->store(key, *bytes);
+  if (detail::log_enabled(from_disk ? log_level::debug : log_level::info))
+    detail::logf(from_disk ? log_level::debug : log_level::info, "{} on {} in {:.1f} ms: {}",
+                 from_disk ? "program cache hit (disk)" : "compiled program", d.id,
+                 detail::ms_since(t0), detail::kernel_list(p->parsed));
   d.programs().insert(source, options, p);
   return program(std::move(p));
 }

@@ -7,6 +7,7 @@
 #include "ir/print.hpp"
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "runtime/nvtx.hpp"
 #include "tensor/kernel.hpp"
 #include "tensor/kernel_args.hpp"
 #include "tensor/placement.hpp"
@@ -81,6 +82,7 @@ void materialise(tensor_impl& t) {
     materialise(t);
     return;
   }
+  const trace_range traced("tensor", ir::info(t.o).name);  // one per kernel-sized evaluation
   if (!row_fusable(t).empty()) {  // softmax, row normalisation: one kernel
     store_result(t, run_rows(t));
     return;
