@@ -124,6 +124,10 @@ typedef struct kiln_kernel_arg {
 #define KILN_OP_RING "ring"     /* hosts persistent ring kernels (kiln::ring) */
 #define KILN_OP_GEMM "gemm"     /* matrix multiply, through an extension table */
 #define KILN_OP_CONV2D "conv2d" /* 2-D convolution, through an extension table */
+/* Loading a program / allocating pinned host memory proceeds while a ring kernel is resident
+ * (0 on CUDA, where both wait for the resident grid: the core refuses them at once instead). */
+#define KILN_OP_LOAD_WHILE_RESIDENT "load_while_resident"
+#define KILN_OP_PIN_WHILE_RESIDENT "pin_while_resident"
 
 typedef enum kiln_dtype {
   KILN_DTYPE_NONE = 0,

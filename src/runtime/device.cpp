@@ -54,6 +54,31 @@ void device_impl::synchronize() {
   }
 }
 
+bool device_impl::ring_blocks(const char* op) {
+  std::vector<std::shared_ptr<queue_impl>> resident;
+  {
+    std::lock_guard lock(mu);
+    for (auto& w : queues)
+      if (auto q = w.lock(); q && q->resident && !stale(q->gen)) resident.push_back(std::move(q));
+  }
+  if (resident.empty() || supports_op(op)) return false;
+  for (auto& q : resident) {
+    try {
+      if (!kiln::queue(q).record().done()) return true;  // the ring's grid is still running
+    } catch (const error&) {
+    }
+  }
+  return false;
+}
+
+void device_impl::refuse_if_ring_running(const char* op, const char* what) {
+  if (ring_blocks(op))
+      throw unsupported(std::string(what) + " on " + id +
+                        " would wait until the resident ring kernel ends (the driver serialises "
+                        "it behind the running grid); do it before starting the ring, or stop "
+                        "the ring first (docs/ring.md)");
+}
+
 void device_impl::refresh_lost() noexcept {
   if (!opened_.load(std::memory_order_acquire) || !KILN_BACKEND_HAS(api, device_status)) return;
   if (api->device_status(handle_) == KILN_ERR_DEVICE_LOST && !lost.exchange(true))

@@ -230,10 +230,31 @@ void fill(queue_impl& q, memory_impl& dst, std::uint64_t off, const void* patter
         "filling device memory");
 }
 
+namespace {
+// Pinned frees that would wait for a running ring kernel: done later, when none runs.
+std::mutex deferred_mu;
+std::vector<std::pair<device, void*>> deferred_frees;
+
+void free_deferred(const device& dev) noexcept {
+  std::vector<void*> now;
+  {
+    std::lock_guard lock(deferred_mu);
+    std::erase_if(deferred_frees, [&](auto& e) {
+      if (!(e.first == dev)) return false;
+      now.push_back(e.second);
+      return true;
+    });
+  }
+  for (void* p : now) dev.impl()->api->host_free(dev.impl()->handle(), p);
+}
+}  // namespace
+
 void* host_alloc(const device& dev, std::uint64_t bytes) {
   if (bytes == 0) return nullptr;
   void* p = nullptr;
   const kiln_backend& api = *dev.impl()->api;
+  dev.impl()->refuse_if_ring_running(KILN_OP_PIN_WHILE_RESIDENT, "allocating pinned host memory");
+  free_deferred(dev);
   check(api, api.host_alloc(dev.impl()->handle(), bytes, &p),
         ("allocating " + std::to_string(bytes) + " bytes of pinned host memory").c_str());
   try {
@@ -245,9 +266,19 @@ void* host_alloc(const device& dev, std::uint64_t bytes) {
   return p;
 }
 
+
 void host_free(const device& dev, void* p) noexcept {
   if (!p) return;
   forget_pinned(p);  // before the free: after it, host_alloc may hand out this address again
+  try {
+    if (dev.impl()->ring_blocks(KILN_OP_PIN_WHILE_RESIDENT)) {
+      std::lock_guard lock(deferred_mu);
+      deferred_frees.emplace_back(dev, p);
+      return;
+    }
+    free_deferred(dev);
+  } catch (...) {  // no memory to defer: free now, even if that waits
+  }
   dev.impl()->api->host_free(dev.impl()->handle(), p);
 }
 

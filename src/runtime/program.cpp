@@ -134,6 +134,7 @@ program program::compile(const device& dev, std::string_view source, std::string
     detail::throw_injected(d, testing::fault::compile, f, "compiling a kernel for " + d.id);
   if (!bytes)
     bytes = detail::backend_compile(api, d.handle(), d.info.arch, rendered, source, opts, d.id);
+  d.refuse_if_ring_running(KILN_OP_LOAD_WHILE_RESIDENT, "loading a new program");
   kiln_status s = api.program_load(d.handle(), bytes->data(), bytes->size(), &p->handle);
   if (s != KILN_OK && from_disk) {
     // A valid-looking entry the driver refuses (e.g. a driver update): rebuild it.

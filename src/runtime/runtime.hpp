@@ -77,6 +77,10 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
   bool stale(std::uint32_t gen) const noexcept {
     return gen != generation.load(std::memory_order_acquire);
   }
+  // Refuses at once, with kiln::unsupported naming `what`, an operation that would wait for a
+  // running ring kernel on this device (the plugin says which: KILN_OP_*_WHILE_RESIDENT).
+  void refuse_if_ring_running(const char* op, const char* what);
+  bool ring_blocks(const char* op);
   // device::reset(): the plugin's reset, a new generation, fresh caches.
   void reset();
 

@@ -59,6 +59,8 @@ constexpr auto extension_list = blas_extension_list;
 // Rings: the serving loop runs on host threads over the same mapped queues. GEMM: OpenBLAS.
 int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
+         kiln_plugin::is_op(op, KILN_OP_LOAD_WHILE_RESIDENT) ||
+         kiln_plugin::is_op(op, KILN_OP_PIN_WHILE_RESIDENT) ||
          (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype));
 }
 
