@@ -4,7 +4,7 @@
 // tenth of the cycles, neither device memory in use nor the process's resident memory may grow.
 //
 // KILN_ALLOC_CYCLES (default 1000000, 100000 under sanitizers; the GPU run uses 10000000) and
-// KILN_STRESS_RSS_SLACK_MB (default 16, plus what the live buffers can hold). docs/testing.md.
+// KILN_STRESS_RSS_SLACK_MB (default 16, plus four live sets on CPU devices). docs/testing.md.
 #include <random>
 
 #include "conformance/backends.hpp"
@@ -24,10 +24,13 @@ TEST_P(AllocCycleStressTest, AllocateFreeCyclesLeaveNoGrowth) {
   // log2 of the largest size: 1 MiB on the CPU (2 cores share CI), 64 MiB on a GPU.
   const int max_log2 = is_gpu() ? 26 : 20;
   constexpr std::size_t live = 8;  // buffers held at once
-  // The buffers held at the end may be resident where those held after the warm-up were not
-  // (host memory backs CPU devices), so the bound allows them on top of the slack.
-  const std::uint64_t rss_slack =
-      (env_u64("KILN_STRESS_RSS_SLACK_MB", 16) << 20) + live * (std::uint64_t(2) << max_log2);
+  // Where device memory is host memory (CPU devices), the heap's layout after the warm-up
+  // may leave up to a few times the live set resident (measured: 27 MiB here once, bounded
+  // over 10^7 cycles), so the bound allows four times it on top of the slack. A leak of
+  // 100 bytes per cycle still exceeds it within the default run. GPUs: the slack alone.
+  const std::uint64_t held_allowance =
+      dev().info().type == kiln::device_type::cpu ? 4 * live * (std::uint64_t(2) << max_log2) : 0;
+  const std::uint64_t rss_slack = (env_u64("KILN_STRESS_RSS_SLACK_MB", 16) << 20) + held_allowance;
 
   watchdog dog("alloc cycles on " + dev().id(),
                std::chrono::duration<double>(env_seconds("KILN_STRESS_WATCHDOG_SECONDS", 600.0)),
