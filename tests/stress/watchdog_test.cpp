@@ -28,6 +28,7 @@ TEST(StressWatchdog, DisarmedWhenTheRunFinishesInTime) {
 }
 
 TEST(StressEnvironment, NumbersAreReadAndTyposRefused) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
   setenv("KILN_STRESS_TEST_VALUE", "42", 1);
   EXPECT_EQ(env_u64("KILN_STRESS_TEST_VALUE", 7), 42u);
   unsetenv("KILN_STRESS_TEST_VALUE");
