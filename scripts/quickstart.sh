@@ -77,5 +77,5 @@ if [ "${1:-}" != --no-sanitizers ]; then
   echo "== concurrent code under ThreadSanitizer"
   build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=thread -DKILN_BUILD_EXAMPLES=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "Queue|Cache|Concurrent|Memory|Kernel|Ring"
+    ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "Queue|Cache|Concurrent|Memory|Kernel|Ring|Stress"
 fi

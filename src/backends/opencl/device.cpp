@@ -241,7 +241,9 @@ const char* availability() noexcept { return state().availability.c_str(); }
 
 kiln_status compiler_id(char* out, size_t out_size) {
   if (!out || out_size == 0) return set_error(KILN_ERR_INVALID_ARGUMENT, "compiler_id: no buffer");
-  const std::string id = "opencl: " + state().compiler_id;
+  // The suffix names what the plugin adds to every program (local_probe.cpp): binaries cached
+  // before it lack the probes, so they must not be found by the new key.
+  const std::string id = "opencl: " + state().compiler_id + "; kiln local-memory probes 1";
   if (id.size() >= out_size)
     return set_error(KILN_ERR_INVALID_ARGUMENT, "compiler_id: buffer of %zu bytes too small",
                      out_size);

@@ -22,8 +22,8 @@ struct kiln_device_s {
   cl_device_id id = nullptr;
   kiln_device_info info{};
   std::string platform_name;
-  bool nvidia = false;         // NVIDIA's driver: inline PTX for the device-wide fence
-  bool exact_div_sqrt = false; // -cl-fp32-correctly-rounded-divide-sqrt is available
+  bool nvidia = false;          // NVIDIA's driver: inline PTX for the device-wide fence
+  bool exact_div_sqrt = false;  // -cl-fp32-correctly-rounded-divide-sqrt is available
   // Valid while refs > 0 (guarded by State::mu).
   int refs = 0;
   cl_context ctx = nullptr;
@@ -50,7 +50,8 @@ struct kiln_kernel_s {
   std::mutex mu;  // clSetKernelArg + enqueue must not interleave between threads
   uint32_t max_threads;
   uint32_t preferred;
-  uint64_t local_bytes;  // CL_KERNEL_LOCAL_MEM_SIZE
+  uint64_t local_bytes;        // CL_KERNEL_LOCAL_MEM_SIZE, or Kiln's count (local_probe.cpp)
+  bool local_counted = false;  // local_bytes came from Kiln's probe, not the driver
   std::string name;
 };
 
@@ -113,6 +114,13 @@ void free_blob(kiln_blob blob);
 kiln_status program_load(kiln_device_h dev, const void* data, uint64_t size, kiln_program_h* out);
 void program_unload(kiln_program_h program);
 kiln_status kernel_get(kiln_program_h program, const char* name, kiln_kernel_h* out);
+// local_probe.cpp: source plus one probe kernel per kernel with __local arrays (empty when
+// none); the probe's count for kernel `name` (0 without a probe); the KILN_OPENCL_LOCAL_PROBE
+// test hook.
+std::string with_local_probes(const std::string& source);
+kiln_status probe_local_bytes(kiln_device_s* dev, cl_program program, const std::string& name,
+                              uint64_t* out);
+bool local_probe_forced();
 kiln_status kernel_limits(kiln_kernel_h kernel, uint32_t* max_size, uint32_t* preferred);
 kiln_status launch(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_dims* dims,
                    const kiln_kernel_arg* args, uint32_t num_args);

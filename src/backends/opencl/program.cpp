@@ -70,9 +70,11 @@ std::string remap_log(const std::string& log, const char* source) {
     out.append(log, at, p - at);
     size_t q = p + 9;
     int n = 0;
-    while (q < log.size() && std::isdigit(static_cast<unsigned char>(log[q]))) n = n * 10 + (log[q++] - '0');
+    while (q < log.size() && std::isdigit(static_cast<unsigned char>(log[q])))
+      n = n * 10 + (log[q++] - '0');
     if (n > 0 && static_cast<size_t>(n) < where.size())
-      out += where[static_cast<size_t>(n)].second + ":" + std::to_string(where[static_cast<size_t>(n)].first);
+      out += where[static_cast<size_t>(n)].second + ":" +
+             std::to_string(where[static_cast<size_t>(n)].first);
     else
       out.append(log, p, q - p);
     at = q;
@@ -114,10 +116,25 @@ kiln_status compile(kiln_device_h dev, const char*, const char* source, const ch
                      "supported");
   drop_last();
   cl_int e = CL_SUCCESS;
-  cl_program p = g_cl.clCreateProgramWithSource(dev->ctx, 1, &source, nullptr, &e);
-  if (e != CL_SUCCESS) return cl_fail(e, "clCreateProgramWithSource");
   const std::string opts = build_options(dev, options);
-  e = g_cl.clBuildProgram(p, 1, &dev->id, opts.c_str(), nullptr, nullptr);
+  // With Kiln's local-memory probes first (local_probe.cpp); if that fails to build, the plain
+  // source decides (and gives the log of the user's own error, if any).
+  cl_program p = nullptr;
+  const std::string probed = with_local_probes(source);
+  if (!probed.empty()) {
+    const char* text = probed.c_str();
+    p = g_cl.clCreateProgramWithSource(dev->ctx, 1, &text, nullptr, &e);
+    if (e == CL_SUCCESS) e = g_cl.clBuildProgram(p, 1, &dev->id, opts.c_str(), nullptr, nullptr);
+    if (e != CL_SUCCESS && p) {
+      g_cl.clReleaseProgram(p);
+      p = nullptr;
+    }
+  }
+  if (!p) {
+    p = g_cl.clCreateProgramWithSource(dev->ctx, 1, &source, nullptr, &e);
+    if (e != CL_SUCCESS) return cl_fail(e, "clCreateProgramWithSource");
+    e = g_cl.clBuildProgram(p, 1, &dev->id, opts.c_str(), nullptr, nullptr);
+  }
   if (e != CL_SUCCESS) {
     t_log = remap_log(build_log(p, dev->id), source);
     if (log) *log = t_log.c_str();
@@ -221,14 +238,30 @@ kiln_status kernel_get(kiln_program_h program, const char* name, kiln_kernel_h* 
     g_cl.clReleaseKernel(kernel);
     return cl_fail(e, "clGetKernelWorkGroupInfo", name);
   }
+  // A driver that reports no local memory may not count it (PoCL 5): Kiln counts it then.
+  bool counted = false;
+  if (local == 0 || local_probe_forced()) {
+    uint64_t mine = 0;
+    const kiln_status st = probe_local_bytes(program->dev, program->program, name, &mine);
+    if (st != KILN_OK) {
+      g_cl.clReleaseKernel(kernel);
+      return st;
+    }
+    if (mine > 0 || local_probe_forced()) {
+      local = mine;
+      counted = true;
+    }
+  }
   auto k = std::make_unique<kiln_kernel_s>();
   k->dev = program->dev;
   k->k = kernel;
-  k->max_threads = static_cast<uint32_t>(std::min<size_t>(wg, program->dev->info.max_work_group_size));
+  k->max_threads =
+      static_cast<uint32_t>(std::min<size_t>(wg, program->dev->info.max_work_group_size));
   // A multiple of the SIMD width near 256 (the GPU default the core caps at anyway).
   const size_t m = multiple ? multiple : 1;
   k->preferred = static_cast<uint32_t>(std::max<size_t>(m, std::min<size_t>(256, wg) / m * m));
   k->local_bytes = local;
+  k->local_counted = counted;
   k->name = name;
   *out = k.get();
   program->kernels.push_back(std::move(k));
@@ -259,8 +292,11 @@ kiln_status launch(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_d
                       dims->dynamic_local_bytes);
   const kiln_device_info& info = queue->dev->info;
   if (kernel->local_bytes > info.local_mem_bytes) [[unlikely]]
-    return bad_launch("kernel uses %llu bytes of local memory, the device has %llu "
-                      "(CL_DEVICE_LOCAL_MEM_SIZE)",
+    return bad_launch(kernel->local_counted
+                          ? "kernel uses %llu bytes of local memory (counted by Kiln), the "
+                            "device has %llu (CL_DEVICE_LOCAL_MEM_SIZE)"
+                          : "kernel uses %llu bytes of local memory (CL_KERNEL_LOCAL_MEM_SIZE), "
+                            "the device has %llu (CL_DEVICE_LOCAL_MEM_SIZE)",
                       kernel->local_bytes, info.local_mem_bytes);
   size_t global[3] = {1, 1, 1}, local[3] = {1, 1, 1};
   uint64_t threads = 1;
@@ -276,9 +312,10 @@ kiln_status launch(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_d
     threads *= dims->local[i];
   }
   if (threads > kernel->max_threads) [[unlikely]]
-    return bad_launch("work-group of %llu items exceeds this kernel's limit of %llu "
-                      "(CL_KERNEL_WORK_GROUP_SIZE)",
-                      threads, kernel->max_threads);
+    return bad_launch(
+        "work-group of %llu items exceeds this kernel's limit of %llu "
+        "(CL_KERNEL_WORK_GROUP_SIZE)",
+        threads, kernel->max_threads);
 
   std::lock_guard<std::mutex> lock(kernel->mu);
   cl_uint at = 0;

@@ -1,0 +1,105 @@
+// Helpers of the stress tests: sizes from the environment, the process's resident memory, and
+// a watchdog that turns a hang into a failure with a message instead of a CI job that never ends.
+#pragma once
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+
+namespace stress {
+
+// Built with a sanitizer: its allocator quarantines freed memory and its shadow grows, so the
+// resident-memory bound means nothing there (device memory is still checked exactly).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool sanitized = true;
+#else
+inline constexpr bool sanitized = false;
+#endif
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool thread_sanitized = true;
+#else
+inline constexpr bool thread_sanitized = false;
+#endif
+
+// The unsigned value of environment variable `name`, or `fallback` when unset or empty.
+// A value that is not a number aborts the test run with a message (a typo must not pass).
+inline std::uint64_t env_u64(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const unsigned long long x = std::strtoull(v, &end, 10);
+  if (*end != '\0') {
+    std::fprintf(stderr, "%s=%s is not a whole number\n", name, v);
+    std::abort();
+  }
+  return x;
+}
+
+inline double env_seconds(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const double x = std::strtod(v, &end);
+  if (*end != '\0' || !(x >= 0)) {
+    std::fprintf(stderr, "%s=%s is not a number of seconds\n", name, v);
+    std::abort();
+  }
+  return x;
+}
+
+// Resident set size of this process in bytes (/proc/self/statm), 0 where unavailable.
+inline std::uint64_t resident_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (!f) return 0;
+  unsigned long long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%llu %llu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// Aborts the process, after printing `what` and report(), unless disarmed (destroyed) within
+// `limit`. A deadlocked test cannot be failed any other way: its threads never return to
+// GoogleTest, and exit() would run destructors under their feet. abort() fails the binary (and
+// ctest's test) at once, with the message as the last words in the log.
+class watchdog {
+ public:
+  watchdog(std::string what, std::chrono::duration<double> limit,
+           std::function<std::string()> report)
+      : thread_([this, what = std::move(what), limit, report = std::move(report)] {
+          std::unique_lock<std::mutex> lock(mu_);
+          if (cv_.wait_for(lock, limit, [this] { return done_; })) return;
+          std::fprintf(stderr,
+                       "\n[ WATCHDOG ] %s did not finish within %.0f s: a deadlock or "
+                       "a stall. %s\nAborting.\n",
+                       what.c_str(), limit.count(), report().c_str());
+          std::fflush(stderr);
+          std::abort();
+        }) {}
+  ~watchdog() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      done_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  watchdog(const watchdog&) = delete;
+  watchdog& operator=(const watchdog&) = delete;
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::thread thread_;  // last: starts after the members it reads
+};
+
+}  // namespace stress
