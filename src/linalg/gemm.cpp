@@ -52,7 +52,8 @@ void run_portable(queue& q, scalar_type ty, const operand* ops, const matrix* mx
                   const gemm_shape& s, const gemm_options& o) {
   const device& dev = q.get_device();
   const bool tiled = dev.supports(feature::barrier);
-  const program prog = program::compile(dev, tiled ? tiled_source(ty) : simple_source(ty));
+  const program prog =
+      program::compile(dev, tiled ? tiled_source(ty) : simple_source(ty), {}, check_mode::off);
   const kernel k = prog.get_kernel(tiled ? "kiln_gemm_tiled" : "kiln_gemm_simple");
   const std::uint64_t grid_z = dev.info().max_groups[2];
   const std::uint64_t chunk = std::min<std::uint64_t>(s.batch, grid_z ? grid_z : 65535);
