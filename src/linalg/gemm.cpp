@@ -61,9 +61,15 @@ void run_portable(queue& q, scalar_type ty, const operand* ops, const matrix* mx
     const std::uint64_t nb = std::min(chunk, s.batch - b0);
     auto scalar = [](auto v) { return kiln::detail::bind_arg(v); };
     auto real = [&](double v) { return ty == scalar_type::f64 ? scalar(v) : scalar(float(v)); };
+    // An empty A or B (k = 0) is never read, but launches refuse buffers without memory: C
+    // stands in for it.
+    auto input = [&](int i) {
+      return ops[i].mem ? mem_arg(ops[i], ty, b0 * mx[i].stride, true)
+                        : mem_arg(ops[2], ty, 0, true);
+    };
     kiln::detail::arg_binding args[] = {mem_arg(ops[2], ty, b0 * mx[2].stride, false),
-                                        mem_arg(ops[0], ty, b0 * mx[0].stride, true),
-                                        mem_arg(ops[1], ty, b0 * mx[1].stride, true),
+                                        input(0),
+                                        input(1),
                                         scalar(s.m),
                                         scalar(s.n),
                                         scalar(s.k),
