@@ -1,11 +1,12 @@
 // bench_foundation: the runtime's fixed costs and bandwidth against raw baselines, on the CUDA
 // device (when there is one) and on the CPU device.
 //
-//   bench_foundation [--csv FILE] [--runs N]
+//   bench_foundation [--csv FILE] [--runs N] [--checked-only]
 //
 // Rows: empty-kernel launch (async back to back, and launch + sync) vs raw cuLaunchKernel;
 // vector add 1M/256M floats and the 1 GiB device copy roof; kernel compile latency (cold,
-// in-memory hit, disk hit in a fresh process); 1 MB allocate + free vs cuMemAlloc/cuMemFree.
+// in-memory hit, disk hit in a fresh process); checked mode's cost (vector add and launch +
+// wait, checked vs unchecked); 1 MB allocate + free vs cuMemAlloc/cuMemFree.
 // The raw baselines dlopen libcuda.so.1, so without a driver only the CPU rows are printed.
 #include <fcntl.h>
 #include <spawn.h>
@@ -385,6 +386,56 @@ void bench_vector_add_variants(const kiln::device& dev, double copy_gbs) {
     if (x != 3.75f) std::printf("**variant produced wrong results**\n");
 }
 
+// Checked mode's cost (docs/kernel_language.md, "Checked mode"): one memory-bound kernel
+// compiled checked and unchecked. Device time by events (a checked launch adds a 64-byte fill
+// and read-back around the kernel), then the host time of launch + wait on one element, the
+// fixed cost every checked launch pays (it allocates its error record and waits).
+void bench_checked(const kiln::device& dev, int runs, report& rep, int& status) {
+  const std::string id = dev.id();
+  const bool gpu = dev.info().type == kiln::device_type::gpu;
+  const std::uint64_t n = gpu ? 256ull << 20 : 16ull << 20;
+  const std::string label = gpu ? "256M" : "16M";
+  const char* src = R"(
+    KILN_KERNEL void vector_add(KILN_GLOBAL float* c, KILN_GLOBAL const float* a,
+                                KILN_GLOBAL const float* b) {
+      const uint64_t i = kiln_global_id(0);
+      c[i] = a[i] + b[i];
+    })";
+  kiln::queue q(dev);
+  kiln::buffer<float> a(dev, n), b(dev, n), c(dev, n);
+  q.fill(a, 1.5f);
+  q.fill(b, 2.25f);
+  kiln::kernel k[2] = {
+      kiln::program::compile(dev, src, {}, kiln::check_mode::off).get_kernel("vector_add"),
+      kiln::program::compile(dev, src, {}, kiln::check_mode::bounds).get_kernel("vector_add")};
+  double ms[2], sync_us[2];
+  for (int m = 0; m < 2; ++m) {
+    c.fill(0.0f);
+    ms[m] = event_median_ms(q, runs, [&] { k[m].launch(q, kiln::range(n), c, a, b); });
+    q.finish();
+    for (float x : c.subview(n - 1024, 1024).to_vector())
+      if (x != 3.75f) {
+        rep.note("**" + id + " checked-mode vector add produced wrong results**");
+        status = 1;
+        return;
+      }
+    std::vector<double> us;
+    for (int i = 0; i < 2000; ++i) {
+      const auto t0 = clock_type::now();
+      k[m].launch(q, kiln::range(1), c, a, b);
+      q.finish();
+      us.push_back(seconds_since(t0) * 1e6);
+    }
+    sync_us[m] = median(us);
+  }
+  rep.add({id, "checked_vector_add_" + label + "_ms",
+           "vector add " + label + " floats, checked mode (KILN_CHECK=bounds)", "ms", ms[1], ms[0],
+           "kiln_unchecked", "unchecked", report::fmt(ms[1] / ms[0]) + "x of unchecked"});
+  rep.add({id, "checked_launch_sync_us", "launch + wait, 1 item, checked mode", "us", sync_us[1],
+           sync_us[0], "kiln_unchecked", "unchecked",
+           "+" + report::fmt(sync_us[1] - sync_us[0]) + " us per launch"});
+}
+
 void bench_alloc(const kiln::device& dev, raw_cuda* raw, report& rep) {
   const std::string id = dev.id();
   constexpr std::uint64_t bytes = 1 << 20;
@@ -425,15 +476,19 @@ void bench_alloc(const kiln::device& dev, raw_cuda* raw, report& rep) {
   rep.add(out);
 }
 
+bool g_checked_only = false;  // --checked-only: checked mode's rows alone
+
 void bench_device(const kiln::device& dev, raw_cuda* raw, const fs::path& root, int runs,
                   report& rep, int& status) {
   std::printf("== %s: %s\n", dev.id().c_str(), dev.info().name.c_str());
   std::fflush(stdout);
   try {
+    if (g_checked_only) return bench_checked(dev, runs, rep, status);
     // Compile first, so that "first in process" really is this device's first compile.
     bench_compile(dev, root, rep, status);
     bench_launch(dev, raw, rep);
     bench_bandwidth(dev, runs, rep, status);
+    bench_checked(dev, runs, rep, status);
     bench_alloc(dev, raw, rep);
   } catch (const std::exception& e) {
     rep.note("**" + dev.id() + " rows incomplete**: " + e.what());
@@ -466,8 +521,10 @@ int main(int argc, char** argv) {
       csv = argv[++i];
     else if (a == "--runs" && i + 1 < argc)
       runs = std::max(20, std::atoi(argv[++i]));
+    else if (a == "--checked-only")
+      g_checked_only = true;
     else {
-      std::fprintf(stderr, "usage: %s [--csv FILE] [--runs N>=20]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--csv FILE] [--runs N>=20] [--checked-only]\n", argv[0]);
       return 2;
     }
   }

@@ -67,6 +67,15 @@ class axis_error : public invalid_argument {
   explicit axis_error(const std::string& m) : invalid_argument(m) {}
 };
 
+// A kernel in checked mode (KILN_CHECK=bounds, docs/kernel_language.md) indexed a buffer
+// outside its elements. The message names the kernel, the argument, the index, the buffer's
+// size and the source line: "kernel 'scale', argument 1 ('y'): index 1000 is outside the
+// buffer's 1000 elements (line 4)". The first violation of a launch is reported.
+class out_of_bounds : public invalid_argument {
+ public:
+  explicit out_of_bounds(const std::string& m) : invalid_argument(m) {}
+};
+
 class out_of_memory : public error {
  public:
   explicit out_of_memory(const std::string& m) : error(error_category::out_of_memory, m) {}

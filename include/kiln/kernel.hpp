@@ -10,6 +10,11 @@
 //   kiln::kernel axpy = prog.get_kernel("axpy");
 //   axpy.launch(q, kiln::range(n), y, x, 2.0f);              // argument types are checked
 //   axpy.launch(q, kiln::range(n), kiln::local_size(128), y, x, 2.0f);
+//
+//   // Checked mode: every x[i] on a buffer parameter is checked against the buffer's size and
+//   // an index outside it throws kiln::out_of_bounds after the launch (it also follows
+//   // KILN_CHECK=bounds, and is the default in Debug builds of Kiln).
+//   auto checked = kiln::program::compile(dev, src, {}, kiln::check_mode::bounds);
 #pragma once
 
 #include <array>
@@ -47,6 +52,13 @@ struct kernel_param {
   bool is_const = false;    // pointer to const
 };
 
+// Bounds checking of the buffer accesses of kernels (docs/kernel_language.md, "Checked mode").
+enum class check_mode {
+  automatic,  // KILN_CHECK=bounds|off from the environment; unset: bounds in Debug builds
+  off,        // plain accesses
+  bounds,     // every name[i] on a buffer parameter checked; launches wait for the kernel
+};
+
 namespace detail {
 struct program_impl;
 struct kernel_impl;
@@ -55,6 +67,7 @@ struct arg_binding {
   std::uint64_t scalar = 0;  // scalar value bytes (little end)
   memory_impl* mem = nullptr;
   std::uint64_t byte_offset = 0;
+  std::uint64_t count = 0;  // elements of a buffer view (checked mode's bound)
   std::uint32_t size = 0;
   scalar_type type = scalar_type::f32;
   bool is_mem = false;
@@ -72,6 +85,7 @@ arg_binding bind_arg(const A& a) {
     b.is_const = std::is_const_v<E>;
     b.mem = v.memory().get();
     b.byte_offset = v.offset() * sizeof(E);
+    b.count = v.size();
   } else if constexpr (scalar<A>) {
     b.type = scalar_type_of<A>;
     b.size = sizeof(A);
@@ -115,11 +129,15 @@ class kernel {
 class program {
  public:
   // Compiles (or fetches from the in-memory and disk caches) source for dev. `options` are
-  // passed to the backend compiler; -DNAME=VALUE works on every backend.
-  static program compile(const device& dev, std::string_view source, std::string_view options = {});
+  // passed to the backend compiler; -DNAME=VALUE works on every backend. `checks` selects
+  // checked mode; an unknown KILN_CHECK value is a kiln::invalid_argument.
+  static program compile(const device& dev, std::string_view source, std::string_view options = {},
+                         check_mode checks = check_mode::automatic);
   kernel get_kernel(std::string_view name) const;
   std::vector<std::string> kernel_names() const;
   const device& get_device() const;
+  // Whether the program was compiled in checked mode (check_mode::bounds, resolved).
+  bool checked() const;
 
   explicit program(std::shared_ptr<detail::program_impl> impl) : impl_(std::move(impl)) {}
 
@@ -130,7 +148,7 @@ class program {
 // Compiles source for a backend and architecture without a device ("cuda", "sm_90"): checks
 // a dialect where the hardware is absent (NVRTC without a GPU). Throws compile_error.
 void compile_only(std::string_view backend, std::string_view arch, std::string_view source,
-                  std::string_view options = {});
+                  std::string_view options = {}, check_mode checks = check_mode::automatic);
 
 // Statistics of this process's kernel caches.
 struct kernel_cache_stats {

@@ -7,6 +7,7 @@
 #include <mutex>
 
 #include "codegen/target.hpp"
+#include "kernel_lang/checked_access.hpp"
 #include "kiln/error.hpp"
 
 namespace kiln::codegen {
@@ -86,6 +87,20 @@ const target& target_for(std::string_view name) {
 }
 
 std::string body_name(const std::string& kernel) { return "kiln__body_" + kernel; }
+
+std::string checked_params(const kernel_decl& k) {
+  std::string s = "KILN_GLOBAL uint64_t* kiln__err";
+  for (std::size_t i = 0; i < k.params.size(); ++i)
+    if (k.params[i].is_pointer) s += ", uint64_t " + kernel_lang::checked_count_name(i);
+  return s;
+}
+
+std::string checked_args(const kernel_decl& k) {
+  std::string s = "kiln__err";
+  for (std::size_t i = 0; i < k.params.size(); ++i)
+    if (k.params[i].is_pointer) s += ", " + kernel_lang::checked_count_name(i);
+  return s;
+}
 std::string cpu_entry_name(const std::string& kernel) { return "kiln_cpu_" + kernel; }
 
 namespace {
@@ -96,7 +111,7 @@ namespace {
 // `blank` is the user's source with comments and literals blanked (offsets as in `source`).
 std::string render_inline_entries(std::string out, std::string_view source,
                                   const std::string& blank, const parsed_source& parsed,
-                                  const target& t) {
+                                  const target& t, bool checked) {
   std::size_t at = 0;
   for (const kernel_decl& k : parsed.kernels) {
     const std::size_t brace = blank.find('{', k.params_close);
@@ -105,11 +120,11 @@ std::string render_inline_entries(std::string out, std::string_view source,
           "kernel '" + k.name + "' (line " + std::to_string(k.line) + ") has no body", "",
           excerpt(source, {k.line}));
     out.append(source.substr(at, k.params_open + 1 - at));
-    t.emit_params(out, k);
+    t.emit_params(out, k, checked);
     const std::string_view plist = source.substr(k.params_open, k.params_close - k.params_open);
     out.append(static_cast<std::size_t>(std::count(plist.begin(), plist.end(), '\n')), '\n');
     out.append(source.substr(k.params_close, brace + 1 - k.params_close));
-    t.emit_prologue(out, k);
+    t.emit_prologue(out, k, checked);
     at = brace + 1;
   }
   out.append(source.substr(at));
@@ -118,9 +133,21 @@ std::string render_inline_entries(std::string out, std::string_view source,
 
 }  // namespace
 
-std::string render(std::string_view original, const parsed_source& parsed,
-                   std::string_view dialect) {
+std::string render(std::string_view user_source, const parsed_source& user_parsed,
+                   std::string_view dialect, bool checked) {
   const target& t = target_for(dialect);
+  if (checked && !t.checked_prelude)
+    throw unsupported("the '" + std::string(dialect) + "' codegen target has no checked mode");
+  // Checked mode renders the rewritten source (same lines, longer bodies) as if the user had
+  // written it: parsed again for its offsets.
+  std::string rewritten;
+  parsed_source reparsed;
+  if (checked) {
+    rewritten = kernel_lang::rewrite_checked_accesses(user_source, user_parsed);
+    reparsed = kernel_lang::parse(rewritten);
+  }
+  const std::string_view original = checked ? std::string_view(rewritten) : user_source;
+  const parsed_source& parsed = checked ? reparsed : user_parsed;
   // Blanked once for the dialect hooks; respelling keeps every offset, so it stays valid.
   const bool hooks = t.respell || !t.emit_entry;
   const std::string blank = hooks ? blank_comments_and_literals(original) : std::string();
@@ -132,11 +159,13 @@ std::string render(std::string_view original, const parsed_source& parsed,
     source = respelled;
   }
   std::string out = t.prelude;
+  if (checked) out += t.checked_prelude;
   out.reserve(out.size() + source.size() * 2 + 512);
   out += "#line 1 \"";
   out += user_file_name;
   out += "\"\n";
-  if (!t.emit_entry) return render_inline_entries(std::move(out), source, blank, parsed, t);
+  if (!t.emit_entry)
+    return render_inline_entries(std::move(out), source, blank, parsed, t, checked);
   // Rewrite each kernel's name and open its parameter list with the hidden parameter; the
   // edits stay on the kernel's line so every line number is preserved.
   std::size_t at = 0;
@@ -146,12 +175,13 @@ std::string render(std::string_view original, const parsed_source& parsed,
     out.append(source.substr(k.name_offset + k.name.size(),
                              k.params_open + 1 - (k.name_offset + k.name.size())));
     out += t.body_param;
+    if (checked) out += ", " + checked_params(k);
     if (!k.params.empty()) out += ", ";
     at = k.params.empty() ? k.params_close : k.params_open + 1;
   }
   out.append(source.substr(at));
   out += "\n#line 1 \"kiln_entry_points\"\n";
-  for (const kernel_decl& k : parsed.kernels) t.emit_entry(out, k);
+  for (const kernel_decl& k : parsed.kernels) t.emit_entry(out, k, checked);
   return out;
 }
 

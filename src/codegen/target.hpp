@@ -71,17 +71,22 @@ struct target {
   const char* name;        // what a backend's ABI table names
   const char* prelude;     // the kernel language's builtins
   const char* body_param;  // inserted first in every kernel body's parameter list
-  // Appends the backend entry point for kernel k to out.
-  void (*emit_entry)(std::string& out, const kernel_lang::kernel_decl& k);
+  // Appends the backend entry point for kernel k to out. `checked`: the program is compiled
+  // in checked mode, and the entry takes the hidden counts and error buffer after the range
+  // (checked_params) and passes them to the body after body_param.
+  void (*emit_entry)(std::string& out, const kernel_lang::kernel_decl& k, bool checked);
   // Targets whose kernels are their own entry points (OpenCL C: __local variables may only be
   // declared in a kernel function) leave emit_entry null. Instead the renderer replaces each
   // kernel's parameter list with emit_params and opens its body with emit_prologue, which
   // rebuilds the user's parameters and guards the launch range. Neither may emit a newline.
-  void (*emit_params)(std::string& out, const kernel_lang::kernel_decl& k) = nullptr;
-  void (*emit_prologue)(std::string& out, const kernel_lang::kernel_decl& k) = nullptr;
+  void (*emit_params)(std::string& out, const kernel_lang::kernel_decl& k, bool checked) = nullptr;
+  void (*emit_prologue)(std::string& out, const kernel_lang::kernel_decl& k,
+                        bool checked) = nullptr;
   // Respells what the dialect lacks in the user's source, keeping every offset and line:
   // `blank` is the source with comments and literals blanked (same length).
   void (*respell)(std::string& source, const std::string& blank) = nullptr;
+  // Checked mode: defines kiln__ck (kernel_lang/checked_access.hpp) for every pointer type.
+  const char* checked_prelude = nullptr;
   const warp_ops* warp = nullptr;
   const ring_ops* ring = nullptr;
   tile_policy tiles{};
@@ -105,6 +110,12 @@ extern const target opencl_target;
 
 // Name of the renamed kernel body: "kiln__body_<name>".
 std::string body_name(const std::string& kernel);
+// Checked mode's hidden parameters of a kernel body, after body_param: the error buffer, then
+// one element count per pointer parameter ("KILN_GLOBAL uint64_t* kiln__err, uint64_t
+// kiln__n0, ..."), and the same names as call arguments ("kiln__err, kiln__n0, ...").
+std::string checked_params(const kernel_lang::kernel_decl& k);
+std::string checked_args(const kernel_lang::kernel_decl& k);
+
 // Name of the CPU backend's entry symbol for a kernel: "kiln_cpu_<name>".
 std::string cpu_entry_name(const std::string& kernel);
 

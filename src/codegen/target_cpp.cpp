@@ -130,7 +130,7 @@ static inline void kiln__run(const kiln_cpu_launch* L, const kiln_range_t& r, ui
 }
 )KILN";
 
-void emit_entry(std::string& out, const kernel_decl& k) {
+void emit_entry(std::string& out, const kernel_decl& k, bool checked) {
   out += "extern \"C\" __attribute__((visibility(\"default\"))) void " + cpu_entry_name(k.name) +
          "(void* const* kiln__a, const kiln_cpu_launch* kiln__L, uint64_t kiln__g0, "
          "uint64_t kiln__g1) {\n";
@@ -141,12 +141,41 @@ void emit_entry(std::string& out, const kernel_decl& k) {
            std::to_string(i) + "], sizeof " + p + ");\n";
   }
   out += "  kiln_range_t kiln__r; __builtin_memcpy(&kiln__r, kiln__a[" + std::to_string(i) +
-         "], sizeof kiln__r);\n  kiln__run(kiln__L, kiln__r, kiln__g0, kiln__g1, [&](const "
-         "kiln_item& kiln__it) __attribute__((always_inline)) { " +
-         body_name(k.name) + "(kiln__it";
+         "], sizeof kiln__r);\n";
+  // Checked mode: the launcher passes the counts, then the error buffer, after the range.
+  if (checked) {
+    std::size_t at = i + 1;
+    for (std::size_t j = 0; j < k.params.size(); ++j) {
+      if (!k.params[j].is_pointer) continue;
+      const std::string n = "kiln__n" + std::to_string(j);
+      out += "  uint64_t " + n + "; __builtin_memcpy(&" + n + ", kiln__a[" + std::to_string(at++) +
+             "], sizeof " + n + ");\n";
+    }
+    out += "  uint64_t* kiln__err; __builtin_memcpy(&kiln__err, kiln__a[" + std::to_string(at) +
+           "], sizeof kiln__err);\n";
+  }
+  out +=
+      "  kiln__run(kiln__L, kiln__r, kiln__g0, kiln__g1, [&](const "
+      "kiln_item& kiln__it) __attribute__((always_inline)) { " +
+      body_name(k.name) + "(kiln__it";
+  if (checked) out += ", " + checked_args(k);
   for (i = 0; i < k.params.size(); ++i) out += ", kiln__p" + std::to_string(i);
   out += "); });\n}\n";
 }
+
+// Checked mode (kernel_lang/checked_access.hpp): the address of p[i], or, out of range, the
+// first violation recorded and a dummy slot of the error buffer.
+const char* checked_prelude = R"KILN(
+template <class T>
+static inline T* kiln__ck(T* p, uint64_t i, uint64_t n, uint64_t* err, uint32_t arg, uint32_t line) {
+  if (__builtin_expect(i < n, 1)) return p + i;
+  uint64_t unset = 0;
+  if (__atomic_compare_exchange_n(err, &unset, 1, false, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    err[1] = arg; err[2] = i; err[3] = line;
+  }
+  return (T*)(err + 6);
+}
+)KILN";
 
 // CPU: one lane, host atomics. A handler that calls kiln_trap() throws; the loop catches it and
 // reports the unit as trapped, as a GPU reports a trapped kernel.
@@ -189,6 +218,7 @@ const target cpp_target = {.name = "cpp",
                            .prelude = prelude,
                            .body_param = "const kiln_item& kiln__it",
                            .emit_entry = emit_entry,
+                           .checked_prelude = checked_prelude,
                            .ring = &ring};
 
 namespace {

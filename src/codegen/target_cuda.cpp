@@ -56,18 +56,38 @@ __device__ __forceinline__ float kiln_atomic_add(float* p, float v) { return ato
 __device__ __forceinline__ double kiln_atomic_add(double* p, double v) { return atomicAdd(p, v); }
 )KILN";
 
-void emit_entry(std::string& out, const kernel_decl& k) {
+void emit_entry(std::string& out, const kernel_decl& k, bool checked) {
   out += "extern \"C\" __global__ void " + k.name + "(";
   for (std::size_t i = 0; i < k.params.size(); ++i)
     out += k.param_types[i] + " kiln__p" + std::to_string(i) + ", ";
+  out += "kiln_range_t kiln__range";
+  // Checked mode: the launcher passes the counts, then the error buffer, after the range.
+  if (checked) {
+    for (std::size_t i = 0; i < k.params.size(); ++i)
+      if (k.params[i].is_pointer) out += ", uint64_t kiln__n" + std::to_string(i);
+    out += ", uint64_t* kiln__err";
+  }
   out +=
-      "kiln_range_t kiln__range) {\n"
+      ") {\n"
       "  if (kiln_global_id(0) >= kiln__range.n[0] || kiln_global_id(1) >= kiln__range.n[1] ||\n"
       "      kiln_global_id(2) >= kiln__range.n[2]) return;\n  " +
       body_name(k.name) + "(kiln__range";
+  if (checked) out += ", " + checked_args(k);
   for (std::size_t i = 0; i < k.params.size(); ++i) out += ", kiln__p" + std::to_string(i);
   out += ");\n}\n";
 }
+
+// Checked mode (kernel_lang/checked_access.hpp): the address of p[i], or, out of range, the
+// first violation recorded and a dummy slot of the error buffer.
+const char* checked_prelude = R"KILN(
+template <class T>
+__device__ __forceinline__ T* kiln__ck(T* p, uint64_t i, uint64_t n, uint64_t* err, uint32_t arg,
+                                       uint32_t line) {
+  if (__builtin_expect(i < n, 1)) return p + i;
+  if (atomicCAS(err, 0ull, 1ull) == 0ull) { err[1] = arg; err[2] = i; err[3] = line; }
+  return (T*)(err + 6);
+}
+)KILN";
 
 // Warp primitives of generated kernels (full warps only: every caller runs all 32 lanes).
 const warp_ops warp = {32, R"KILN(
@@ -136,6 +156,7 @@ const target cuda_target = {.name = "cuda",
                             .prelude = prelude,
                             .body_param = "const kiln_range_t& kiln__range",
                             .emit_entry = emit_entry,
+                            .checked_prelude = checked_prelude,
                             .warp = &warp,
                             .ring = &ring};
 

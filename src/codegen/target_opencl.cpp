@@ -106,7 +106,7 @@ const char* arg_type(scalar_type t) {
   }
 }
 
-void emit_params(std::string& out, const kernel_decl& k) {
+void emit_params(std::string& out, const kernel_decl& k, bool checked) {
   for (std::size_t i = 0; i < k.params.size(); ++i) {
     const std::string n = std::to_string(i);
     if (k.params[i].is_pointer)
@@ -115,9 +115,15 @@ void emit_params(std::string& out, const kernel_decl& k) {
       out += std::string(arg_type(k.params[i].type)) + " kiln__p" + n + ", ";
   }
   out += "kiln_range_t kiln__range";
+  // Checked mode: the launcher passes the counts, then the error buffer, after the range.
+  if (checked) {
+    for (std::size_t i = 0; i < k.params.size(); ++i)
+      if (k.params[i].is_pointer) out += ", ulong kiln__n" + std::to_string(i);
+    out += ", __global void* kiln__eb, ulong kiln__eo";
+  }
 }
 
-void emit_prologue(std::string& out, const kernel_decl& k) {
+void emit_prologue(std::string& out, const kernel_decl& k, bool checked) {
   for (std::size_t i = 0; i < k.params.size(); ++i) {
     const kernel_param& p = k.params[i];
     const std::string n = std::to_string(i);
@@ -133,10 +139,42 @@ void emit_prologue(std::string& out, const kernel_decl& k) {
              ")kiln__p" + n + ";";
     }
   }
+  if (checked)
+    out += " __global ulong* kiln__err = (__global ulong*)((__global char*)kiln__eb + kiln__eo);";
   out +=
       " if (kiln_global_id(0) >= kiln__range.n[0] || kiln_global_id(1) >= kiln__range.n[1] || "
       "kiln_global_id(2) >= kiln__range.n[2]) return;";
 }
+
+// Checked mode (kernel_lang/checked_access.hpp): the address of p[i], or, out of range, the
+// first violation recorded and a dummy slot of the error buffer. No templates in OpenCL C:
+// one overload per element type and constness. The record's flag is a 32-bit word, whose
+// compare-and-swap is core OpenCL 1.1.
+const char* checked_prelude = R"KILN(
+static inline void kiln__ck_record(__global ulong* err, ulong i, uint arg, uint line) {
+  if (atomic_cmpxchg((volatile __global uint*)err, 0u, 1u) == 0u) {
+    err[1] = arg; err[2] = i; err[3] = line;
+  }
+}
+#define KILN__CK(T)                                                                             \
+  KILN_OVL __global T* kiln__ck(__global T* p, ulong i, ulong n, __global ulong* err, uint arg, \
+                                uint line) {                                                    \
+    if (i < n) return p + i;                                                                    \
+    kiln__ck_record(err, i, arg, line);                                                         \
+    return (__global T*)(err + 6);                                                              \
+  }                                                                                             \
+  KILN_OVL __global const T* kiln__ck(__global const T* p, ulong i, ulong n, __global ulong* err, \
+                                      uint arg, uint line) {                                    \
+    if (i < n) return p + i;                                                                    \
+    kiln__ck_record(err, i, arg, line);                                                         \
+    return (__global const T*)(err + 6);                                                        \
+  }
+KILN__CK(char) KILN__CK(uchar) KILN__CK(short) KILN__CK(ushort) KILN__CK(int) KILN__CK(uint)
+KILN__CK(long) KILN__CK(ulong) KILN__CK(float) KILN__CK(bool)
+#ifdef cl_khr_fp64
+KILN__CK(double)
+#endif
+)KILN";
 
 bool word_at(const std::string& text, std::size_t p, const char* word) {
   const std::size_t n = std::char_traits<char>::length(word);
@@ -215,6 +253,7 @@ const target opencl_target = {.name = "opencl",
                               .emit_params = emit_params,
                               .emit_prologue = emit_prologue,
                               .respell = respell,
+                              .checked_prelude = checked_prelude,
                               .warp = &warp};
 
 namespace {

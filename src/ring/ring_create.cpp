@@ -175,7 +175,8 @@ std::shared_ptr<ring_impl> ring_create(const device& dev, std::string_view sourc
   for (auto& m : msgs) mptrs.push_back(&m);
   const std::string src = kernel_source(source, stages, mptrs, shape);
   try {
-    r->prog = std::make_unique<program>(program::compile(dev, src, opts.compile_options));
+    r->prog = std::make_unique<program>(
+        program::compile(dev, src, opts.compile_options, check_mode::off));
   } catch (const compile_error& e) {
     rethrow_compile(e, source, dev);
   }

@@ -1,10 +1,13 @@
 // kernel::launch: argument checks against the declared parameters, work-group sizing, and the
-// call into the backend. This is the hot path: no allocation, no formatting unless failing.
+// call into the backend. This is the hot path: no allocation, no formatting unless failing
+// (checked mode aside: it allocates its error record and waits for the kernel).
 #include <algorithm>
+#include <cstdint>
 #include <string>
 
 #include "runtime/fault_injection.hpp"
 #include "runtime/nvtx.hpp"
+#include "kernel_lang/checked_access.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln::detail {
@@ -41,6 +44,12 @@ void check_args(const kernel_impl& k, const queue_impl& q, const arg_binding* ar
               "expected " + param_type(p) + ", got " + (a.is_mem ? "a buffer of " : "") +
                   type_name(a.type));
     if (a.is_mem) {
+      // A moved-from or default-constructed buffer: the kernel would dereference null (a
+      // segfault on the CPU, an illegal address that poisons a CUDA context). A buffer of zero
+      // elements is allowed: a kernel may be given one it does not read (GEMM with k = 0).
+      if (!a.mem)
+        bad_arg(k, i,
+                "the buffer is empty and holds no memory (moved from, or default-constructed)");
       if (a.is_const && !p.is_const)
         bad_arg(k, i,
                 "a view of const elements passed where the kernel writes (" + param_type(p) + ")");
@@ -80,6 +89,27 @@ void default_local(const kernel_impl& k, const range& global, std::uint32_t loca
         1, std::min<std::uint64_t>(budget / local[1], info.max_work_item_sizes[2])));
 }
 
+std::string index_text(std::uint64_t i) {
+  return i > std::uint64_t(INT64_MAX) ? std::to_string(static_cast<std::int64_t>(i))
+                                      : std::to_string(i);
+}
+
+// Checked mode: reads the record the kernel left (kernel_lang/checked_access.hpp) once the
+// launch has finished, and throws the first violation it holds.
+void report_violation(const kernel_impl& k, queue_impl& q, memory_impl& record,
+                      const arg_binding* args) {
+  std::uint64_t r[kernel_lang::check_record_words] = {};
+  copy_d2h(q, r, record, 0, sizeof r);
+  check(*q.dev->api, q.dev->api->queue_finish(q.handle), "waiting for a checked kernel");
+  if (r[0] == 0) return;
+  const std::size_t i = r[1] < k.params.size() ? static_cast<std::size_t>(r[1]) : 0;
+  throw out_of_bounds("kernel '" + k.name + "', argument " + std::to_string(i + 1) + " ('" +
+                      k.params[i].name + "'): index " + index_text(r[2]) +
+                      " is outside the buffer's " + std::to_string(args[i].count) +
+                      " elements (line " + std::to_string(r[3]) +
+                      " of the kernel source; checked mode)");
+}
+
 }  // namespace
 
 void launch(const kernel_impl& k, queue_impl& q, const range& global, const range* local,
@@ -91,9 +121,14 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
   q.dev->check_alive(q.gen, "launching a kernel");
   q.dev->check_alive(k.program->gen, "launching a kernel");
   check_args(k, q, args, n);
-  if (n + 1 > max_args)
-    throw invalid_argument("kernel '" + k.name + "': more than " + std::to_string(max_args - 1) +
-                           " arguments");
+  // Checked mode's hidden arguments: one element count per buffer, then the error record.
+  std::size_t buffers = 0;
+  if (k.checked)
+    for (std::size_t i = 0; i < n; ++i) buffers += args[i].is_mem;
+  const std::size_t hidden = 1 + (k.checked ? buffers + 1 : 0);
+  if (n + hidden > max_args)
+    throw invalid_argument("kernel '" + k.name + "': more than " +
+                           std::to_string(max_args - hidden) + " arguments");
   const device_info& info = k.dev->info;
   kiln_launch_dims dims{};
   dims.dims = global.dims;
@@ -158,9 +193,21 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
     for (auto f : {testing::fault::launch, testing::fault::device_lost})
       if (kiln_status s = take_fault(*k.dev, f); s != KILN_OK)
         throw_injected(*k.dev, f, s, "launching kernel '" + k.name + "'");
+  std::shared_ptr<memory_impl> record;
+  if (k.checked) {
+    std::size_t at = n + 1;
+    for (std::size_t i = 0; i < n; ++i)
+      if (args[i].is_mem) kargs[at++] = {&args[i].count, sizeof args[i].count, 0};
+    record = allocate_on(q, kernel_lang::check_record_words * sizeof(std::uint64_t));
+    const std::uint64_t zero = 0;
+    fill(q, *record, 0, &zero, sizeof zero, kernel_lang::check_record_words);
+    refs[at] = {record->handle, 0};
+    kargs[at] = {&refs[at], sizeof(kiln_mem_ref), 1};
+  }
   kiln_status s =
-      k.api->launch(k.handle, q.handle, &dims, kargs, static_cast<std::uint32_t>(n + 1));
+      k.api->launch(k.handle, q.handle, &dims, kargs, static_cast<std::uint32_t>(n + hidden));
   if (s != KILN_OK) throw_status(*k.api, s, "launching kernel '" + k.name + "'");
+  if (record) report_violation(k, q, *record, args);
 }
 
 }  // namespace kiln::detail

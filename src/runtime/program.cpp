@@ -18,6 +18,9 @@ namespace kiln {
 namespace detail {
 namespace {
 
+// Appended to the options of a checked program's cache keys (never passed to a compiler).
+constexpr std::string_view checked_key_suffix = "\n#kiln-check=bounds";
+
 struct counters {
   std::atomic<std::uint64_t> memory_hits{0}, disk_hits{0}, compiles{0}, disk_rejects{0};
 };
@@ -74,6 +77,32 @@ std::vector<std::byte> backend_compile(const kiln_backend& api, kiln_device_h de
 
 }  // namespace
 
+check_mode parse_check_env(const char* value) {
+  const std::string_view v = value ? value : "";
+  if (v.empty()) return check_mode::automatic;
+  if (v == "bounds") return check_mode::bounds;
+  if (v == "off") return check_mode::off;
+  throw invalid_argument("KILN_CHECK='" + std::string(v) +
+                         "' is not a checking mode: use 'bounds' (check every buffer index of "
+                         "every kernel) or 'off' (docs/kernel_language.md)");
+}
+
+bool resolve_checked(check_mode m) {
+  if (m != check_mode::automatic) return m == check_mode::bounds;
+  // Read once; a bad value is refused at every compile that would follow it.
+  static const std::string env = [] {
+    const char* v = std::getenv("KILN_CHECK");
+    return std::string(v ? v : "");
+  }();
+  const check_mode from_env = parse_check_env(env.c_str());
+  if (from_env != check_mode::automatic) return from_env == check_mode::bounds;
+#ifdef NDEBUG
+  return false;
+#else
+  return true;  // a Debug build of Kiln checks by default
+#endif
+}
+
 void check_features(const kernel_lang::parsed_source& p, const device_info& info,
                     const std::string& id) {
   auto refuse = [&](const char* what, int line) {
@@ -97,11 +126,18 @@ program_impl::~program_impl() {
 
 }  // namespace detail
 
-program program::compile(const device& dev, std::string_view source, std::string_view options) {
+program program::compile(const device& dev, std::string_view source, std::string_view options,
+                         check_mode checks) {
   detail::device_impl& d = *dev.impl();
   const std::uint32_t gen = d.generation.load(std::memory_order_acquire);
   d.check_alive(gen, "compiling a program");
-  if (auto hit = d.programs().find(source, options)) {
+  const bool checked = detail::resolve_checked(checks);
+  // Checked and unchecked programs of one source never share a cache entry, in memory or on
+  // disk: the mode joins the options of both keys.
+  std::string checked_options;
+  if (checked) checked_options.append(options).append(detail::checked_key_suffix);
+  const std::string_view key_options = checked ? std::string_view(checked_options) : options;
+  if (auto hit = d.programs().find(source, key_options)) {
     detail::stats().memory_hits++;
     if (detail::log_enabled(log_level::debug))
       detail::logf(log_level::debug, "program cache hit (memory) on {}: {}", d.id,
@@ -115,9 +151,10 @@ program program::compile(const device& dev, std::string_view source, std::string
   p->public_device = dev;
   p->gen = gen;
   p->parsed = kernel_lang::parse(source);
+  p->checked = checked;
   detail::check_features(p->parsed, d.info, d.id);
   const kiln_backend& api = *d.api;
-  const std::string rendered = codegen::render(source, p->parsed, api.dialect);
+  const std::string rendered = codegen::render(source, p->parsed, api.dialect, checked);
   const std::string opts(options);
 
   const detail::disk_cache* disk = detail::the_disk_cache();
@@ -125,8 +162,8 @@ program program::compile(const device& dev, std::string_view source, std::string
   // device and driver version (the plugin's compiler id names every platform's version).
   const detail::cache_key key = detail::make_cache_key(
       d.info.backend, d.info.arch,
-      d.compiler_id() + '|' + d.info.vendor + '|' + d.info.name + '|' + d.info.driver_version, opts,
-      rendered);
+      d.compiler_id() + '|' + d.info.vendor + '|' + d.info.name + '|' + d.info.driver_version,
+      std::string(key_options), rendered);
   std::optional<std::vector<std::byte>> bytes;
   if (disk) bytes = disk->load(key);
   bool from_disk = bytes.has_value();
@@ -152,7 +189,7 @@ program program::compile(const device& dev, std::string_view source, std::string
     detail::logf(from_disk ? log_level::debug : log_level::info, "{} on {} in {:.1f} ms: {}",
                  from_disk ? "program cache hit (disk)" : "compiled program", d.id,
                  detail::ms_since(t0), detail::kernel_list(p->parsed));
-  d.programs().insert(source, options, p);
+  d.programs().insert(source, key_options, p);
   return program(std::move(p));
 }
 
@@ -176,6 +213,7 @@ kernel program::get_kernel(std::string_view name) const {
   k->name = decl->name;
   k->params = decl->params;
   k->uses_barrier = impl_->parsed.uses_barrier;
+  k->checked = impl_->checked;
   detail::check(*k->api, k->api->kernel_get(impl_->handle, decl->name.c_str(), &k->handle),
                 ("finding kernel '" + decl->name + "'").c_str());
   detail::check(*k->api, k->api->kernel_limits(k->handle, &k->max_size, &k->preferred_size),
@@ -191,15 +229,17 @@ std::vector<std::string> program::kernel_names() const {
 }
 
 const device& program::get_device() const { return impl_->public_device; }
+bool program::checked() const { return impl_->checked; }
 
 void compile_only(std::string_view backend_name, std::string_view arch, std::string_view source,
-                  std::string_view options) {
+                  std::string_view options, check_mode checks) {
+  const bool checked = detail::resolve_checked(checks);
   const detail::backend* b = detail::registry::get().find(backend_name);
   if (!b || !b->loaded)
     throw unsupported("backend '" + std::string(backend_name) + "' is not available" +
                       (b ? ": " + b->detail : std::string()));
   auto parsed = kernel_lang::parse(source);
-  const std::string rendered = codegen::render(source, parsed, b->api->dialect);
+  const std::string rendered = codegen::render(source, parsed, b->api->dialect, checked);
   detail::backend_compile(*b->api, nullptr, std::string(arch), rendered, source,
                           std::string(options), b->name + " (" + std::string(arch) + ")");
 }

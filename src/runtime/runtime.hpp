@@ -134,6 +134,7 @@ struct kernel_impl {
   std::string name;
   std::vector<kernel_param> params;
   bool uses_barrier = false;
+  bool checked = false;  // checked mode: the launch passes counts and an error buffer
   std::uint32_t max_size = 0, preferred_size = 0;
 };
 
@@ -143,6 +144,7 @@ struct program_impl : std::enable_shared_from_this<program_impl> {
   kiln_program_h handle = nullptr;
   std::uint32_t gen = 0;
   kernel_lang::parsed_source parsed;
+  bool checked = false;
   std::mutex mu;
   std::unordered_map<std::string, std::weak_ptr<kernel_impl>>
       kernels;  // weak: kernels own the program
@@ -196,5 +198,12 @@ std::shared_ptr<memory_impl> allocate_on(queue_impl& q, std::uint64_t bytes);
 // (barriers and local memory, double precision).
 void check_features(const kernel_lang::parsed_source& p, const device_info& info,
                     const std::string& id);
+
+// Checked mode: KILN_CHECK's value ("bounds", "off"; null or empty: unset, which gives
+// check_mode::automatic); kiln::invalid_argument naming the value otherwise.
+check_mode parse_check_env(const char* value);
+// Whether `m` means checked: automatic follows KILN_CHECK (read once per process), and
+// without it, whether Kiln was built without NDEBUG (a Debug build).
+bool resolve_checked(check_mode m);
 
 }  // namespace kiln::detail

@@ -87,3 +87,41 @@ TEST(Render, OpenclInlinesEntriesAndKeepsLineNumbers) {
                        out.begin() + static_cast<std::ptrdiff_t>(mark), '\n'),
             4);
 }
+
+// Checked mode: each target adds its checked prelude, the hidden counts and error buffer in
+// every entry (after the range, in the launcher's order) and body, and keeps every user line.
+TEST(Render, CheckedModeAddsCountsAndErrorBufferOnEveryTarget) {
+  const std::string src =
+      "KILN_KERNEL void k(KILN_GLOBAL float* y,\n"
+      "                   float a, KILN_GLOBAL const float* x) {\n"
+      "  y[kiln_global_id(0)] = a * x[kiln_global_id(0)];\n"
+      "  MARK_LINE_4;\n"
+      "}\n";
+  const std::string cuda = render(src, parse(src), "cuda", true);
+  EXPECT_THAT(cuda, HasSubstr("T* kiln__ck(T* p, uint64_t i, uint64_t n, uint64_t* err"));
+  EXPECT_THAT(cuda, HasSubstr("kiln__body_k(const kiln_range_t& kiln__range, KILN_GLOBAL "
+                              "uint64_t* kiln__err, uint64_t kiln__n0, uint64_t kiln__n2, "
+                              "KILN_GLOBAL float* y"));
+  EXPECT_THAT(cuda, HasSubstr("kiln_range_t kiln__range, uint64_t kiln__n0, uint64_t kiln__n2, "
+                              "uint64_t* kiln__err) {"));
+  EXPECT_THAT(cuda, HasSubstr("(kiln__range, kiln__err, kiln__n0, kiln__n2, kiln__p0"));
+  const std::string cpp = render(src, parse(src), "cpp", true);
+  EXPECT_THAT(cpp, HasSubstr("uint64_t kiln__n2; __builtin_memcpy(&kiln__n2, kiln__a[5]"));
+  EXPECT_THAT(cpp, HasSubstr("uint64_t* kiln__err; __builtin_memcpy(&kiln__err, kiln__a[6]"));
+  const std::string ocl = render(src, parse(src), "opencl", true);
+  EXPECT_THAT(ocl, HasSubstr("kiln_range_t kiln__range, ulong kiln__n0, ulong kiln__n2, "
+                             "__global void* kiln__eb, ulong kiln__eo"));
+  EXPECT_THAT(ocl, HasSubstr("KILN__CK(float)"));
+  for (const std::string* out : {&cuda, &cpp, &ocl}) {
+    EXPECT_THAT(*out,
+                HasSubstr("(*kiln__ck(x, (kiln_global_id(0)), kiln__n2, kiln__err, 2u, 3u))"));
+    const std::size_t directive = out->find("#line 1 \"kernel.kiln\"\n");
+    const std::size_t mark = out->find("MARK_LINE_4");
+    ASSERT_NE(mark, std::string::npos);
+    EXPECT_EQ(std::count(out->begin() + static_cast<std::ptrdiff_t>(directive),
+                         out->begin() + static_cast<std::ptrdiff_t>(mark), '\n'),
+              4);
+  }
+  // Unchecked output has none of it.
+  EXPECT_THAT(render(src, parse(src), "cuda"), testing::Not(HasSubstr("kiln__ck")));
+}
