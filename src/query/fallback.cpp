@@ -28,9 +28,9 @@ void move_inputs(query_desc& d, const device& to) {
         copy_d2h(*q.impl(), host.data(), src, 0, src.bytes);
         q.finish();
       } catch (const device_lost& e) {
-        throw device_lost(std::string("kiln::fallback: the query's input lives on ") +
-                          src.dev->id + ", which is lost; its data cannot be copied to " +
-                          to.id() + " (" + e.what() + ")");
+        throw device_lost(std::string("kiln::fallback: the query's input lives on ") + src.dev->id +
+                          ", which is lost; its data cannot be copied to " + to.id() + " (" +
+                          e.what() + ")");
       }
       copy = allocate(to, src.bytes);
       copy_h2d(*to.default_queue().impl(), *copy, 0, host.data(), src.bytes);

@@ -73,10 +73,10 @@ bool device_impl::ring_blocks(const char* op) {
 
 void device_impl::refuse_if_ring_running(const char* op, const char* what) {
   if (ring_blocks(op))
-      throw unsupported(std::string(what) + " on " + id +
-                        " would wait until the resident ring kernel ends (the driver serialises "
-                        "it behind the running grid); do it before starting the ring, or stop "
-                        "the ring first (docs/ring.md)");
+    throw unsupported(std::string(what) + " on " + id +
+                      " would wait until the resident ring kernel ends (the driver serialises "
+                      "it behind the running grid); do it before starting the ring, or stop "
+                      "the ring first (docs/ring.md)");
 }
 
 void device_impl::refresh_lost() noexcept {

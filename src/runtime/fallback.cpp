@@ -31,10 +31,8 @@ bool fallback::moves(const error& e) noexcept {
     case error_category::out_of_memory:
     case error_category::backend_failure:
     case error_category::device_lost:
-    case error_category::unsupported:
-      return true;
-    default:
-      return false;
+    case error_category::unsupported: return true;
+    default: return false;
   }
 }
 

@@ -51,8 +51,8 @@ kiln_status take_fault(const device_impl& dev, testing::fault f) {
 
 void throw_injected(const device_impl& dev, testing::fault f, kiln_status s,
                     const std::string& what) {
-  const std::string msg = what + " (" + dev.api->name + "): injected " + describe(f) +
-                          " (kiln::testing::inject_fault)";
+  const std::string msg =
+      what + " (" + dev.api->name + "): injected " + describe(f) + " (kiln::testing::inject_fault)";
   switch (s) {
     case KILN_ERR_COMPILE: throw compile_error(msg, "injected compile failure", "");
     case KILN_ERR_OUT_OF_MEMORY: throw out_of_memory(msg);

@@ -1,7 +1,5 @@
 #include "runtime/generated_kernels.hpp"
 
-#include "runtime/runtime.hpp"
-
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -12,6 +10,8 @@
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
+
+#include "runtime/runtime.hpp"
 
 #define XXH_INLINE_ALL
 #include <xxhash.h>

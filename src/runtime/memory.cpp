@@ -62,8 +62,8 @@ std::string mib(std::uint64_t b) {
     msg += "; device free " + (st.free == UINT64_MAX ? std::string("unknown") : mib(st.free)) +
            " of " + mib(st.total);
   msg += "; Kiln holds " + mib(st.in_use) + " in use (peak " + mib(st.peak) + ") and " +
-         mib(st.cached) + " cached in the pool, released and retried once before failing (" +
-         why + ")";
+         mib(st.cached) + " cached in the pool, released and retried once before failing (" + why +
+         ")";
   throw out_of_memory(msg);
 }
 
@@ -265,7 +265,6 @@ void* host_alloc(const device& dev, std::uint64_t bytes) {
   }
   return p;
 }
-
 
 void host_free(const device& dev, void* p) noexcept {
   if (!p) return;

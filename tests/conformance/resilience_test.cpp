@@ -2,7 +2,6 @@
 // kiln::fallback moving queries and user work, device loss and reset. A real trap and a real
 // full-GPU fill run on CUDA devices only (they would kill a CPU process / take minutes).
 #include <kiln/testing/fault_injection.hpp>
-
 #include <numeric>
 
 #include "backends.hpp"
@@ -107,7 +106,8 @@ TEST_P(ResilienceTest, FallbackMovesAQueryWhoseKernelFailsToCompile) {
   {
     kiln::fallback_scope scope(chain);
     auto q = x | kiln::transform(_1 * 3.25f);
-    if (k == 1) got = q | kiln::transform(_1 + 0.5f) | kiln::filter(_1 > 0.f) | kiln::sum();
+    if (k == 1)
+      got = q | kiln::transform(_1 + 0.5f) | kiln::filter(_1 > 0.f) | kiln::sum();
     else if (k == 2)
       got = q | kiln::transform(_1 + 0.5f) | kiln::transform(_1 + 0.5f) | kiln::filter(_1 > 0.f) |
             kiln::sum();
@@ -243,7 +243,8 @@ KILN_KERNEL void plus_one(KILN_GLOBAL float* y) { y[kiln_global_id(0)] += 1.f; }
 }
 
 TEST_P(ResilienceTest, ARealTrapLosesTheDeviceAndResetRecoversIt) {
-  if (dev().backend() != "cuda") GTEST_SKIP() << "a wild store faults only CUDA contexts survivably";
+  if (dev().backend() != "cuda")
+    GTEST_SKIP() << "a wild store faults only CUDA contexts survivably";
   kiln::buffer<float> old(dev(), std::vector<float>(64, 1.f));
   const std::string why = conformance::trap(dev());
   ASSERT_FALSE(why.empty()) << "the wild store did not fault";

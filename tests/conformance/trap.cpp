@@ -1,9 +1,9 @@
 #include "trap.hpp"
 
+#include <gtest/gtest.h>
+
 #include <cstdlib>
 #include <iostream>
-
-#include <gtest/gtest.h>
 
 namespace conformance {
 
@@ -15,8 +15,9 @@ KILN_KERNEL void wild_store(KILN_GLOBAL int* y, uint64_t address) {
 })";
   kiln::buffer<int> y(dev, 32);
   try {
-    kiln::program::compile(dev, src).get_kernel("wild_store").launch(
-        dev.default_queue(), kiln::range(32), y, std::uint64_t{8});
+    kiln::program::compile(dev, src)
+        .get_kernel("wild_store")
+        .launch(dev.default_queue(), kiln::range(32), y, std::uint64_t{8});
     dev.synchronize();
   } catch (const kiln::device_lost& e) {
     return e.what();

@@ -1,5 +1,7 @@
 // Ring-kernel semantics on every device that hosts rings: order, loss, duplication, boundaries,
 // lifecycle, state, batches, callbacks, several producers, several units and a pipeline.
+#include <gmock/gmock.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -354,6 +356,57 @@ KILN_KERNEL void add_one(KILN_GLOBAL int* v) { v[kiln_global_id(0)] += 1; }
   trace("11");
   r.terminate();
   trace("12");
+}
+
+// With a ring running, work that would have to wait for the resident grid (a new program, a new
+// query shape, pinned memory, a host-range query) either runs (CPU) or is refused at once with
+// kiln::unsupported saying why (CUDA) - never blocks. Under a fallback it moves to the host.
+TEST_P(RingTest, NothingBlocksBehindARunningRing) {
+  kiln::ring<ping, pong> r(dev(), handlers, "echo");
+  r.activate();
+  round_trip(r, 4, 0);
+  using clock = std::chrono::steady_clock;
+  auto bounded = [&](const char* what, auto&& work) {
+    const auto t0 = clock::now();
+    try {
+      work();
+    } catch (const kiln::unsupported& e) {
+      EXPECT_THAT(std::string(e.what()), ::testing::HasSubstr("resident ring")) << what;
+    }
+    EXPECT_LT(clock::now() - t0, 30s) << what << " waited for the ring";
+  };
+  using namespace kiln::placeholders;
+  const std::vector<float> host(100000, 0.5f);
+  bounded("a new kernel", [&] {
+    kiln::buffer<int> v(dev(), std::vector<int>(64, 1));
+    kiln::queue q(dev());
+    kiln::program::compile(
+        dev(), "KILN_KERNEL void ring_nb_k(KILN_GLOBAL int* v) { v[kiln_global_id(0)] *= 3; }")
+        .get_kernel("ring_nb_k")
+        .launch(q, kiln::range(64), v);
+    EXPECT_EQ(v.to_vector(), std::vector<int>(64, 3));
+  });
+  bounded("a new query shape", [&] {
+    kiln::buffer<float> x(dev(), host);
+    EXPECT_EQ(x | kiln::transform(_1 * 8.f - 3.f) | kiln::filter(_1 > 0.f) | kiln::count(),
+              host.size());
+  });
+  bounded("a pinned buffer", [&] {
+    kiln::pinned_buffer<float> p(dev(), 1 << 20);
+    p.data()[0] = 1.f;
+  });
+  bounded("a host-range query", [&] {
+    EXPECT_DOUBLE_EQ(host | kiln::on(dev()) | kiln::transform(_1 * 2.f) | kiln::sum(),
+                     double(host.size()));
+  });
+  if (!(dev() == kiln::device::host())) {
+    // Under a fallback, the same work completes on the host.
+    kiln::fallback_scope scope(kiln::fallback{dev(), kiln::device::host()});
+    EXPECT_DOUBLE_EQ(host | kiln::on(dev()) | kiln::transform(_1 * 4.f - 1.f) | kiln::sum(),
+                     double(host.size()));
+  }
+  round_trip(r, 4, 4);  // the ring still serves
+  r.terminate();
 }
 
 INSTANTIATE_TEST_SUITE_P(Ring, RingTest, ::testing::ValuesIn(ring_devices()), param_name);

@@ -169,12 +169,11 @@ kiln_status mem_info(kiln_device_h dev, uint64_t* free_bytes, uint64_t* total_by
   if (CUresult r = g_cu.cuMemGetInfo(&f, &t); r != CUDA_SUCCESS) return cu_fail(r, "cuMemGetInfo");
   cuuint64_t reserved = 0, used = 0;
   if (dev->pool) {
-    if (CUresult r = g_cu.cuMemPoolGetAttribute(dev->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT,
-                                                &reserved);
+    if (CUresult r =
+            g_cu.cuMemPoolGetAttribute(dev->pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved);
         r != CUDA_SUCCESS)
       return cu_fail(r, "cuMemPoolGetAttribute(RESERVED_MEM_CURRENT)");
-    if (CUresult r =
-            g_cu.cuMemPoolGetAttribute(dev->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
+    if (CUresult r = g_cu.cuMemPoolGetAttribute(dev->pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used);
         r != CUDA_SUCCESS)
       return cu_fail(r, "cuMemPoolGetAttribute(USED_MEM_CURRENT)");
   }
