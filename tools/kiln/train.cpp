@@ -5,7 +5,6 @@
 
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 
 #include "commands.hpp"
@@ -18,18 +17,6 @@
 
 namespace kiln::tool {
 namespace {
-
-struct train_options {
-  std::string model = "both";  // mlp, lenet, both
-  std::string device_spec;     // empty: device::best()
-  std::string data_dir;
-  std::string save_dir;
-  int epochs = 10;
-  std::int64_t batch = 64;
-  std::uint64_t seed = 0;
-  bool batch_norm = false;
-  double lr = 1e-3;
-};
 
 struct result {
   std::string model;
@@ -128,44 +115,9 @@ result train_one(const std::string& name, const train_options& o, const device& 
   return r;
 }
 
-int usage() {
-  std::fputs(
-      "usage: kiln train [mlp|lenet|both] [--device SPEC] [--epochs N] [--batch N] [--seed N]\n"
-      "                  [--lr X] [--batch-norm] [--data DIR] [--save DIR]\n"
-      "Trains on the MNIST digits of scripts/fetch_mnist.sh (8,000 train / 2,000 test).\n",
-      stderr);
-  return 2;
-}
-
 }  // namespace
 
-int train(const std::vector<std::string>& args) {
-  train_options o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    const bool has = i + 1 < args.size();
-    if (a == "mlp" || a == "lenet" || a == "both")
-      o.model = a;
-    else if (a == "--device" && has)
-      o.device_spec = args[++i];
-    else if (a == "--epochs" && has)
-      o.epochs = std::stoi(args[++i]);
-    else if (a == "--batch" && has)
-      o.batch = std::stoll(args[++i]);
-    else if (a == "--seed" && has)
-      o.seed = std::stoull(args[++i]);
-    else if (a == "--lr" && has)
-      o.lr = std::stod(args[++i]);
-    else if (a == "--data" && has)
-      o.data_dir = args[++i];
-    else if (a == "--save" && has)
-      o.save_dir = args[++i];
-    else if (a == "--batch-norm")
-      o.batch_norm = true;
-    else
-      return usage();
-  }
-  if (o.epochs < 1 || o.batch < 1) return usage();
+int train(const train_options& o) {
   const std::string dir = o.data_dir.empty() ? data::default_mnist_dir() : o.data_dir;
   if (!data::mnist_available(dir)) {
     std::fprintf(stderr,
