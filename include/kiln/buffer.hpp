@@ -186,7 +186,7 @@ class pinned_buffer {
 
  public:
   pinned_buffer(const device& dev, std::size_t n)
-      : dev_(dev), data_(static_cast<T*>(detail::host_alloc(dev, n * sizeof(T)))), size_(n) {}
+      : dev_(dev), data_(static_cast<T*>(detail::host_alloc(dev, bytes_for(n)))), size_(n) {}
   ~pinned_buffer() {
     if (data_) detail::host_free(dev_, data_);
   }
@@ -213,6 +213,12 @@ class pinned_buffer {
   std::span<T> span() noexcept { return {data_, size_}; }
 
  private:
+  static std::uint64_t bytes_for(std::size_t n) {
+    if (n > SIZE_MAX / sizeof(T))
+      throw invalid_argument("pinned_buffer of " + std::to_string(n) +
+                             " elements: size in bytes overflows");
+    return n * sizeof(T);
+  }
   device dev_;
   T* data_ = nullptr;
   std::size_t size_ = 0;
