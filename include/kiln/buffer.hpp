@@ -71,7 +71,12 @@ class buffer_view {
   std::uint64_t bytes() const noexcept { return size_ * sizeof(T); }
   bool empty() const noexcept { return size_ == 0; }
   std::uint64_t offset() const noexcept { return offset_; }  // in elements
-  const device& get_device() const { return detail::memory_device(*mem_); }
+  const device& get_device() const {
+    if (!mem_)
+      throw invalid_argument(
+          "buffer::get_device: an empty (default-constructed or moved-from) buffer has no device");
+    return detail::memory_device(*mem_);
+  }
   const std::shared_ptr<detail::memory_impl>& memory() const noexcept { return mem_; }
 
   buffer_view subview(std::uint64_t offset, std::uint64_t count) const {
@@ -256,6 +261,7 @@ auto as_view(const X& x) {
 
 template <class Src, class Dst>
 void queue::copy(const Src& src, Dst&& dst) {
+  if (!impl_) detail::throw_empty_handle("queue::copy", "queue");
   constexpr bool src_dev = detail::is_device_side<Src>, dst_dev = detail::is_device_side<Dst>;
   if constexpr (src_dev && dst_dev) {
     auto s = detail::as_view(src);
@@ -301,6 +307,7 @@ void queue::copy(const Src& src, Dst&& dst) {
 
 template <class Dst, class T>
 void queue::fill(Dst&& dst, const T& value) {
+  if (!impl_) detail::throw_empty_handle("queue::fill", "queue");
   static_assert(detail::is_device_side<Dst>, "kiln::queue::fill: destination must be a buffer");
   auto d = detail::as_view(dst);
   using E = typename decltype(d)::value_type;
