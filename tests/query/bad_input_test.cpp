@@ -53,5 +53,16 @@ TEST_P(QueryBadInputTest, HostRangeOnNoDevice) {
       {"kiln::on", "no device"}));
 }
 
+// Positions near 2^64: skip + take must not wrap into a short or empty window.
+TEST_P(QueryBadInputTest, TakeAndSkipNearTheTop) {
+  kiln::buffer<std::int32_t> a(dev(), std::vector<std::int32_t>(10, 1));
+  EXPECT_EQ(a | kiln::skip(UINT64_MAX) | kiln::count(), 0u);
+  EXPECT_EQ(a | kiln::take(UINT64_MAX) | kiln::count(), 10u);
+  EXPECT_EQ(a | kiln::skip(4) | kiln::take(UINT64_MAX) | kiln::count(), 6u);
+  EXPECT_EQ(a | kiln::skip(4) | kiln::take(UINT64_MAX - 2) | kiln::sum(), 6);
+  EXPECT_EQ(a | kiln::take(UINT64_MAX) | kiln::skip(UINT64_MAX - 1) | kiln::count(), 0u);
+  EXPECT_EQ((a | kiln::skip(3) | kiln::take(UINT64_MAX) | kiln::to_vector()).size(), 7u);
+}
+
 }  // namespace
 }  // namespace query_test
