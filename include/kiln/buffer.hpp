@@ -71,7 +71,12 @@ class buffer_view {
   std::uint64_t bytes() const noexcept { return size_ * sizeof(T); }
   bool empty() const noexcept { return size_ == 0; }
   std::uint64_t offset() const noexcept { return offset_; }  // in elements
-  const device& get_device() const { return detail::memory_device(*mem_); }
+  const device& get_device() const {
+    if (!mem_)
+      throw invalid_argument(
+          "buffer::get_device: an empty (default-constructed or moved-from) buffer has no device");
+    return detail::memory_device(*mem_);
+  }
   const std::shared_ptr<detail::memory_impl>& memory() const noexcept { return mem_; }
 
   buffer_view subview(std::uint64_t offset, std::uint64_t count) const {
@@ -186,7 +191,7 @@ class pinned_buffer {
 
  public:
   pinned_buffer(const device& dev, std::size_t n)
-      : dev_(dev), data_(static_cast<T*>(detail::host_alloc(dev, n * sizeof(T)))), size_(n) {}
+      : dev_(dev), data_(static_cast<T*>(detail::host_alloc(dev, bytes_for(n)))), size_(n) {}
   ~pinned_buffer() {
     if (data_) detail::host_free(dev_, data_);
   }
@@ -213,6 +218,12 @@ class pinned_buffer {
   std::span<T> span() noexcept { return {data_, size_}; }
 
  private:
+  static std::uint64_t bytes_for(std::size_t n) {
+    if (n > SIZE_MAX / sizeof(T))
+      throw invalid_argument("pinned_buffer of " + std::to_string(n) +
+                             " elements: size in bytes overflows");
+    return n * sizeof(T);
+  }
   device dev_;
   T* data_ = nullptr;
   std::size_t size_ = 0;
@@ -250,6 +261,7 @@ auto as_view(const X& x) {
 
 template <class Src, class Dst>
 void queue::copy(const Src& src, Dst&& dst) {
+  if (!impl_) detail::throw_empty_handle("queue::copy", "queue");
   constexpr bool src_dev = detail::is_device_side<Src>, dst_dev = detail::is_device_side<Dst>;
   if constexpr (src_dev && dst_dev) {
     auto s = detail::as_view(src);
@@ -295,6 +307,7 @@ void queue::copy(const Src& src, Dst&& dst) {
 
 template <class Dst, class T>
 void queue::fill(Dst&& dst, const T& value) {
+  if (!impl_) detail::throw_empty_handle("queue::fill", "queue");
   static_assert(detail::is_device_side<Dst>, "kiln::queue::fill: destination must be a buffer");
   auto d = detail::as_view(dst);
   using E = typename decltype(d)::value_type;

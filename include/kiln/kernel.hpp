@@ -105,11 +105,15 @@ class kernel {
  public:
   template <class... Args>
   void launch(queue& q, const range& global, const Args&... args) const {
+    if (!impl_) detail::throw_empty_handle("kernel::launch", "kernel");
+    if (!q.impl()) detail::throw_empty_handle("kernel::launch", "queue");
     std::array<detail::arg_binding, sizeof...(Args)> b{detail::bind_arg(args)...};
     detail::launch(*impl_, *q.impl(), global, nullptr, b.data(), b.size());
   }
   template <class... Args>
   void launch(queue& q, const range& global, const local_size& local, const Args&... args) const {
+    if (!impl_) detail::throw_empty_handle("kernel::launch", "kernel");
+    if (!q.impl()) detail::throw_empty_handle("kernel::launch", "queue");
     std::array<detail::arg_binding, sizeof...(Args)> b{detail::bind_arg(args)...};
     detail::launch(*impl_, *q.impl(), global, &local, b.data(), b.size());
   }

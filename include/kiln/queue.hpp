@@ -19,6 +19,8 @@ namespace kiln {
 namespace detail {
 struct queue_impl;
 struct event_impl;
+// Throws kiln::invalid_argument "<what>: an empty (moved-from or null) <kind> handle".
+[[noreturn]] void throw_empty_handle(const char* what, const char* kind);
 }  // namespace detail
 
 class event {

@@ -151,20 +151,20 @@ class ring_endpoint {
  public:
   using clock = std::chrono::nanoseconds;
 
-  void activate() { detail::ring_activate(*impl_, true); }
-  void deactivate() { detail::ring_activate(*impl_, false); }  // paused; state and queue kept
+  void activate() { detail::ring_activate(live(), true); }
+  void deactivate() { detail::ring_activate(live(), false); }  // paused; state and queue kept
   // Stops the kernel: waits at most `deadline` for it to finish; throws ring_fault if it
   // does not (with the ids left unanswered). Responses already written stay receivable.
   ring_report terminate(ring_stop how = ring_stop::drain,
                         clock deadline = std::chrono::seconds(10)) {
-    return detail::ring_terminate(*impl_, how, deadline);
+    return detail::ring_terminate(live(), how, deadline);
   }
 
   // Blocks up to `timeout` for room; returns the message's id, nullopt on timeout.
   [[nodiscard]] std::optional<std::uint64_t> send(const Req& m,
                                                   clock timeout = detail::ring_forever) {
     std::uint64_t id = 0;
-    if (detail::ring_send(*impl_, &m, 1, true, timeout, &id) == 0) return std::nullopt;
+    if (detail::ring_send(live(), &m, 1, true, timeout, &id) == 0) return std::nullopt;
     return id;
   }
   [[nodiscard]] std::optional<std::uint64_t> try_send(const Req& m) { return send(m, clock(0)); }
@@ -173,13 +173,13 @@ class ring_endpoint {
   std::size_t send_batch(std::span<const Req> ms, clock timeout = detail::ring_forever,
                          std::uint64_t* first_id = nullptr) {
     std::uint64_t id = 0;
-    std::size_t n = detail::ring_send(*impl_, ms.data(), ms.size(), true, timeout, &id);
+    std::size_t n = detail::ring_send(live(), ms.data(), ms.size(), true, timeout, &id);
     if (first_id) *first_id = id;
     return n;
   }
   std::size_t try_send_batch(std::span<const Req> ms, std::uint64_t* first_id = nullptr) {
     std::uint64_t id = 0;
-    std::size_t n = detail::ring_send(*impl_, ms.data(), ms.size(), false, clock(0), &id);
+    std::size_t n = detail::ring_send(live(), ms.data(), ms.size(), false, clock(0), &id);
     if (first_id) *first_id = id;
     return n;
   }
@@ -187,7 +187,7 @@ class ring_endpoint {
   // Waits up to `timeout` for the next response; nullopt on timeout.
   std::optional<ring_response<Resp>> receive(clock timeout = detail::ring_forever) {
     ring_response<Resp> r;
-    if (detail::ring_receive(*impl_, 1, timeout, &sink_one, &r) == 0) return std::nullopt;
+    if (detail::ring_receive(live(), 1, timeout, &sink_one, &r) == 0) return std::nullopt;
     return r;
   }
   std::optional<ring_response<Resp>> try_receive() { return receive(clock(0)); }
@@ -196,13 +196,13 @@ class ring_endpoint {
   std::size_t receive_batch(std::span<ring_response<Resp>> out,
                             clock timeout = detail::ring_forever) {
     auto* p = out.data();
-    return detail::ring_receive(*impl_, out.size(), timeout, &sink_many, &p);
+    return detail::ring_receive(live(), out.size(), timeout, &sink_many, &p);
   }
   // Responses go to f, on a thread of the ring, instead of receive(); nullptr stops that.
   void on_response(std::function<void(const ring_response<Resp>&)> f) {
-    if (!f) return detail::ring_on_response(*impl_, nullptr);
+    if (!f) return detail::ring_on_response(live(), nullptr);
     detail::ring_on_response(
-        *impl_, [f = std::move(f)](std::uint64_t id, std::int32_t st, const void* msg) {
+        live(), [f = std::move(f)](std::uint64_t id, std::int32_t st, const void* msg) {
           ring_response<Resp> r;
           r.id = id;
           r.status = st;
@@ -211,13 +211,13 @@ class ring_endpoint {
         });
   }
 
-  ring_status status() const { return detail::ring_get_status(*impl_); }
+  ring_status status() const { return detail::ring_get_status(live()); }
   // A copy of the kernel's state (of its first stage); a snapshot while it runs.
   template <class S>
   S state() const {
     static_assert(std::is_trivially_copyable_v<S>);
     S s;
-    detail::ring_read_state(*impl_, &s, sizeof(S));
+    detail::ring_read_state(live(), &s, sizeof(S));
     return s;
   }
 
@@ -231,6 +231,10 @@ class ring_endpoint {
   explicit ring_endpoint(std::shared_ptr<detail::ring_impl> impl) : impl_(std::move(impl)) {}
 
  private:
+  detail::ring_impl& live() const {
+    if (!impl_) throw invalid_argument("kiln::ring: an empty (moved-from) ring handle");
+    return *impl_;
+  }
   static void sink_one(void* ctx, std::uint64_t id, std::int32_t st, const void* msg) {
     auto* r = static_cast<ring_response<Resp>*>(ctx);
     r->id = id;

@@ -8,8 +8,10 @@
 namespace kiln::data {
 
 void dataset::check() const {
-  if (features < 0 || static_cast<std::uint64_t>(images.size()) !=
-                          static_cast<std::uint64_t>(features) * labels.size())
+  std::uint64_t values = 0;  // features * labels, which must not wrap to images.size()
+  if (features < 0 ||
+      __builtin_mul_overflow(static_cast<std::uint64_t>(features), labels.size(), &values) ||
+      values != images.size())
     throw invalid_argument("kiln::data::dataset: " + std::to_string(images.size()) +
                            " image values for " + std::to_string(labels.size()) + " labels of " +
                            std::to_string(features) + " features each");

@@ -32,7 +32,10 @@ data_loader::data_loader(dataset data, const device& dev, loader_options opt)
     throw invalid_argument("kiln::data::data_loader: prefetch " + std::to_string(opt_.prefetch) +
                            " (must be 1.." + std::to_string(max_prefetch) + ")");
   if (opt_.sample_shape.empty()) opt_.sample_shape = {data_.features};
-  if (numel_of(opt_.sample_shape) != data_.features)
+  // Negative sizes can still multiply to the feature count ({-2, -3} for 6).
+  if (numel_of(opt_.sample_shape) != data_.features ||
+      std::any_of(opt_.sample_shape.begin(), opt_.sample_shape.end(),
+                  [](std::int64_t d) { return d < 0; }))
     throw shape_error("kiln::data::data_loader: sample_shape " + to_string(opt_.sample_shape) +
                       " does not hold the dataset's " + std::to_string(data_.features) +
                       " features");

@@ -100,6 +100,7 @@ void run_portable(queue& q, scalar_type ty, const operand* ops, const matrix* mx
 
 void gemm(queue& q, scalar_type ty, operand a, operand b, operand c, const gemm_shape& s,
           const gemm_options& o) {
+  if (!q.impl()) kiln::detail::throw_empty_handle("kiln::linalg::gemm", "queue");
   kiln::detail::queue_impl& qi = *q.impl();
   check_devices(qi, "gemm", {a, b, c}, "ABC");
   const operand ops[] = {a, b, c};

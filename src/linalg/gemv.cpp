@@ -9,6 +9,7 @@ namespace kiln::linalg::detail {
 
 void gemv(queue& q, scalar_type ty, operand a, operand x, operand y, const gemv_shape& s,
           const gemv_options& o) {
+  if (!q.impl()) kiln::detail::throw_empty_handle("kiln::linalg::gemv", "queue");
   kiln::detail::queue_impl& qi = *q.impl();
   check_devices(qi, "gemv", {a, x, y}, "Axy");
   const std::uint64_t lda = s.lda ? s.lda : std::max<std::uint64_t>(s.n, 1);

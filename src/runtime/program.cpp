@@ -193,7 +193,19 @@ program program::compile(const device& dev, std::string_view source, std::string
   return program(std::move(p));
 }
 
+namespace {
+detail::program_impl& live(const std::shared_ptr<detail::program_impl>& p, const char* what) {
+  if (!p) detail::throw_empty_handle(what, "program");
+  return *p;
+}
+const detail::kernel_impl& live(const std::shared_ptr<detail::kernel_impl>& k, const char* what) {
+  if (!k) detail::throw_empty_handle(what, "kernel");
+  return *k;
+}
+}  // namespace
+
 kernel program::get_kernel(std::string_view name) const {
+  live(impl_, "program::get_kernel");
   impl_->dev->check_alive(impl_->gen, "getting a kernel");
   std::lock_guard lock(impl_->mu);
   if (auto it = impl_->kernels.find(std::string(name)); it != impl_->kernels.end())
@@ -224,12 +236,14 @@ kernel program::get_kernel(std::string_view name) const {
 
 std::vector<std::string> program::kernel_names() const {
   std::vector<std::string> out;
-  for (const auto& k : impl_->parsed.kernels) out.push_back(k.name);
+  for (const auto& k : live(impl_, "program::kernel_names").parsed.kernels) out.push_back(k.name);
   return out;
 }
 
-const device& program::get_device() const { return impl_->public_device; }
-bool program::checked() const { return impl_->checked; }
+const device& program::get_device() const {
+  return live(impl_, "program::get_device").public_device;
+}
+bool program::checked() const { return live(impl_, "program::checked").checked; }
 
 void compile_only(std::string_view backend_name, std::string_view arch, std::string_view source,
                   std::string_view options, check_mode checks) {
@@ -249,9 +263,15 @@ kernel_cache_stats cache_stats() {
   return {c.memory_hits.load(), c.disk_hits.load(), c.compiles.load(), c.disk_rejects.load()};
 }
 
-const std::string& kernel::name() const { return impl_->name; }
-const std::vector<kernel_param>& kernel::params() const { return impl_->params; }
-std::uint32_t kernel::max_work_group_size() const { return impl_->max_size; }
-std::uint32_t kernel::preferred_work_group_size() const { return impl_->preferred_size; }
+const std::string& kernel::name() const { return live(impl_, "kernel::name").name; }
+const std::vector<kernel_param>& kernel::params() const {
+  return live(impl_, "kernel::params").params;
+}
+std::uint32_t kernel::max_work_group_size() const {
+  return live(impl_, "kernel::max_work_group_size").max_size;
+}
+std::uint32_t kernel::preferred_work_group_size() const {
+  return live(impl_, "kernel::preferred_work_group_size").preferred_size;
+}
 
 }  // namespace kiln

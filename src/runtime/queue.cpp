@@ -12,13 +12,29 @@ event_impl::~event_impl() {
   if (handle && !dev->stale(gen)) dev->api->event_destroy(handle);
 }
 
+void throw_empty_handle(const char* what, const char* kind) {
+  throw invalid_argument(std::string(what) + ": an empty (moved-from or null) " + kind + " handle");
+}
+
 }  // namespace detail
+
+namespace {
+detail::queue_impl& live(const std::shared_ptr<detail::queue_impl>& q, const char* what) {
+  if (!q) detail::throw_empty_handle(what, "queue");
+  return *q;
+}
+detail::event_impl& live(const std::shared_ptr<detail::event_impl>& e, const char* what) {
+  if (!e) detail::throw_empty_handle(what, "event");
+  return *e;
+}
+}  // namespace
 
 queue::queue(const device& dev) : impl_(dev.impl()->make_queue()) {}
 
-const device& queue::get_device() const { return impl_->public_device; }
+const device& queue::get_device() const { return live(impl_, "queue::get_device").public_device; }
 
 event queue::record() {
+  live(impl_, "queue::record");
   impl_->dev->check_alive(impl_->gen, "recording an event");
   auto e = std::make_shared<detail::event_impl>();
   e->dev = impl_->dev;
@@ -30,6 +46,8 @@ event queue::record() {
 }
 
 void queue::wait(const event& e) {
+  live(impl_, "queue::wait");
+  live(e.impl(), "queue::wait");
   if (e.impl()->dev != impl_->dev)
     throw invalid_argument("queue::wait: the event belongs to device " + e.impl()->dev->id +
                            ", the queue to " + impl_->dev->id);
@@ -40,18 +58,21 @@ void queue::wait(const event& e) {
 }
 
 void queue::finish() {
+  live(impl_, "queue::finish");
   impl_->dev->check_alive(impl_->gen, "finishing a queue");
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.queue_finish(impl_->handle), "finishing a queue");
 }
 
 void event::wait() const {
+  live(impl_, "event::wait");
   impl_->dev->check_alive(impl_->gen, "waiting for an event");
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.event_wait(impl_->handle), "waiting for an event");
 }
 
 bool event::done() const {
+  live(impl_, "event::done");
   impl_->dev->check_alive(impl_->gen, "querying an event");
   const kiln_backend& api = *impl_->dev->api;
   kiln_status s = api.event_query(impl_->handle);
@@ -61,6 +82,8 @@ bool event::done() const {
 }
 
 float elapsed_ms(const event& start, const event& stop) {
+  live(start.impl(), "elapsed_ms (start)");
+  live(stop.impl(), "elapsed_ms (stop)");
   if (start.impl()->dev != stop.impl()->dev)
     throw invalid_argument("elapsed_ms: events of different devices (" + start.impl()->dev->id +
                            ", " + stop.impl()->dev->id + ")");

@@ -172,6 +172,9 @@ tensor tensor::arange(const device& dev, double start, double end, double step, 
   if (step == 0 || !std::isfinite(start) || !std::isfinite(end) || !std::isfinite(step))
     throw invalid_argument("kiln::tensor::arange: step must be non-zero and bounds finite");
   const double count = std::ceil((end - start) / step);
+  if (!(count < 0x1p63))  // the cast below would be undefined (it gave INT64_MIN)
+    throw invalid_argument("kiln::tensor::arange: " + std::to_string(count) +
+                           " elements, more than an int64 counts");
   const shape_t shape{count > 0 ? static_cast<std::int64_t>(count) : 0};
   auto index = std::make_shared<tensor_impl>();
   index->dev = dev;

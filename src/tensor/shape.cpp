@@ -35,6 +35,13 @@ void check_shape(const shape_t& s, const char* what) {
     if (d < 0)
       throw shape_error(std::string("kiln::tensor::") + what + ": negative size in shape " +
                         to_string(s));
+  // The element count must fit int64 (numel_of multiplies unchecked); a zero size makes it 0.
+  if (std::find(s.begin(), s.end(), 0) != s.end()) return;
+  std::int64_t n = 1;
+  for (std::int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n))
+      throw shape_error(std::string("kiln::tensor::") + what + ": shape " + to_string(s) +
+                        " has more elements than an int64 holds (overflow)");
 }
 
 shape_t broadcast_shapes(const shape_t& a, const shape_t& b) {

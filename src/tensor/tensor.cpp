@@ -92,6 +92,9 @@ std::shared_ptr<tensor_impl> allocate_tensor(const device& dev, const shape_t& s
   t->shape = shape;
   t->strides = contiguous_strides(shape);
   const auto n = static_cast<std::uint64_t>(numel_of(shape));
+  if (n > UINT64_MAX / size_of(dtype))  // n * size wrapping would allocate a few bytes
+    throw shape_error("kiln::tensor::allocate: shape " + to_string(shape) + " of " +
+                      type_name(dtype) + " needs more than 2^64 bytes");
   t->mem = allocate(dev, std::max<std::uint64_t>(n * size_of(dtype), 1));
   return t;
 }

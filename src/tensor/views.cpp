@@ -151,6 +151,7 @@ tensor tensor::expand(const shape_t& shape) const {
       fail();
     }
   }
+  detail::check_shape(s, "expand");  // a size-1 dim expanded to -5, or sizes overflowing int64
   const tensor v = with(x, s, st, x.offset);
   return detail::grad_wanted({this}) ? detail::grad::expand_view(*this, v) : v;
 }

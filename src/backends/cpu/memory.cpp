@@ -61,7 +61,7 @@ class block_pool {
   static constexpr uint64_t min_pooled = 1ull << 20, max_cached = 2ull << 30;
   static uint64_t size_class(uint64_t b) {  // 1/8 steps between powers of two
     uint64_t p = 1;
-    while (p * 2 <= b) p *= 2;
+    while (p <= b / 2) p *= 2;  // not p * 2 <= b: that wraps to 0 for b >= 2^63 (a hang)
     const uint64_t step = p / 8;
     return (b + step - 1) / step * step;
   }
@@ -113,8 +113,9 @@ void release(void* mem) {
 
 kiln_status mem_alloc(kiln_device_h, uint64_t bytes, kiln_queue_h, void** out) {
   if (bytes == 0) return fail(KILN_ERR_INVALID_ARGUMENT, "zero-byte allocation");
-  if (bytes >= block_pool::min_pooled) {
-    const uint64_t cls = block_pool::size_class(bytes);
+  // A size class below bytes: rounding up wrapped (bytes near 2^64), so no pooled block fits.
+  if (const uint64_t cls = block_pool::size_class(bytes);
+      bytes >= block_pool::min_pooled && cls >= bytes) {
     if ((*out = pool_of_blocks().take(cls))) return KILN_OK;
     if ((*out = aligned(cls))) {
       pool_of_blocks().note(*out, cls);
