@@ -167,8 +167,10 @@ void finish_users(memory_impl& m) {
     std::lock_guard lock(m.mu);
     users = m.users;
   }
-  for (auto& q : users)
+  for (auto& q : users) {
+    q->dev->check_alive(q->gen, "finishing a queue");
     check(*q->dev->api, q->dev->api->queue_finish(q->handle), "finishing a queue");
+  }
 }
 
 namespace {

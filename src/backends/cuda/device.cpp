@@ -29,10 +29,10 @@ kiln_status make_current_checked(kiln_device_s* d) noexcept {
   CUcontext cur = nullptr;
   if (CUresult r = g_cu.cuCtxGetCurrent(&cur); r != CUDA_SUCCESS)
     return cu_fail(r, "cuCtxGetCurrent");
-  if (cur == d->ctx) {
-    t_ctx = {d->ctx, g_ctx_generation.load(std::memory_order_acquire)};
-    return KILN_OK;
-  }
+  // After a primary-context reset the driver hands out the same handle again while the thread's
+  // slot still names the destroyed context: trust an equal handle only within one generation.
+  const uint64_t gen = g_ctx_generation.load(std::memory_order_acquire);
+  if (cur == d->ctx && t_ctx.ctx == d->ctx && t_ctx.generation == gen) return KILN_OK;
   return set_current_slow(d);
 }
 
@@ -289,6 +289,9 @@ kiln_status device_reset(kiln_device_h dev) {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
   if (!dev || dev->refs <= 0) return set_error(KILN_ERR_INVALID_ARGUMENT, "device_reset: not open");
+  // Not current on this thread while it is destroyed: the slot would keep naming the old one.
+  g_cu.cuCtxSetCurrent(nullptr);
+  t_ctx = {};
   if (CUresult r = g_cu.cuDevicePrimaryCtxReset(dev->dev); r != CUDA_SUCCESS)
     return cu_fail(r, "cuDevicePrimaryCtxReset");
   // The reset dropped the primary context's references: retain it again for ours.
