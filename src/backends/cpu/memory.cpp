@@ -1,5 +1,7 @@
 // CPU "device" memory is host memory: 64-byte aligned so kernels vectorise; copies and fills run
 // in queue order on the queue's thread, large ones split over the thread pool.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -62,7 +64,7 @@ class block_pool {
   static uint64_t size_class(uint64_t b) {  // 1/8 steps between powers of two
     uint64_t p = 1;
     while (p <= b / 2) p *= 2;  // not p * 2 <= b: that wraps to 0 for b >= 2^63 (a hang)
-    const uint64_t step = p / 8;
+    const uint64_t step = p >= 8 ? p / 8 : 1;  // sizes below 8 bytes: their own class
     return (b + step - 1) / step * step;
   }
   void* take(uint64_t bytes) {
@@ -113,9 +115,17 @@ void release(void* mem) {
 
 kiln_status mem_alloc(kiln_device_h, uint64_t bytes, kiln_queue_h, void** out) {
   if (bytes == 0) return fail(KILN_ERR_INVALID_ARGUMENT, "zero-byte allocation");
+  // More than the machine has can never succeed: refused before the allocator sees it (some
+  // allocators, ASan's among them, abort on such a request instead of returning null).
+  static const uint64_t physical =
+      static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (physical && bytes > physical)
+    return set_error(KILN_ERR_OUT_OF_MEMORY, "%llu bytes is more than the host's %llu bytes",
+                     static_cast<unsigned long long>(bytes),
+                     static_cast<unsigned long long>(physical));
   // A size class below bytes: rounding up wrapped (bytes near 2^64), so no pooled block fits.
-  if (const uint64_t cls = block_pool::size_class(bytes);
-      bytes >= block_pool::min_pooled && cls >= bytes) {
+  if (const uint64_t cls = bytes >= block_pool::min_pooled ? block_pool::size_class(bytes) : 0;
+      cls >= bytes) {
     if ((*out = pool_of_blocks().take(cls))) return KILN_OK;
     if ((*out = aligned(cls))) {
       pool_of_blocks().note(*out, cls);
