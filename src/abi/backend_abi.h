@@ -128,6 +128,8 @@ typedef struct kiln_kernel_arg {
  * (0 on CUDA, where both wait for the resident grid: the core refuses them at once instead). */
 #define KILN_OP_LOAD_WHILE_RESIDENT "load_while_resident"
 #define KILN_OP_PIN_WHILE_RESIDENT "pin_while_resident"
+/* device_reset leaves the device's objects valid (the CPU backend): the core still frees them. */
+#define KILN_OP_RESET_KEEPS_OBJECTS "reset_keeps_objects"
 
 typedef enum kiln_dtype {
   KILN_DTYPE_NONE = 0,

@@ -155,12 +155,16 @@ struct staging_pool::state {
 staging_pool& staging_pool::of(const device& dev) {
   static std::mutex mu;
   static auto* all = new std::map<const device_impl*, staging_pool*>;  // never destroyed
-  // A reset device's pool holds queues and pinned memory of the old generation: a new pool
-  // serves it. The old one is leaked, never freed (its driver objects are gone).
+  // A reset device's pool holds queues of the old generation, which throw device_lost: a new
+  // pool serves it. The old one is kept, never freed (on CUDA its driver objects are gone).
   static const bool hooked = [] {
     detail::on_device_reset([](const device_impl* d) {
+      static auto* retired = new std::vector<staging_pool*>;  // kept, never freed
       std::lock_guard lock(mu);
-      all->erase(d);
+      if (auto it = all->find(d); it != all->end()) {
+        retired->push_back(it->second);
+        all->erase(it);
+      }
     });
     return true;
   }();

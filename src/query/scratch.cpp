@@ -35,14 +35,14 @@ void reallocate(std::shared_ptr<memory_impl>& m, queue& q, std::uint64_t bytes) 
 // Out of memory: sets nobody leases give their memory back (after their last queue's work).
 // Device reset: every set and slot belongs to the old generation; forget them (their memory
 // went with the reset; the core never frees stale memory).
-void drop_sets(device_scratch& ds, bool reset) {
+void drop_sets(device_scratch& ds, bool reset, bool destroyed) {
   std::vector<std::unique_ptr<scratch>> dropped;
   {
     std::lock_guard lock(ds.mu);
     for (auto& s : ds.sets)
       if (reset || !s->leased) dropped.push_back(std::move(s));
     std::erase(ds.sets, nullptr);
-    if (reset) {
+    if (reset && destroyed) {  // pinned slots died with the context; else they stay usable
       ds.free_slots.clear();
       ds.retired.clear();
     }
@@ -72,7 +72,7 @@ void drop_for(const device_impl* dev, bool reset) {
     if (it == all_scratch().end()) return;
     ds = it->second.get();
   }
-  drop_sets(*ds, reset);
+  drop_sets(*ds, reset, dev->reset_destroys.load());
 }
 
 device_scratch& scratch_of(const device_impl* dev) {

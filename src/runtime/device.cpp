@@ -115,11 +115,16 @@ void device_impl::reset() {
   {
     std::lock_guard lock(queue_mu_);
     check(*api, api->device_reset(handle()), ("resetting " + id).c_str());
-    // Objects of the old generation stop reaching the plugin from here on.
+    const bool destroyed = !supports_op(KILN_OP_RESET_KEEPS_OBJECTS);
+    reset_destroys.store(destroyed);
+    // Objects of the old generation stop reaching the plugin from here on (where the reset
+    // destroyed them; else they still free what they hold).
     generation.fetch_add(1, std::memory_order_acq_rel);
     lost.store(false, std::memory_order_release);
-    bytes_in_use.store(0);
-    peak_bytes.store(0);
+    if (destroyed) {
+      bytes_in_use.store(0);
+      peak_bytes.store(0);
+    }
   }
   {
     std::lock_guard lock(mu);

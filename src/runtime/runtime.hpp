@@ -67,16 +67,19 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
   // Throws device_lost when the device is lost or `gen` predates a reset. One relaxed load
   // each on the hot path.
   void check_alive(std::uint32_t gen, const char* what) const {
-    if (lost.load(std::memory_order_relaxed) ||
-        gen != generation.load(std::memory_order_relaxed)) [[unlikely]]
+    if (lost.load(std::memory_order_relaxed) || gen != generation.load(std::memory_order_relaxed))
+        [[unlikely]]
       throw_lost(gen, what);
   }
   [[noreturn]] void throw_lost(std::uint32_t gen, const char* what) const;
   // True for an object of generation `gen` whose driver object died with a reset: its
   // destructor must not hand it to the plugin.
   bool stale(std::uint32_t gen) const noexcept {
-    return gen != generation.load(std::memory_order_acquire);
+    return gen != generation.load(std::memory_order_acquire) &&
+           reset_destroys.load(std::memory_order_relaxed);
   }
+  // Whether the last reset destroyed the device's objects (CUDA) or left them valid (CPU).
+  std::atomic<bool> reset_destroys{true};
   // Refuses at once, with kiln::unsupported naming `what`, an operation that would wait for a
   // running ring kernel on this device (the plugin says which: KILN_OP_*_WHILE_RESIDENT).
   void refuse_if_ring_running(const char* op, const char* what);

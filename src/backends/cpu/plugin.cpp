@@ -1,9 +1,9 @@
 // The CPU backend's ABI table. Built into libkiln, reached through the same kiln_backend
 // table as the plugins, and registered with the registry as a built-in backend.
+#include <unistd.h>
+
 #include <cstdarg>
 #include <cstdio>
-
-#include <unistd.h>
 
 #include "backends/cpu/cpu_backend.hpp"
 #include "plugin_table.hpp"
@@ -61,6 +61,7 @@ int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
          kiln_plugin::is_op(op, KILN_OP_LOAD_WHILE_RESIDENT) ||
          kiln_plugin::is_op(op, KILN_OP_PIN_WHILE_RESIDENT) ||
+         kiln_plugin::is_op(op, KILN_OP_RESET_KEEPS_OBJECTS) ||
          (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype));
 }
 
@@ -74,8 +75,8 @@ kiln_status mem_info(kiln_device_h, uint64_t* free_bytes, uint64_t* total_bytes,
   return KILN_OK;
 }
 kiln_status mem_trim(kiln_device_h) noexcept { return KILN_OK; }
-// The host cannot be lost; a reset only makes the core drop its handles (their memory is
-// not freed: the core no longer passes them to the plugin).
+// The host cannot be lost; a reset only retires the core's handles, which still free their
+// memory (KILN_OP_RESET_KEEPS_OBJECTS).
 kiln_status device_status(kiln_device_h) noexcept { return KILN_OK; }
 kiln_status device_reset(kiln_device_h) noexcept { return KILN_OK; }
 
