@@ -94,20 +94,13 @@ void device_impl::throw_lost(std::uint32_t gen, const char* what) const {
 }
 
 namespace {
-std::mutex& reset_hooks_mu() {
-  static std::mutex mu;
-  return mu;
-}
-std::vector<void (*)(const device_impl*)>& reset_hooks() {
-  static auto* hooks = new std::vector<void (*)(const device_impl*)>;
+device_hooks& reset_hooks() {
+  static auto* hooks = new device_hooks;
   return *hooks;
 }
 }  // namespace
 
-void on_device_reset(void (*hook)(const device_impl*)) {
-  std::lock_guard lock(reset_hooks_mu());
-  reset_hooks().push_back(hook);
-}
+void on_device_reset(void (*hook)(const device_impl*)) { reset_hooks().add(hook); }
 
 void device_impl::reset() {
   if (!KILN_BACKEND_HAS(api, device_reset))
@@ -131,12 +124,7 @@ void device_impl::reset() {
     queues.clear();
   }
   if (programs_) programs_->clear();
-  std::vector<void (*)(const device_impl*)> hooks;
-  {
-    std::lock_guard lock(reset_hooks_mu());
-    hooks = reset_hooks();
-  }
-  for (auto* h : hooks) h(this);
+  reset_hooks().run(this);
   log_device_reset(*this);
 }
 

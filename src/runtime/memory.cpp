@@ -10,12 +10,8 @@
 namespace kiln::detail {
 
 namespace {
-std::mutex& pressure_mu() {
-  static std::mutex mu;
-  return mu;
-}
-std::vector<void (*)(const device_impl*)>& pressure_hooks() {
-  static auto* hooks = new std::vector<void (*)(const device_impl*)>;
+device_hooks& pressure_hooks() {
+  static auto* hooks = new device_hooks;
   return *hooks;
 }
 }  // namespace
@@ -131,19 +127,11 @@ std::shared_ptr<memory_impl> allocate_on(queue_impl& q, std::uint64_t bytes) {
 const device& memory_device(const memory_impl& m) { return m.public_device; }
 
 void release_cached_memory(device_impl& d) {
-  std::vector<void (*)(const device_impl*)> hooks;
-  {
-    std::lock_guard lock(pressure_mu());
-    hooks = pressure_hooks();
-  }
-  for (auto* h : hooks) h(&d);
+  pressure_hooks().run(&d);
   if (KILN_BACKEND_HAS(d.api, mem_trim)) d.api->mem_trim(d.handle());  // best effort
 }
 
-void on_memory_pressure(void (*hook)(const device_impl*)) {
-  std::lock_guard lock(pressure_mu());
-  pressure_hooks().push_back(hook);
-}
+void on_memory_pressure(void (*hook)(const device_impl*)) { pressure_hooks().add(hook); }
 
 memory_statistics query_memory_stats(device_impl& d) {
   memory_statistics st;

@@ -178,6 +178,29 @@ struct registry {
   registry();
 };
 
+// A process-wide list of callbacks on a device (reset and memory-pressure hooks). Never
+// destroyed; add() and run() are thread-safe, and callbacks run outside the lock.
+class device_hooks {
+ public:
+  using hook = void (*)(const device_impl*);
+  void add(hook h) {
+    std::lock_guard lock(mu_);
+    hooks_.push_back(h);
+  }
+  void run(const device_impl* d) {
+    std::vector<hook> now;
+    {
+      std::lock_guard lock(mu_);
+      now = hooks_;
+    }
+    for (hook h : now) h(d);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<hook> hooks_;
+};
+
 // Called by device::reset() for every device reset: caches keyed by device drop that
 // device's entries (their kernels and buffers belong to the old generation). Register once,
 // from a function-local static; hooks run under no lock of the runtime's.
