@@ -131,19 +131,24 @@ void ring_impl::check_health() {
     throw ring_fault("ring kernel on " + dev.id() + " faulted: " + fault, fault_ids);
   }
   if (terminated) return;
+  // Whether the kernel ended is read before the trap records: a unit records its trap before
+  // it exits, so a kernel seen ended has its trap visible (read the other way round, a trap
+  // landing between the two reads looked like an unexplained exit).
+  bool ended_now = false;
+  std::string failed_why;
+  try {
+    ended_now = kernel_ended();
+  } catch (const error& e) {
+    failed_why = e.what();
+  }
   for (std::uint32_t u = 0; u < total_units; ++u)
     if (load_acquire(records()[u].state) == KILN_RING_UNIT_TRAPPED) {
       const std::uint64_t at = load_relaxed(records()[u].trap_position);
       store_release(control()->command, KILN_RING_ABORT);  // the other units stop too
       raise_fault("a handler trapped (kiln_trap) on message " + std::to_string(at));
     }
-  bool ended_now;
-  try {
-    ended_now = kernel_ended();
-  } catch (const error& e) {
-    raise_fault(std::string("the kernel failed on the device (a handler trapped or faulted): ") +
-                e.what());
-  }
+  if (!failed_why.empty())
+    raise_fault("the kernel failed on the device (a handler trapped or faulted): " + failed_why);
   if (ended_now) raise_fault("the kernel ended without being terminated");
   const ring_state s = st.load();
   const auto timeout = opts.handler_timeout;
