@@ -89,6 +89,14 @@ void device_impl::throw_lost(std::uint32_t gen, const char* what) const {
   if (gen != generation.load())
     throw device_lost(std::string(what) + ": the object was made on " + id +
                       " before kiln::device::reset(); its driver objects are gone");
+  std::string failure;
+  {
+    std::lock_guard failure_lock(failure_mu);
+    failure = reset_failure;
+  }
+  if (!failure.empty())
+    throw device_lost(std::string(what) + ": " + id +
+                      " is lost and a reset could not bring it back: " + failure);
   throw device_lost(std::string(what) + ": " + id +
                     " is lost (a kernel failed with a sticky error); call kiln::device::reset()");
 }
@@ -105,15 +113,24 @@ void on_device_reset(void (*hook)(const device_impl*)) { reset_hooks().add(hook)
 void device_impl::reset() {
   if (!KILN_BACKEND_HAS(api, device_reset))
     throw unsupported("kiln::device::reset: the " + info.backend + " plugin cannot reset " + id);
+  kiln_status st;
   {
     std::lock_guard lock(queue_mu_);
-    check(*api, api->device_reset(handle()), ("resetting " + id).c_str());
+    st = api->device_reset(handle());
+    // A reset that failed with DEVICE_LOST may still have destroyed the driver objects (CUDA
+    // destroys the context, then cannot make it again while the driver keeps a sticky error):
+    // the old generation retires either way, and the device stays lost.
+    if (st != KILN_OK && st != KILN_ERR_DEVICE_LOST) check(*api, st, ("resetting " + id).c_str());
+    {
+      std::lock_guard failure_lock(failure_mu);
+      reset_failure = st != KILN_OK ? api->last_error() : "";
+    }
     const bool destroyed = !supports_op(KILN_OP_RESET_KEEPS_OBJECTS);
     reset_destroys.store(destroyed);
     // Objects of the old generation stop reaching the plugin from here on (where the reset
     // destroyed them; else they still free what they hold).
     generation.fetch_add(1, std::memory_order_acq_rel);
-    lost.store(false, std::memory_order_release);
+    lost.store(st != KILN_OK, std::memory_order_release);
     if (destroyed) {
       bytes_in_use.store(0);
       peak_bytes.store(0);
@@ -125,6 +142,15 @@ void device_impl::reset() {
   }
   if (programs_) programs_->clear();
   reset_hooks().run(this);
+  if (st != KILN_OK) {
+    std::string why;
+    {
+      std::lock_guard failure_lock(failure_mu);
+      why = reset_failure;
+    }
+    log_device_lost(*this, why);
+    throw device_lost("kiln::device::reset: " + id + " could not be brought back: " + why);
+  }
   log_device_reset(*this);
 }
 

@@ -62,6 +62,9 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
   // Bumped by reset(): objects stamped with an older generation are never passed to the
   // plugin again (their driver objects died with the reset) and throw device_lost when used.
   std::atomic<std::uint32_t> generation{1};
+  // Why the last reset could not bring the device back (empty when it did).
+  std::string reset_failure;  // guarded by failure_mu
+  mutable std::mutex failure_mu;
   // Asks the plugin whether the device failed; sets `lost`. Only for an opened device.
   void refresh_lost() noexcept;
   // Throws device_lost when the device is lost or `gen` predates a reset. One relaxed load

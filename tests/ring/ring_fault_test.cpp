@@ -1,14 +1,11 @@
 // Bad input and faults: clear errors, never a hang. A trapped CUDA kernel leaves the context
 // unusable (CUDA's sticky errors), so GPU fault injection runs in a child process: this binary
 // again, filtered to RingFaultChild.Run, with KILN_RING_FAULT=<case> and KILN_RING_DEVICE set.
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <array>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "child_process.hpp"
 #include "kernel_lang/parser.hpp"
 #include "ring/ring_fixture.hpp"
 #include "ring/ring_source.hpp"
@@ -88,24 +85,11 @@ TEST(RingFaultChild, Run) {
   std::_Exit(err.empty() ? 0 : 3);  // skip CUDA teardown on the lost context
 }
 
-// Runs this binary again for one fault case; returns its exit status and output.
-std::pair<int, std::string> run_child(const std::string& which, const std::string& dev_id) {
-  const std::string cmd = "KILN_RING_FAULT=" + which + " KILN_RING_DEVICE=" + dev_id +
-                          " timeout 120 /proc/" + std::to_string(getpid()) +
-                          "/exe --gtest_filter=RingFaultChild.Run 2>&1";
-  std::string out;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, "popen failed"};
-  std::array<char, 4096> buf;
-  while (std::fgets(buf.data(), buf.size(), p)) out += buf.data();
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
 TEST_P(RingTest, FaultInjectionTrapAndHang) {
   for (const std::string which : {"trap", "hang"}) {
     if (is_gpu()) {
-      auto [code, out] = run_child(which, GetParam());
+      auto [code, out] = tests::run_self(
+          "RingFaultChild.Run", {{"KILN_RING_FAULT", which}, {"KILN_RING_DEVICE", GetParam()}});
       EXPECT_EQ(code, 0) << which << " case, child output:\n" << out;
     } else {
       EXPECT_EQ(run_fault_case(dev(), which), "") << which;

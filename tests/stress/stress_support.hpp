@@ -2,6 +2,7 @@
 // a watchdog that turns a hang into a failure with a message instead of a CI job that never ends.
 #pragma once
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -54,6 +55,14 @@ inline double env_seconds(const char* name, double fallback) {
     std::abort();
   }
   return x;
+}
+
+// Bytes the process's heap hands out now (glibc's mallinfo2: arenas plus mmapped blocks). Unlike
+// the resident set it does not count freed memory an arena keeps, nor pinned memory the driver
+// maps itself: a leak of host objects shows here whatever the allocator's layout.
+inline std::uint64_t heap_in_use() {
+  const struct mallinfo2 m = mallinfo2();
+  return std::uint64_t(m.uordblks) + std::uint64_t(m.hblkhd);
 }
 
 // Resident set size of this process in bytes (/proc/self/statm), 0 where unavailable.

@@ -16,7 +16,11 @@ State& state() {
 }
 
 kiln_status set_current_slow(kiln_device_s* d) noexcept {
-  if (!d->ctx) return set_error(KILN_ERR_INVALID_ARGUMENT, "device %d is not open", d->index);
+  if (!d->ctx)
+    return d->lost.load(std::memory_order_acquire)
+               ? set_error(KILN_ERR_DEVICE_LOST, "cuda:%d is lost; a reset could not recover it",
+                           d->index)
+               : set_error(KILN_ERR_INVALID_ARGUMENT, "device %d is not open", d->index);
   uint64_t gen = g_ctx_generation.load(std::memory_order_acquire);
   if (CUresult r = g_cu.cuCtxSetCurrent(d->ctx); r != CUDA_SUCCESS)
     return cu_fail(r, "cuCtxSetCurrent");
@@ -25,7 +29,7 @@ kiln_status set_current_slow(kiln_device_s* d) noexcept {
 }
 
 kiln_status make_current_checked(kiln_device_s* d) noexcept {
-  if (!d->ctx) return set_error(KILN_ERR_INVALID_ARGUMENT, "device %d is not open", d->index);
+  if (!d->ctx) return set_current_slow(d);  // says why
   CUcontext cur = nullptr;
   if (CUresult r = g_cu.cuCtxGetCurrent(&cur); r != CUDA_SUCCESS)
     return cu_fail(r, "cuCtxGetCurrent");
@@ -302,8 +306,15 @@ kiln_status device_reset(kiln_device_h dev) {
   g_ctx_generation.fetch_add(1, std::memory_order_acq_rel);
   t_ctx = {};
   if (kiln_status st = open_device(dev); st) {
-    dev->refs = 0;
-    return st;
+    // The driver keeps a sticky error for the rest of the process on current drivers: the
+    // context was destroyed, but neither the primary context nor a new cuCtxCreate context can
+    // be made again (measured on CUDA 13; docs/resilience.md). The device stays lost and open.
+    dev->lost.store(true, std::memory_order_release);
+    const std::string why = last_error();
+    return set_error(KILN_ERR_DEVICE_LOST,
+                     "cuda:%d: the driver keeps the sticky error for the rest of the process "
+                     "(%s); restart the process, or run the work under kiln::fallback",
+                     dev->index, why.c_str());
   }
   dev->refs = refs;
   dev->lost.store(false, std::memory_order_release);
