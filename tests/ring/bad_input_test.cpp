@@ -59,10 +59,12 @@ TEST_P(RingBadInputTest, ReadingMoreStateThanTheRingHas) {
   struct wider {
     std::uint64_t w[5];
   };
-  kiln::ring<ping, pong> none(dev(), handlers, "echo");
-  EXPECT_TRUE(throws<kiln::invalid_argument>([&] { (void)none.state<wide>(); },
-                                             {"state is 16 bytes", "cannot read 32"}));
-  EXPECT_EQ(none.state<std::uint64_t>(), 0u);
+  {
+    kiln::ring<ping, pong> none(dev(), handlers, "echo");
+    EXPECT_TRUE(throws<kiln::invalid_argument>([&] { (void)none.state<wide>(); },
+                                               {"state is 16 bytes", "cannot read 32"}));
+    EXPECT_EQ(none.state<std::uint64_t>(), 0u);
+  }  // ended first: on CUDA a second ring's program cannot load beside a resident one
   kiln::ring<ping, pong> some(dev(), handlers, "count", kiln::ring_options{}.with_state(wide{}));
   EXPECT_TRUE(throws<kiln::invalid_argument>([&] { (void)some.state<wider>(); },
                                              {"state is 32 bytes", "cannot read 40"}));
