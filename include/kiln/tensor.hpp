@@ -226,6 +226,10 @@ class tensor {
   // A handle to the same elements marked kiln::automatic (a lazy tensor is evaluated first,
   // where it is); this handle is left as it is. Itself when already automatic.
   tensor to(automatic_t) const;
+  // A copy of the elements on `dev` (through the host where need be; a lazy tensor is
+  // evaluated first, where it is), fixed there; itself when already on dev. Not recorded for
+  // autograd: gradients do not flow back through the copy.
+  tensor to(const device& dev) const;
 
   // ---- reductions: lazy, and fused with the elementwise work before and after them ----
   // relu(a * b + c).sum(1) is one kernel; so is x.mean({0, 2}, true) and (x * x).sum().

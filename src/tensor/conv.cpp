@@ -16,6 +16,7 @@
 #include "linalg/linalg.hpp"
 #include "tensor/conv_kernels.hpp"
 #include "tensor/dnn.hpp"
+#include "tensor/fallback.hpp"
 #include "tensor/placement.hpp"
 
 namespace kiln {
@@ -292,7 +293,10 @@ tensor conv2d_forward(const tensor& input, const tensor& weight, const tensor& b
 
 tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias,
               const conv2d_options& o) {
-  if (!detail::grad_wanted({&input, &weight, &bias})) return conv2d_forward(input, weight, bias, o);
+  if (!detail::grad_wanted({&input, &weight, &bias}))  // recorded ones do not move (fallback.hpp)
+    return detail::run_op_falling_back(
+        "conv2d", {input, weight, bias},
+        [&](const std::vector<tensor>& x) { return conv2d_forward(x[0], x[1], x[2], o); });
   tensor out;
   {
     no_grad off;

@@ -8,6 +8,7 @@
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
 #include "runtime/nvtx.hpp"
+#include "tensor/fallback.hpp"
 #include "tensor/kernel.hpp"
 #include "tensor/kernel_args.hpp"
 #include "tensor/placement.hpp"
@@ -78,12 +79,18 @@ void materialise(tensor_impl& t) {
     struct done {
       ~done() { t_evaluating = false; }
     } guard;
-    place_expression(t);
-    materialise(t);
+    auto evaluate = [](tensor_impl& x) {
+      place_expression(x);
+      materialise(x);
+    };
+    if (const fallback* chain = fallback_scope::current())
+      materialise_falling_back(t, *chain, evaluate);
+    else
+      evaluate(t);
     return;
   }
   const trace_range traced("tensor", ir::info(t.o).name);  // one per kernel-sized evaluation
-  if (!row_fusable(t).empty()) {  // softmax, row normalisation: one kernel
+  if (!row_fusable(t).empty()) {                           // softmax, row normalisation: one kernel
     store_result(t, run_rows(t));
     return;
   }

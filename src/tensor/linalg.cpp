@@ -12,6 +12,7 @@
 #include "autograd/derivatives.hpp"
 #include "kiln/linalg.hpp"
 #include "runtime/runtime.hpp"
+#include "tensor/fallback.hpp"
 #include "tensor/placement.hpp"
 #include "tensor/tensor_impl.hpp"
 
@@ -213,7 +214,10 @@ tensor matmul_forward(const tensor& a, const tensor& b, const matmul_options& o)
 }  // namespace
 
 tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
-  if (!detail::grad_wanted({&a, &b})) return matmul_forward(a, b, o);
+  if (!detail::grad_wanted({&a, &b}))  // recorded operations do not move: see fallback.hpp
+    return detail::run_op_falling_back("matmul", {a, b}, [&](const std::vector<tensor>& x) {
+      return matmul_forward(x[0], x[1], o);
+    });
   tensor out;
   {
     no_grad off;

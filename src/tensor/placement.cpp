@@ -462,4 +462,17 @@ tensor tensor::to(automatic_t) const {
   return tensor(std::move(v));
 }
 
+tensor tensor::to(const device& dev) const {
+  detail::tensor_impl& x = detail::impl_of(*this, "to");
+  if (!dev.impl()) throw invalid_argument("kiln::tensor::to: an empty (null) device");
+  if (x.kind != detail::tensor_kind::stored) {
+    detail::reset_stats();
+    detail::materialise(x);
+  }
+  if (x.dev == dev) return *this;
+  auto v = detail::share_storage(x);
+  detail::move_storage({v.get()}, dev);
+  return tensor(std::move(v));
+}
+
 }  // namespace kiln
