@@ -94,6 +94,7 @@ struct graph_summary {
   std::string kind_reason;  // why a CUDA graph was not used, when it was not
   std::uint64_t replays = 0, instantiations = 0, updates = 0;
   double last_run_ms = -1;  // the whole last run, wall clock (host), waits included
+  double last_device_ms = -1;  // a CUDA-graph replay with timing on: its device time (events)
   std::vector<stage_report> stages;  // in the order stages were added
 
   const stage_report* find(std::string_view stage) const;

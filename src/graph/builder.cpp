@@ -250,6 +250,10 @@ void check_and_place(graph_impl& g) {
     s.lane = lane;
     lanes[lane].push_back(i);
   }
+  for (stage& s : g.stages) s.signals = false;
+  for (stage& s : g.stages)
+    for (std::size_t d : s.deps)
+      if (s.kind == stage_kind::host || g.stages[d].lane != s.lane) g.stages[d].signals = true;
   const std::uint32_t gen = g.dev.impl()->generation.load();
   if (g.lanes.size() != lanes.size() || g.lanes_gen != gen) {
     g.lanes.clear();

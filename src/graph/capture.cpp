@@ -85,6 +85,8 @@ void replay_captured(graph_impl& g) {
   queue& origin = g.lanes[0];
   device_impl& d = *g.dev.impl();
   d.check_alive(g.exec->gen, "replaying a CUDA graph");
+  std::optional<event> start;
+  if (g.options.timing) start = origin.record();
   if (kiln_status s = api.graph_launch(g.exec->handle, origin.impl()->handle); s != KILN_OK) {
     const std::string why = plugin_error(api);
     if (s == KILN_ERR_DEVICE_LOST)
@@ -97,7 +99,9 @@ void replay_captured(graph_impl& g) {
     replay_queues(g);
     return;
   }
+  std::optional<event> stop;
   try {
+    if (start) stop = origin.record();
     origin.finish();
   } catch (...) {
     // The device failed while the graph ran: which stage cannot be told from one launch.
@@ -117,6 +121,7 @@ void replay_captured(graph_impl& g) {
                           ". graph_mode::queues names the failing stage",
                       "", std::current_exception(), g.summary);
   }
+  g.summary.last_device_ms = stop ? elapsed_ms(*start, *stop) : -1.0;
   for (std::size_t i : g.order) {
     stage& s = g.stages[i];
     s.report.state = stage_state::ran;

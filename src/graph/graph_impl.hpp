@@ -39,6 +39,7 @@ struct stage {
   bool capturable = false;
   // placement (instantiate)
   std::size_t lane = 0;
+  bool signals = false;  // a stage on another lane, or a host stage, waits on its end event
   // the report's row: accumulated metrics
   stage_report report;
   std::uint64_t launches_seen = 0;  // launches counted in the last run

@@ -119,6 +119,7 @@ std::string graph_summary::table() const {
   out << "graph '" << graph << "': " << replays << " run(s) as " << kind_text(kind);
   if (!kind_reason.empty() && kind != replay_kind::cuda_graph) out << " (" << kind_reason << ")";
   if (last_run_ms >= 0) out << ", last " << fixed(last_run_ms, 3) << " ms";
+  if (last_device_ms >= 0) out << " (" << fixed(last_device_ms, 3) << " ms on the device)";
   out << "\n"
       << pad("stage", w) << "  kind    state    device   last ms   total ms  launches  bytes\n";
   for (const stage_report& s : stages) {
@@ -137,7 +138,8 @@ std::string graph_summary::json() const {
   out << "{\"graph\":" << json_string(graph) << ",\"kind\":\"" << kind_text(kind)
       << "\",\"kind_reason\":" << json_string(kind_reason) << ",\"replays\":" << replays
       << ",\"instantiations\":" << instantiations << ",\"updates\":" << updates
-      << ",\"last_run_ms\":" << json_number(last_run_ms) << ",\"stages\":[";
+      << ",\"last_run_ms\":" << json_number(last_run_ms)
+      << ",\"last_device_ms\":" << json_number(last_device_ms) << ",\"stages\":[";
   for (std::size_t i = 0; i < stages.size(); ++i) {
     const stage_report& s = stages[i];
     out << (i ? "," : "") << "{\"name\":" << json_string(s.name) << ",\"kind\":\"" << s.kind

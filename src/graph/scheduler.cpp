@@ -2,6 +2,8 @@
 // stages in topological order; a stage waits, on the device, for events of dependencies on
 // other lanes, and host stages wait for them on the host. The error strategy decides what runs
 // after a failure. Also graph::run(), which picks this or the CUDA graph (capture.cpp).
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <condition_variable>
 #include <thread>
@@ -107,7 +109,7 @@ void run_lane(graph_impl& g, run_state& r, std::size_t lane) {
         for (auto& e : waits) q.wait(*e);
         if (g.options.timing) start = q.record();
         enqueue_stage(s, q);
-        end = q.record();
+        if (g.options.timing || s.signals) end = q.record();
       }
     } catch (...) {
       failure = std::current_exception();
@@ -173,15 +175,20 @@ void finish_lanes(graph_impl& g, run_state& r) {
 
 void enqueue_stage(const stage& s, queue& q) {
   if (s.kind == stage_kind::kernel) {
-    std::vector<arg_binding> args = s.args;  // launch() may not keep them; copies are cheap
+    // launch() takes them mutable; a copy on the stack keeps replays free of allocations.
+    std::array<arg_binding, 64> args;
+    if (s.args.size() > args.size())
+      throw invalid_argument("kernel '" + s.kernel->name + "': more than 64 arguments");
+    std::copy(s.args.begin(), s.args.end(), args.begin());
     launch(*s.kernel, *q.impl(), s.global, s.local ? &*s.local : nullptr, args.data(),
-           args.size());
+           s.args.size());
   } else {
     s.work(q);
   }
 }
 
 void replay_queues(graph_impl& g) {
+  g.summary.last_device_ms = -1;  // stages are timed one by one instead
   run_state r(g.stages.size());
   {
     // Lane 0 runs on this thread, the others on threads of their own for this run.
