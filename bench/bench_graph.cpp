@@ -39,9 +39,12 @@ args parse(int argc, char** argv) {
   args a;
   for (int i = 1; i < argc; ++i) {
     const std::string s = argv[i];
-    if (s == "--csv" && i + 1 < argc) a.csv = argv[++i];
-    else if (s == "--runs" && i + 1 < argc) a.runs = std::max(1, std::atoi(argv[++i]));
-    else if (s == "--stages" && i + 1 < argc) a.stages = std::max(1, std::atoi(argv[++i]));
+    if (s == "--csv" && i + 1 < argc)
+      a.csv = argv[++i];
+    else if (s == "--runs" && i + 1 < argc)
+      a.runs = std::max(1, std::atoi(argv[++i]));
+    else if (s == "--stages" && i + 1 < argc)
+      a.stages = std::max(1, std::atoi(argv[++i]));
     else {
       std::fprintf(stderr, "usage: bench_graph [--csv FILE] [--runs N] [--stages N]\n");
       std::exit(2);
@@ -133,8 +136,8 @@ void bench_device(const kiln::device& dev, const args& a, report& rep) {
   const double eager_stage = median(eager_wall) / n, replay_stage = median(replay_wall) / n;
   add("graph_eager_us_per_stage", "eager launch per stage (wall, incl. final wait)", eager_stage,
       std::nullopt, "", eager_ok ? "" : "WRONG RESULT");
-  add("graph_eager_device_us_per_stage", "eager launch per stage (events)",
-      median(eager_dev) / n, std::nullopt, "", "");
+  add("graph_eager_device_us_per_stage", "eager launch per stage (events)", median(eager_dev) / n,
+      std::nullopt, "", "");
   std::optional<double> raw_stage;
   std::string raw_why;
   if (dev.backend() == "cuda") {
@@ -160,8 +163,9 @@ void bench_device(const kiln::device& dev, const args& a, report& rep) {
     add("graph_replay_device_us_per_stage", "graph replay per stage (events)",
         median(replay_dev) / n, std::nullopt, "", "");
   char note[256];
-  std::snprintf(note, sizeof note, "%s: %d stages, %d runs after %d warm-ups; eager/replay = %.2fx%s%s",
-                id.c_str(), a.stages, a.runs, warm, eager_stage / replay_stage,
+  std::snprintf(note, sizeof note,
+                "%s: %d stages, %d runs after %d warm-ups; eager/replay = %.2fx%s%s", id.c_str(),
+                a.stages, a.runs, warm, eager_stage / replay_stage,
                 raw_why.empty() ? "" : "; raw baseline: ", raw_why.c_str());
   rep.note(note);
 }

@@ -60,8 +60,8 @@ struct graph_options {
   on_error errors = on_error::stop;
   graph_mode mode = graph_mode::automatic;
   std::optional<kiln::fallback> fallback = std::nullopt;  // retry_on_fallback: the chain
-  bool timing = true;                      // per-stage events (queue replays)
-  std::uint32_t max_queues = 4;            // independent stages run on up to this many queues
+  bool timing = true;                                     // per-stage events (queue replays)
+  std::uint32_t max_queues = 4;  // independent stages run on up to this many queues
 };
 
 // Options of a task stage.
@@ -93,8 +93,8 @@ struct graph_summary {
   replay_kind kind = replay_kind::none;
   std::string kind_reason;  // why a CUDA graph was not used, when it was not
   std::uint64_t replays = 0, instantiations = 0, updates = 0;
-  double last_run_ms = -1;  // the whole last run, wall clock (host), waits included
-  double last_device_ms = -1;  // a CUDA-graph replay with timing on: its device time (events)
+  double last_run_ms = -1;           // the whole last run, wall clock (host), waits included
+  double last_device_ms = -1;        // a CUDA-graph replay with timing on: its device time (events)
   std::vector<stage_report> stages;  // in the order stages were added
 
   const stage_report* find(std::string_view stage) const;
@@ -139,15 +139,19 @@ void graph_set_arg(graph_impl& g, std::string_view stage, std::size_t index, arg
 
 template <class A>
 std::shared_ptr<memory_impl> memory_of(const A& a) {
-  if constexpr (is_device_side<A>) return as_view(a).memory();
-  else return nullptr;
+  if constexpr (is_device_side<A>)
+    return as_view(a).memory();
+  else
+    return nullptr;
 }
 // What a copy stage holds of one side: a view of a buffer, a span of host memory (the host
 // container itself is not copied).
 template <class A>
 auto graph_side(A& a) {
-  if constexpr (is_device_side<std::remove_cvref_t<A>>) return as_view(a);
-  else return std::span(std::ranges::data(a), std::ranges::size(a));
+  if constexpr (is_device_side<std::remove_cvref_t<A>>)
+    return as_view(a);
+  else
+    return std::span(std::ranges::data(a), std::ranges::size(a));
 }
 template <class A>
 std::uint64_t bytes_of(const A& a) {
@@ -173,15 +177,15 @@ class graph {
   template <class... Args>
   graph& launch(std::string name, std::vector<std::string> after, const kernel& k,
                 const range& global, const Args&... args) {
-    detail::graph_add_kernel(self("graph::launch"), std::move(name), std::move(after), k, global, nullptr,
-                             {detail::bind_arg(args)...}, memory_of(args...));
+    detail::graph_add_kernel(self("graph::launch"), std::move(name), std::move(after), k, global,
+                             nullptr, {detail::bind_arg(args)...}, memory_of(args...));
     return *this;
   }
   template <class... Args>
   graph& launch(std::string name, std::vector<std::string> after, const kernel& k,
                 const range& global, const local_size& local, const Args&... args) {
-    detail::graph_add_kernel(self("graph::launch"), std::move(name), std::move(after), k, global, &local,
-                             {detail::bind_arg(args)...}, memory_of(args...));
+    detail::graph_add_kernel(self("graph::launch"), std::move(name), std::move(after), k, global,
+                             &local, {detail::bind_arg(args)...}, memory_of(args...));
     return *this;
   }
   // A copy between buffers (views), or between a buffer and host memory, as queue::copy.
@@ -192,8 +196,8 @@ class graph {
     auto s = detail::graph_side(src);
     auto d = detail::graph_side(dst);
     detail::graph_add_work(
-        self("graph::copy"), std::move(name), std::move(after), "copy", [s, d](queue& q) { q.copy(s, d); },
-        bytes, true, memory_of(src, dst));
+        self("graph::copy"), std::move(name), std::move(after), "copy",
+        [s, d](queue& q) { q.copy(s, d); }, bytes, true, memory_of(src, dst));
     return *this;
   }
   template <class Dst, class T>
@@ -220,7 +224,8 @@ class graph {
   // updates the instantiated graph in place (re-instantiating only when CUDA refuses).
   template <class T>
   void set(std::string_view stage, std::size_t index, const T& value) {
-    detail::graph_set_arg(self("graph::set"), stage, index, detail::bind_arg(value), detail::memory_of(value));
+    detail::graph_set_arg(self("graph::set"), stage, index, detail::bind_arg(value),
+                          detail::memory_of(value));
   }
 
   // ---- Running. ----

@@ -255,9 +255,9 @@ typedef struct kiln_extension_header {
   /* Destroys every object of the device (memory, queues, events, programs) and makes it usable    \
    * again: CUDA's primary-context reset. Handles from before are invalid; the core never passes   \
    * them again. */                                                                                \
-  X(kiln_status, device_reset, (kiln_device_h dev))                                               \
-  /* ---- Graphs (optional; kiln::graph, docs/graph.md). A NULL entry: the core replays the      \
-   * stages through queues and events instead. ---- */                                            \
+  X(kiln_status, device_reset, (kiln_device_h dev))                                                \
+  /* ---- Graphs (optional; kiln::graph, docs/graph.md). A NULL entry: the core replays the        \
+   * stages through queues and events instead. ---- */                                             \
   /* Starts capturing `queue` (relaxed mode: other threads are not restricted). Work enqueued on   \
    * it, and on queues that wait on events recorded on it, is recorded instead of run. */          \
   X(kiln_status, graph_capture_begin, (kiln_queue_h queue))                                        \
@@ -265,7 +265,7 @@ typedef struct kiln_extension_header {
    * discarded. *exec NULL: it is instantiated into *exec. Otherwise *exec is updated in place     \
    * where the driver allows it, else re-instantiated (*rebuilt = 1; rebuilt may be NULL). */      \
   X(kiln_status, graph_capture_end, (kiln_queue_h queue, kiln_graph_h * exec, uint32_t * rebuilt)) \
-  /* Replays an executable graph on `queue`, asynchronously. */                                   \
+  /* Replays an executable graph on `queue`, asynchronously. */                                    \
   X(kiln_status, graph_launch, (kiln_graph_h exec, kiln_queue_h queue))                            \
   X(void, graph_destroy, (kiln_graph_h exec))
 

@@ -41,8 +41,7 @@ void check_memory(const graph_impl& g, const std::string& stage, const stage_mem
                     " (one graph, one device: copy the data over in a stage)");
 }
 
-stage& add_stage(graph_impl& g, std::string name, std::vector<std::string> after,
-                 stage_kind kind) {
+stage& add_stage(graph_impl& g, std::string name, std::vector<std::string> after, stage_kind kind) {
   if (name.empty()) throw invalid_argument(graph_name(g) + ": a stage needs a name");
   if (g.by_name.count(name))
     bad_stage(g, name, "a stage of that name exists already (names are unique in a graph)");
@@ -172,8 +171,9 @@ void graph_set_arg(graph_impl& g, std::string_view name, std::size_t index, arg_
   std::lock_guard lock(g.run_mu);
   stage& s = g.find(name, "graph::set");
   if (s.kind != stage_kind::kernel)
-    bad_stage(g, s.name, std::string("graph::set: a ") + kind_name(s.kind) +
-                             " stage has no arguments (only kernel stages do)");
+    bad_stage(g, s.name,
+              std::string("graph::set: a ") + kind_name(s.kind) +
+                  " stage has no arguments (only kernel stages do)");
   if (index >= s.args.size())
     bad_stage(g, s.name,
               "graph::set: argument " + std::to_string(index) + " is out of range: kernel '" +

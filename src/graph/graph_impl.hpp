@@ -61,11 +61,11 @@ struct graph_impl {
   std::unordered_map<std::string, std::size_t> by_name;
 
   // ---- instantiate() ----
-  bool ready = false;        // the DAG was checked and placed since the last structural change
-  std::vector<std::size_t> order;  // topological, ties in insertion order
+  bool ready = false;  // the DAG was checked and placed since the last structural change
+  std::vector<std::size_t> order;                     // topological, ties in insertion order
   std::vector<std::vector<std::size_t>> lane_stages;  // per lane, in `order`
-  std::vector<queue> lanes;                            // one queue per lane
-  std::uint32_t lanes_gen = 0;                         // device generation of `lanes`
+  std::vector<queue> lanes;                           // one queue per lane
+  std::uint32_t lanes_gen = 0;                        // device generation of `lanes`
 
   // ---- CUDA graph ----
   replay_kind planned = replay_kind::none;  // what the next run uses

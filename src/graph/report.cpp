@@ -27,8 +27,8 @@ std::string describe(std::exception_ptr e, error_category* category) {
 void throw_stage_failure(graph_impl& g, std::size_t index, std::exception_ptr e) {
   const stage& s = g.stages[index];
   error_category c;
-  std::string msg = "graph '" + g.options.name + "', stage '" + s.name + "' (" +
-                    kind_name(s.kind) + ") failed: " + describe(e, &c);
+  std::string msg = "graph '" + g.options.name + "', stage '" + s.name + "' (" + kind_name(s.kind) +
+                    ") failed: " + describe(e, &c);
   std::string others;
   std::size_t skipped = 0;
   for (const stage& o : g.stages) {
@@ -125,9 +125,8 @@ std::string graph_summary::table() const {
   for (const stage_report& s : stages) {
     out << pad(s.name, w) << "  " << pad(s.kind, 6) << "  " << pad(to_string(s.state), 7) << "  "
         << pad(s.device.empty() ? "-" : s.device, 7) << "  "
-        << pad(s.last_ms < 0 ? "-" : fixed(s.last_ms, 3), 8) << "  "
-        << pad(fixed(s.total_ms, 3), 9) << "  " << pad(std::to_string(s.launches), 8) << "  "
-        << s.bytes << "\n";
+        << pad(s.last_ms < 0 ? "-" : fixed(s.last_ms, 3), 8) << "  " << pad(fixed(s.total_ms, 3), 9)
+        << "  " << pad(std::to_string(s.launches), 8) << "  " << s.bytes << "\n";
     if (s.state == stage_state::failed) out << "  error: " << s.error << "\n";
   }
   return out.str();

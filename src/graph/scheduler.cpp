@@ -52,8 +52,7 @@ std::string retry_task(const graph_impl& g, const stage& s, std::exception_ptr w
     try {
       std::rethrow_exception(why);
     } catch (const error& e) {
-      fallback::note_move("graph '" + g.options.name + "', stage '" + s.name + "'", *at, *next,
-                          e);
+      fallback::note_move("graph '" + g.options.name + "', stage '" + s.name + "'", *at, *next, e);
     }
     try {
       queue q(*next);
@@ -114,8 +113,8 @@ void run_lane(graph_impl& g, run_state& r, std::size_t lane) {
     } catch (...) {
       failure = std::current_exception();
     }
-    if (failure && g.options.errors == on_error::retry_on_fallback &&
-        s.kind == stage_kind::task && is_moving_error(failure)) {
+    if (failure && g.options.errors == on_error::retry_on_fallback && s.kind == stage_kind::task &&
+        is_moving_error(failure)) {
       try {
         for (auto& e : waits) e->wait();  // its inputs, on the host: another device's queue
         const auto t0 = host_clock::now();
@@ -239,9 +238,8 @@ const graph_summary& graph::run() {
   const auto t0 = std::chrono::steady_clock::now();
   auto publish = [&g](std::chrono::steady_clock::time_point start) {
     ++g.summary.replays;
-    g.summary.last_run_ms = std::chrono::duration<double, std::milli>(
-                                std::chrono::steady_clock::now() - start)
-                                .count();
+    g.summary.last_run_ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     g.summary.stages.clear();
     for (const auto& s : g.stages) g.summary.stages.push_back(s.report);
   };
@@ -249,9 +247,12 @@ const graph_summary& graph::run() {
   try {
     bool captured = false;
     if (g.planned == replay_kind::cuda_graph) {
-      if (g.exec && !g.exec_stale) captured = true;
-      else if (detail::capture(g)) captured = true;
-      else g.planned = replay_kind::queues;  // capture failed: queues from now on, reason kept
+      if (g.exec && !g.exec_stale)
+        captured = true;
+      else if (detail::capture(g))
+        captured = true;
+      else
+        g.planned = replay_kind::queues;  // capture failed: queues from now on, reason kept
       g.summary.kind_reason = g.kind_reason;
     }
     if (captured) {

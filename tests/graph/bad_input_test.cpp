@@ -44,7 +44,7 @@ TEST_P(BadInputTest, AnEmptyGraphAndEmptyHandlesAreRefused) {
   expect_invalid([&] { g.run(); }, {"'nothing'", "no stages"});
   expect_invalid([&] { g.instantiate(); }, {"no stages"});
   kiln::graph moved = std::move(g);
-  expect_invalid([&] { g.run(); }, {"graph::run", "empty"});                // NOLINT: moved from
+  expect_invalid([&] { g.run(); }, {"graph::run", "empty"});                  // NOLINT: moved from
   expect_invalid([&] { g.host("h", {}, [] {}); }, {"graph::host", "empty"});  // NOLINT
   expect_invalid([&] { moved.task("t", {}, nullptr); }, {"no work"});
   expect_invalid([&] { moved.host("h", {}, nullptr); }, {"no function"});

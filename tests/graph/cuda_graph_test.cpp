@@ -12,10 +12,10 @@ class ReplayKindTest : public GraphTest {
 };
 
 // A macro: GTEST_SKIP returns from the function it is written in.
-#define REQUIRE_CUDA_GRAPHS()                                                                \
-  do {                                                                                       \
-    if (!graphs())                                                                           \
-      GTEST_SKIP() << dev().id() << " (" << dev().backend()                                 \
+#define REQUIRE_CUDA_GRAPHS()                                                              \
+  do {                                                                                     \
+    if (!graphs())                                                                         \
+      GTEST_SKIP() << dev().id() << " (" << dev().backend()                                \
                    << " backend) has no graph API: CUDA-graph replays are tested on CUDA"; \
   } while (0)
 KILN_INSTANTIATE_GRAPH_PER_DEVICE(ReplayKindTest);
@@ -82,10 +82,8 @@ TEST_P(ReplayKindTest, ACapturableTaskIsCapturedWithTheKernels) {
   kiln::buffer<float> a(dev(), x), b(dev(), x), out = poisoned<float>(n);
   kiln::graph g(dev(), {.max_queues = 2});
   g.launch("left", {}, k("plus"), kiln::range(n), a, 1.0f)
-      .task(
-          "right", {},
-          [&](kiln::queue& q) { k("scale").launch(q, kiln::range(n), b, b, 2.0f); },
-          {.capturable = true})
+      .task("right", {}, [&](kiln::queue& q) { k("scale").launch(q, kiln::range(n), b, b, 2.0f); },
+            {.capturable = true})
       .launch("join", {"left", "right"}, k("add"), kiln::range(n), out, a, b);
   g.run();
   EXPECT_EQ(g.kind(), kiln::replay_kind::cuda_graph) << g.summary().kind_reason;

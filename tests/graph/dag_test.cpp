@@ -125,13 +125,11 @@ TEST_P(DagTest, ATaskRunsItsWorkOnTheQueueItIsGivenAndEveryReplayRunsEveryStage)
   kiln::buffer<float> buf(dev(), x);
   int host_runs = 0;
   kiln::graph g(dev());
-  g.task("two_plus", {},
-         [&](kiln::queue& q) {
-           EXPECT_TRUE(q.get_device() == dev());
-           k("plus").launch(q, kiln::range(n), buf, 1.0f);
-           k("plus").launch(q, kiln::range(n), buf, 2.0f);
-         })
-      .host("count", {"two_plus"}, [&] { ++host_runs; });
+  g.task("two_plus", {}, [&](kiln::queue& q) {
+     EXPECT_TRUE(q.get_device() == dev());
+     k("plus").launch(q, kiln::range(n), buf, 1.0f);
+     k("plus").launch(q, kiln::range(n), buf, 2.0f);
+   }).host("count", {"two_plus"}, [&] { ++host_runs; });
   for (int r = 0; r < 3; ++r) g.run();
   EXPECT_EQ(host_runs, 3);
   std::vector<float> want(n);
@@ -165,9 +163,11 @@ TEST_P(DagTest, AHundredDependentStagesRunInOrder) {
   for (int s = 0; s < 100; ++s) {
     const std::string name = "s" + std::to_string(s);
     // x -> x + s, then alternately x * 0.5: order matters (addition and halving do not commute)
-    if (s % 2) g.launch(name, {prev}, k("scale"), kiln::range(n), buf, buf, 0.5f);
-    else g.launch(name, prev.empty() ? std::vector<std::string>{} : std::vector{prev}, k("plus"),
-                  kiln::range(n), buf, float(s));
+    if (s % 2)
+      g.launch(name, {prev}, k("scale"), kiln::range(n), buf, buf, 0.5f);
+    else
+      g.launch(name, prev.empty() ? std::vector<std::string>{} : std::vector{prev}, k("plus"),
+               kiln::range(n), buf, float(s));
     prev = name;
   }
   g.run();

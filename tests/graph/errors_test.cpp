@@ -17,8 +17,10 @@ class ErrorsTest : public GraphTest {
   void build(kiln::graph& g, kiln::buffer<float>& buf, bool inject_in_b) {
     const std::size_t n = buf.size();
     g.launch("a", {}, k("plus"), kiln::range(n), buf, 1.0f);
-    if (inject_in_b) g.launch("b", {"a"}, k("plus"), kiln::range(n), buf, 2.0f);
-    else g.host("b", {"a"}, [] { throw std::runtime_error("b broke"); });
+    if (inject_in_b)
+      g.launch("b", {"a"}, k("plus"), kiln::range(n), buf, 2.0f);
+    else
+      g.host("b", {"a"}, [] { throw std::runtime_error("b broke"); });
     g.launch("c", {"b"}, k("plus"), kiln::range(n), buf, 4.0f)
         .launch("d", {"a"}, k("plus"), kiln::range(n), buf, 8.0f)
         .launch("e", {"c", "d"}, k("plus"), kiln::range(n), buf, 16.0f);
@@ -136,8 +138,8 @@ TEST_P(ErrorsTest, RetryOnFallbackNeverMovesTheCallersMistakes) {
   auto to = other();
   if (!to) GTEST_SKIP() << "one device only: no fallback device to move to";
   int tries = 0;
-  kiln::graph g(dev(), {.errors = kiln::on_error::retry_on_fallback,
-                        .fallback = kiln::fallback{dev(), *to}});
+  kiln::graph g(
+      dev(), {.errors = kiln::on_error::retry_on_fallback, .fallback = kiln::fallback{dev(), *to}});
   g.task("wrong", {}, [&](kiln::queue&) {
     ++tries;
     throw kiln::invalid_argument("a bad size");

@@ -139,9 +139,8 @@ bool load_driver(std::string* why) {
     return false;
   }
   const char* missing_graph = nullptr;
-#define KILN_LOAD(name)                                                    \
-  api.name = reinterpret_cast<decltype(api.name)>(                         \
-      find_symbol(lib, KILN_STR(name), &missing_graph));
+#define KILN_LOAD(name) \
+  api.name = reinterpret_cast<decltype(api.name)>(find_symbol(lib, KILN_STR(name), &missing_graph));
   KILN_CU_GRAPH_FUNCS(KILN_LOAD)
 #undef KILN_LOAD
   api.has_graphs = missing_graph == nullptr;
