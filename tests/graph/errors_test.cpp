@@ -28,6 +28,15 @@ class ErrorsTest : public GraphTest {
   static kiln::graph_options one_queue(kiln::on_error e) {
     return {.name = "strategies", .errors = e, .max_queues = 1};
   }
+  // The graph_error a run raises, or nothing when it succeeds.
+  static std::optional<kiln::graph_error> run_failing(kiln::graph& g) {
+    try {
+      g.run();
+    } catch (const kiln::graph_error& e) {
+      return e;
+    }
+    return std::nullopt;
+  }
   static std::vector<float> plus(std::vector<float> v, float c) {
     for (float& x : v) x += c;
     return v;
@@ -40,16 +49,15 @@ TEST_P(ErrorsTest, StopRunsNothingAfterTheFirstFailureAndNamesTheStage) {
   kiln::buffer<float> buf(dev(), x);
   kiln::graph g(dev(), one_queue(kiln::on_error::stop));
   build(g, buf, false);
-  try {
-    g.run();
-    FAIL() << "the run succeeded";
-  } catch (const kiln::graph_error& e) {
-    EXPECT_EQ(e.stage(), "b");
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("stage 'b'"));
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("b broke"));
-    EXPECT_EQ(e.category(), kiln::error_category::backend_failure);
-    EXPECT_THROW(std::rethrow_exception(e.cause()), std::runtime_error);
-    const kiln::graph_summary& r = e.report();
+  {
+    const auto e = run_failing(g);
+    ASSERT_TRUE(e) << "the run succeeded";
+    EXPECT_EQ(e->stage(), "b");
+    EXPECT_THAT(e->what(), ::testing::HasSubstr("stage 'b'"));
+    EXPECT_THAT(e->what(), ::testing::HasSubstr("b broke"));
+    EXPECT_EQ(e->category(), kiln::error_category::backend_failure);
+    EXPECT_THROW(std::rethrow_exception(e->cause()), std::runtime_error);
+    const kiln::graph_summary& r = e->report();
     EXPECT_EQ(r.find("a")->state, stage_state::ran);
     EXPECT_EQ(r.find("b")->state, stage_state::failed);
     EXPECT_EQ(r.find("c")->state, stage_state::skipped);
@@ -64,13 +72,12 @@ TEST_P(ErrorsTest, ContinueIndependentRunsWhatDoesNotDependOnTheFailure) {
   kiln::buffer<float> buf(dev(), x);
   kiln::graph g(dev(), one_queue(kiln::on_error::continue_independent));
   build(g, buf, false);
-  try {
-    g.run();
-    FAIL() << "the run succeeded";
-  } catch (const kiln::graph_error& e) {
-    EXPECT_EQ(e.stage(), "b");
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("2 stage(s) skipped"));
-    const kiln::graph_summary& r = e.report();
+  {
+    const auto e = run_failing(g);
+    ASSERT_TRUE(e) << "the run succeeded";
+    EXPECT_EQ(e->stage(), "b");
+    EXPECT_THAT(e->what(), ::testing::HasSubstr("2 stage(s) skipped"));
+    const kiln::graph_summary& r = e->report();
     EXPECT_EQ(r.find("d")->state, stage_state::ran);
     EXPECT_EQ(r.find("c")->state, stage_state::skipped);
     EXPECT_EQ(r.find("e")->state, stage_state::skipped);
@@ -86,14 +93,13 @@ TEST_P(ErrorsTest, AnInjectedLaunchFailureNamesTheStageAndTheNextRunWorks) {
   kiln::graph g(dev(), one_queue(kiln::on_error::stop));
   build(g, buf, true);
   kiln::testing::inject_fault(dev(), fault::launch, 2);  // "a" is the first launch: it fails
-  try {
-    g.run();
-    FAIL() << "the run succeeded";
-  } catch (const kiln::graph_error& e) {
-    EXPECT_EQ(e.stage(), "a");
-    EXPECT_EQ(e.category(), kiln::error_category::backend_failure);
-    EXPECT_THAT(e.what(), ::testing::HasSubstr("injected"));
-    EXPECT_EQ(e.report().count(stage_state::skipped), 4u);
+  {
+    const auto e = run_failing(g);
+    ASSERT_TRUE(e) << "the run succeeded";
+    EXPECT_EQ(e->stage(), "a");
+    EXPECT_EQ(e->category(), kiln::error_category::backend_failure);
+    EXPECT_THAT(e->what(), ::testing::HasSubstr("injected"));
+    EXPECT_EQ(e->report().count(stage_state::skipped), 4u);
   }
   kiln::testing::clear_faults();
   EXPECT_TRUE(conformance::elements_equal(buf.to_vector(), x));  // nothing ran
@@ -144,12 +150,11 @@ TEST_P(ErrorsTest, RetryOnFallbackNeverMovesTheCallersMistakes) {
     ++tries;
     throw kiln::invalid_argument("a bad size");
   });
-  try {
-    g.run();
-    FAIL() << "the run succeeded";
-  } catch (const kiln::graph_error& e) {
-    EXPECT_EQ(e.category(), kiln::error_category::invalid_argument);
-    EXPECT_THROW(std::rethrow_exception(e.cause()), kiln::invalid_argument);
+  {
+    const auto e = run_failing(g);
+    ASSERT_TRUE(e) << "the run succeeded";
+    EXPECT_EQ(e->category(), kiln::error_category::invalid_argument);
+    EXPECT_THROW(std::rethrow_exception(e->cause()), kiln::invalid_argument);
   }
   EXPECT_EQ(tries, 1);
 }
@@ -167,12 +172,11 @@ TEST_P(ErrorsTest, ALostDeviceFailsTheStageThenRefusesTheGraphUntilReset) {
   g.launch("bump", {}, conformance::compile(dev(), kernels).get_kernel("plus"),
            kiln::range(x.size()), buf, 1.0f);
   kiln::testing::inject_fault(dev(), fault::device_lost, 1);
-  try {
-    g.run();
-    FAIL() << "the run succeeded";
-  } catch (const kiln::graph_error& e) {
-    EXPECT_EQ(e.category(), kiln::error_category::device_lost);
-    EXPECT_EQ(e.stage(), "bump");
+  {
+    const auto e = run_failing(g);
+    ASSERT_TRUE(e) << "the run succeeded";
+    EXPECT_EQ(e->category(), kiln::error_category::device_lost);
+    EXPECT_EQ(e->stage(), "bump");
   }
   try {
     g.run();
@@ -182,12 +186,11 @@ TEST_P(ErrorsTest, ALostDeviceFailsTheStageThenRefusesTheGraphUntilReset) {
   }
   dev().reset();
   // The stage's buffer died with the reset: the stage says so, by name.
-  try {
-    g.run();
-    FAIL() << "a stage holding a buffer from before the reset ran";
-  } catch (const kiln::graph_error& e) {
-    EXPECT_EQ(e.category(), kiln::error_category::device_lost);
-    EXPECT_EQ(e.stage(), "bump");
+  {
+    const auto e = run_failing(g);
+    ASSERT_TRUE(e) << "a stage holding a buffer from before the reset ran";
+    EXPECT_EQ(e->category(), kiln::error_category::device_lost);
+    EXPECT_EQ(e->stage(), "bump");
   }
 }
 
