@@ -19,6 +19,7 @@
 // Errors: a failing stage raises kiln::graph_error naming it (with the original category and
 // exception, and the run's report); graph_options::errors chooses what the other stages do.
 // Bad graphs (cycles, unknown or duplicate names, foreign devices) are kiln::invalid_argument.
+// Build a graph on one thread; run() and set() may then come from any thread, one at a time.
 // docs/graph.md has the whole story.
 #pragma once
 

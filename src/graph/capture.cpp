@@ -51,11 +51,12 @@ bool capture(graph_impl& g) {
     }
     current = nullptr;
     for (std::size_t l = 1; l < g.lanes.size(); ++l) origin.wait(g.lanes[l].record());
-  } catch (const std::exception& e) {
+  } catch (...) {
     api.graph_capture_end(origin.impl()->handle, nullptr, nullptr);  // discard; ends capture
+    error_category c;
     g.kind_reason = std::string("capturing ") +
                     (current ? "stage '" + current->name + "'" : std::string("the graph")) +
-                    " failed (" + e.what() + ")";
+                    " failed (" + describe(std::current_exception(), &c) + ")";
     return false;
   }
   kiln_graph_h h = g.exec ? g.exec->handle : nullptr;

@@ -116,7 +116,13 @@ void run_lane(graph_impl& g, run_state& r, std::size_t lane) {
     if (failure && g.options.errors == on_error::retry_on_fallback && s.kind == stage_kind::task &&
         is_moving_error(failure)) {
       try {
-        for (auto& e : waits) e->wait();  // its inputs, on the host: another device's queue
+        // Its inputs, on the host, for another device's queue: the stages before it on this
+        // lane and the events it waits for. A lost device runs nothing more: move on.
+        try {
+          q.finish();
+          for (auto& e : waits) e->wait();
+        } catch (const device_lost&) {
+        }
         const auto t0 = host_clock::now();
         moved_to = retry_task(g, s, failure);
         host_ms = std::chrono::duration<double, std::milli>(host_clock::now() - t0).count();
@@ -192,8 +198,17 @@ void replay_queues(graph_impl& g) {
   {
     // Lane 0 runs on this thread, the others on threads of their own for this run.
     std::vector<std::jthread> others;
-    for (std::size_t l = 1; l < g.lanes.size(); ++l)
-      others.emplace_back([&g, &r, l] { run_lane(g, r, l); });
+    try {
+      for (std::size_t l = 1; l < g.lanes.size(); ++l)
+        others.emplace_back([&g, &r, l] { run_lane(g, r, l); });
+    } catch (...) {  // no thread: the lanes started must not wait for lane 0 forever
+      {
+        std::lock_guard lock(r.mu);
+        r.stop = true;
+      }
+      r.cv.notify_all();
+      throw;
+    }
     run_lane(g, r, 0);
   }
   finish_lanes(g, r);
