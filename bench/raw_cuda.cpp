@@ -61,6 +61,13 @@ struct raw_cuda::api {
   CUresult (*cuMemAlloc)(CUdeviceptr*, std::size_t);
   CUresult (*cuMemFree)(CUdeviceptr);
   CUresult (*cuGetErrorString)(CUresult, const char**);
+  // The graph API, optional: graph_replay_median refuses without it.
+  CUresult (*cuStreamBeginCapture)(CUstream, int) = nullptr;
+  CUresult (*cuStreamEndCapture)(CUstream, void**) = nullptr;
+  CUresult (*cuGraphInstantiateWithFlags)(void**, void*, unsigned long long) = nullptr;
+  CUresult (*cuGraphLaunch)(void*, CUstream) = nullptr;
+  CUresult (*cuGraphDestroy)(void*) = nullptr;
+  CUresult (*cuGraphExecDestroy)(void*) = nullptr;
 };
 
 std::unique_ptr<raw_cuda> raw_cuda::open(int ordinal, std::string* why) {
@@ -98,6 +105,15 @@ std::unique_ptr<raw_cuda> raw_cuda::open(int ordinal, std::string* why) {
     *why = "libcuda.so.1 lacks " + missing;
     return nullptr;
   }
+  auto load_optional = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(lib, name));
+  };
+  load_optional(a->cuStreamBeginCapture, "cuStreamBeginCapture_v2");
+  load_optional(a->cuStreamEndCapture, "cuStreamEndCapture");
+  load_optional(a->cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
+  load_optional(a->cuGraphLaunch, "cuGraphLaunch");
+  load_optional(a->cuGraphDestroy, "cuGraphDestroy");
+  load_optional(a->cuGraphExecDestroy, "cuGraphExecDestroy");
   int count = 0;
   if (a->cuInit(0) != cuda_success || a->cuDeviceGetCount(&count) != cuda_success ||
       count <= ordinal) {
@@ -157,6 +173,44 @@ double raw_cuda::launch_loop(int n, bool sync_each, unsigned block) {
   }
   check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");
   return seconds_since(t0);
+}
+
+double raw_cuda::graph_replay_median(int stages, int replays, unsigned block) {
+  api& d = *api_;
+  if (!d.cuStreamBeginCapture || !d.cuStreamEndCapture || !d.cuGraphInstantiateWithFlags ||
+      !d.cuGraphLaunch || !d.cuGraphDestroy || !d.cuGraphExecDestroy)
+    throw std::runtime_error("libcuda.so.1 lacks the graph API");
+  check(d.cuCtxSetCurrent(ctx_), "cuCtxSetCurrent");
+  CUdeviceptr p = arg_mem_;
+  struct {
+    std::uint64_t n[3];
+  } range = {{1, 1, 1}};
+  void* params[] = {&p, &range};
+  constexpr int capture_relaxed = 2;  // CU_STREAM_CAPTURE_MODE_RELAXED
+  check(d.cuStreamBeginCapture(stream_, capture_relaxed), "cuStreamBeginCapture");
+  for (int i = 0; i < stages; ++i)
+    check(d.cuLaunchKernel(kernel_, 1, 1, 1, block, 1, 1, 0, stream_, params, nullptr),
+          "cuLaunchKernel (captured)");
+  void* graph = nullptr;
+  void* exec = nullptr;
+  check(d.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+  const int made = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  d.cuGraphDestroy(graph);
+  check(made, "cuGraphInstantiateWithFlags");
+  std::vector<double> samples;
+  try {
+    for (int i = 0; i < replays + 3; ++i) {
+      const auto t0 = clock_type::now();
+      check(d.cuGraphLaunch(exec, stream_), "cuGraphLaunch");
+      check(d.cuStreamSynchronize(stream_), "cuStreamSynchronize");
+      if (i >= 3) samples.push_back(seconds_since(t0));
+    }
+  } catch (...) {
+    d.cuGraphExecDestroy(exec);
+    throw;
+  }
+  d.cuGraphExecDestroy(exec);
+  return median(samples);
 }
 
 double raw_cuda::alloc_free_median(int n, std::uint64_t bytes) {

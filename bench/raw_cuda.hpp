@@ -20,6 +20,10 @@ class raw_cuda {
   // Seconds for n back-to-back cuLaunchKernel of an empty kernel (same parameter bytes as
   // Kiln's rendered kernel) plus one final stream sync; with sync_each, a sync after each.
   double launch_loop(int n, bool sync_each, unsigned block);
+  // Median seconds of one replay (cuGraphLaunch + stream sync) of a CUDA graph of `stages`
+  // dependent empty-kernel launches captured from the stream, after 3 warm-up replays.
+  // Throws std::runtime_error when the driver lacks the graph API.
+  double graph_replay_median(int stages, int replays, unsigned block);
   // Median seconds of one cuMemAlloc + cuMemFree of `bytes`, over n iterations.
   double alloc_free_median(int n, std::uint64_t bytes);
 

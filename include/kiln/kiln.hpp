@@ -4,6 +4,7 @@
 #include "kiln/device.hpp"
 #include "kiln/error.hpp"
 #include "kiln/fallback.hpp"
+#include "kiln/graph.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/linalg.hpp"
 #include "kiln/log.hpp"

@@ -80,6 +80,7 @@ typedef struct kiln_queue_s* kiln_queue_h;
 typedef struct kiln_event_s* kiln_event_h;
 typedef struct kiln_program_s* kiln_program_h;
 typedef struct kiln_kernel_s* kiln_kernel_h;
+typedef struct kiln_graph_s* kiln_graph_h; /* an executable graph (graph_capture_end) */
 
 typedef enum kiln_copy_kind {
   KILN_COPY_HOST_TO_DEVICE = 0,
@@ -130,6 +131,8 @@ typedef struct kiln_kernel_arg {
 #define KILN_OP_PIN_WHILE_RESIDENT "pin_while_resident"
 /* device_reset leaves the device's objects valid (the CPU backend): the core still frees them. */
 #define KILN_OP_RESET_KEEPS_OBJECTS "reset_keeps_objects"
+/* The graph_* entries work on this device (the CUDA driver has the graph API). */
+#define KILN_OP_GRAPH "graph"
 
 typedef enum kiln_dtype {
   KILN_DTYPE_NONE = 0,
@@ -252,7 +255,19 @@ typedef struct kiln_extension_header {
   /* Destroys every object of the device (memory, queues, events, programs) and makes it usable    \
    * again: CUDA's primary-context reset. Handles from before are invalid; the core never passes   \
    * them again. */                                                                                \
-  X(kiln_status, device_reset, (kiln_device_h dev))
+  X(kiln_status, device_reset, (kiln_device_h dev))                                                \
+  /* ---- Graphs (optional; kiln::graph, docs/graph.md). A NULL entry: the core replays the        \
+   * stages through queues and events instead. ---- */                                             \
+  /* Starts capturing `queue` (relaxed mode: other threads are not restricted). Work enqueued on   \
+   * it, and on queues that wait on events recorded on it, is recorded instead of run. */          \
+  X(kiln_status, graph_capture_begin, (kiln_queue_h queue))                                        \
+  /* Ends the capture begun on `queue`; the capture always ends. exec NULL: the recording is       \
+   * discarded. *exec NULL: it is instantiated into *exec. Otherwise *exec is updated in place     \
+   * where the driver allows it, else re-instantiated (*rebuilt = 1; rebuilt may be NULL). */      \
+  X(kiln_status, graph_capture_end, (kiln_queue_h queue, kiln_graph_h * exec, uint32_t * rebuilt)) \
+  /* Replays an executable graph on `queue`, asynchronously. */                                    \
+  X(kiln_status, graph_launch, (kiln_graph_h exec, kiln_queue_h queue))                            \
+  X(void, graph_destroy, (kiln_graph_h exec))
 
 #define KILN_BACKEND_MEMBER_(ret, name, params) ret(*name) params;
 

@@ -5,6 +5,7 @@
 //   .init = kiln_plugin::Guard<&set_error, init>::call,
 #pragma once
 
+#include <cstddef>
 #include <exception>
 #include <new>
 #include <type_traits>
@@ -53,6 +54,13 @@ struct Guard<SetError, Fn> {
       }
     }
   }
+};
+
+// An optional entry the plugin lacks, declared as `constexpr std::nullptr_t name = nullptr;`:
+// the table holds NULL and the core takes its other path.
+template <set_error_fn SetError>
+struct Guard<SetError, nullptr> {
+  static constexpr std::nullptr_t call = nullptr;
 };
 
 }  // namespace kiln_plugin

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "runtime/fault_injection.hpp"
+#include "runtime/launch_count.hpp"
 #include "runtime/nvtx.hpp"
 #include "kernel_lang/checked_access.hpp"
 #include "runtime/runtime.hpp"
@@ -14,6 +15,7 @@ namespace kiln::detail {
 namespace {
 
 constexpr std::size_t max_args = 64;
+thread_local std::uint64_t t_launches = 0;
 constexpr std::uint64_t gpu_default_group = 256;
 
 [[noreturn]] void bad_arg(const kernel_impl& k, std::size_t i, const std::string& why) {
@@ -112,6 +114,8 @@ void report_violation(const kernel_impl& k, queue_impl& q, memory_impl& record,
 
 }  // namespace
 
+std::uint64_t launches_on_this_thread() noexcept { return t_launches; }
+
 void launch(const kernel_impl& k, queue_impl& q, const range& global, const range* local,
             arg_binding* args, std::size_t n) {
   const trace_range traced("launch", k.name);
@@ -207,6 +211,7 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
   kiln_status s =
       k.api->launch(k.handle, q.handle, &dims, kargs, static_cast<std::uint32_t>(n + hidden));
   if (s != KILN_OK) throw_status(*k.api, s, "launching kernel '" + k.name + "'");
+  ++t_launches;
   if (record) report_violation(k, q, *record, args);
 }
 

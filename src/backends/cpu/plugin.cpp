@@ -80,6 +80,12 @@ kiln_status mem_trim(kiln_device_h) noexcept { return KILN_OK; }
 kiln_status device_status(kiln_device_h) noexcept { return KILN_OK; }
 kiln_status device_reset(kiln_device_h) noexcept { return KILN_OK; }
 
+// No graph API: kiln::graph replays the stages through queues and events.
+constexpr std::nullptr_t graph_capture_begin = nullptr;
+constexpr std::nullptr_t graph_capture_end = nullptr;
+constexpr std::nullptr_t graph_launch = nullptr;
+constexpr std::nullptr_t graph_destroy = nullptr;
+
 const kiln_backend table = KILN_PLUGIN_TABLE("cpu", "cpp", 0);
 
 const kiln_backend* entry(uint32_t core_abi_version) {

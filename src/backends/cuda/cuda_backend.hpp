@@ -57,6 +57,12 @@ struct kiln_kernel_s {
   std::string name;
 };
 
+// An executable CUDA graph (graph.cpp).
+struct kiln_graph_s {
+  kiln_device_s* dev;
+  CUgraphExec exec;
+};
+
 // The ABI has no kernel release call, so kernels live as long as their program.
 struct kiln_program_s {
   kiln_device_s* dev;
@@ -166,5 +172,10 @@ kiln_status kernel_get(kiln_program_h program, const char* name, kiln_kernel_h* 
 kiln_status kernel_limits(kiln_kernel_h kernel, uint32_t* max_size, uint32_t* preferred);
 kiln_status launch(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_dims* dims,
                    const kiln_kernel_arg* args, uint32_t num_args);
+
+kiln_status graph_capture_begin(kiln_queue_h queue);
+kiln_status graph_capture_end(kiln_queue_h queue, kiln_graph_h* exec, uint32_t* rebuilt);
+kiln_status graph_launch(kiln_graph_h exec, kiln_queue_h queue);
+void graph_destroy(kiln_graph_h exec);
 
 }  // namespace kiln_cuda

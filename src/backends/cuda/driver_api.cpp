@@ -138,6 +138,12 @@ bool load_driver(std::string* why) {
     dlclose(lib);
     return false;
   }
+  const char* missing_graph = nullptr;
+#define KILN_LOAD(name) \
+  api.name = reinterpret_cast<decltype(api.name)>(find_symbol(lib, KILN_STR(name), &missing_graph));
+  KILN_CU_GRAPH_FUNCS(KILN_LOAD)
+#undef KILN_LOAD
+  api.has_graphs = missing_graph == nullptr;
   g_cu = api;  // keep it even if cuInit fails, so error names can be printed
   // Eager module loading: with CUDA's default lazy loading, the first launch of a kernel loads
   // it and may wait for running kernels, which never finish while a ring kernel is resident.

@@ -66,6 +66,18 @@ namespace kiln_cuda {
   X(cuMemPoolTrimTo)                  \
   X(cuDevicePrimaryCtxReset)
 
+// The graph API (kiln::graph): optional, so that a driver without one still runs everything
+// else; DriverApi::has_graphs says whether all of them resolved. cuGraphInstantiate is
+// cuGraphInstantiateWithFlags and cuGraphExecUpdate is cuGraphExecUpdate_v2 through cuda.h.
+#define KILN_CU_GRAPH_FUNCS(X) \
+  X(cuStreamBeginCapture)      \
+  X(cuStreamEndCapture)        \
+  X(cuGraphInstantiate)        \
+  X(cuGraphExecUpdate)         \
+  X(cuGraphLaunch)             \
+  X(cuGraphDestroy)            \
+  X(cuGraphExecDestroy)
+
 #define KILN_NVRTC_FUNCS(X)    \
   X(nvrtcVersion)              \
   X(nvrtcGetErrorString)       \
@@ -87,6 +99,8 @@ struct DriverApi {
   void* lib = nullptr;
   int version = 0;  // cuDriverGetVersion, e.g. 13000
   KILN_CU_FUNCS(KILN_API_MEMBER)
+  KILN_CU_GRAPH_FUNCS(KILN_API_MEMBER)
+  bool has_graphs = false;  // every KILN_CU_GRAPH_FUNCS entry resolved
 };
 
 struct NvrtcApi {

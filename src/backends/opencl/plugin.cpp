@@ -26,6 +26,12 @@ kiln_status device_reset(kiln_device_h) noexcept {
   return set_error(KILN_ERR_UNSUPPORTED, "OpenCL has no device reset");
 }
 
+// No graph API: kiln::graph replays the stages through queues and events.
+constexpr std::nullptr_t graph_capture_begin = nullptr;
+constexpr std::nullptr_t graph_capture_end = nullptr;
+constexpr std::nullptr_t graph_launch = nullptr;
+constexpr std::nullptr_t graph_destroy = nullptr;
+
 // Portable: a native backend for the same device (CUDA, Kiln's CPU backend) is preferred.
 const kiln_backend table = KILN_PLUGIN_TABLE("opencl", "opencl", KILN_BACKEND_PORTABLE);
 
