@@ -93,7 +93,8 @@ void bench_device(const kiln::device& dev, const args& a, report& rep) {
     kiln::graph g(dev, {.name = "chain", .timing = timing});
     std::string prev;
     for (int s = 0; s < a.stages; ++s) {
-      const std::string name = "s" + std::to_string(s);
+      std::string name = "s";  // not "s" + to_string(s): GCC 12 -O3 warns falsely
+      name += std::to_string(s);
       g.launch(name, prev.empty() ? std::vector<std::string>{} : std::vector{prev}, step,
                kiln::range(elements), graph_buf, float(s % 7));
       prev = name;
