@@ -9,6 +9,8 @@
 #   # on the GPU machine, from the repository root, with build-gpu carried along:
 #   mkdir -p /work && [ -e /work/main ] || ln -s "$PWD" /work/main
 #   scripts/gpu_sanitize.sh "$OUT/sanitize"      # BUILD=other-folder for another build
+#   ONLY='memcheck conformance|racecheck query' TIME_SCALE=3 scripts/gpu_sanitize.sh ...
+#     (some runs only, each with three times its limit: to spread them over several slots)
 #
 # Exit status: 0 when every run finished with no sanitizer error and no failed test, 1 when
 # a run found errors or failed tests, 2 when the only problem is a run that hit its limit.
@@ -53,12 +55,14 @@ status=0
 table=()
 for run in "${runs[@]}"; do
   read -r tool bin filter seconds <<<"$run"
+  [[ "$tool $bin" =~ ${ONLY:-.} ]] || continue
+  seconds=$((seconds * ${TIME_SCALE:-1}))
   log=$out/${tool}_${bin%_test}.log
   echo "== $tool $bin ($filter, at most $seconds s) -> $log"
   start=$SECONDS
   timeout --signal=INT --kill-after=15 "$seconds" "$cs" --tool "$tool" --leak-check no \
     --error-exitcode 99 --target-processes all --print-limit 50 \
-    "$BUILD/bin/$bin" --gtest_filter="$filter" --gtest_brief=1 >"$log" 2>&1
+    "$BUILD/bin/$bin" --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
   took=$((SECONDS - start))
   # Every process prints its own summary (the cache tests start children): add them up.
