@@ -243,31 +243,46 @@ device device::host() {
   return device(std::move(d));
 }
 
-const device_info& device::info() const { return impl_->info; }
-std::string device::id() const { return impl_->id; }
-const std::string& device::backend() const { return impl_->info.backend; }
-int device::index() const { return impl_->index; }
-bool device::supports(feature f) const {
-  return (impl_->info.features & static_cast<std::uint32_t>(f)) != 0;
+namespace {
+// A moved-from or null device handle is refused with a clear error, never dereferenced.
+detail::device_impl& live(const std::shared_ptr<detail::device_impl>& d, const char* what) {
+  if (!d) detail::throw_empty_handle(what, "device");
+  return *d;
 }
-queue& device::default_queue() const { return impl_->default_queue(); }
-void device::synchronize() const { impl_->synchronize(); }
+}  // namespace
+
+const device_info& device::info() const { return live(impl_, "device::info").info; }
+std::string device::id() const { return live(impl_, "device::id").id; }
+const std::string& device::backend() const { return live(impl_, "device::backend").info.backend; }
+int device::index() const { return live(impl_, "device::index").index; }
+bool device::supports(feature f) const {
+  return (live(impl_, "device::supports").info.features & static_cast<std::uint32_t>(f)) != 0;
+}
+queue& device::default_queue() const {
+  return live(impl_, "device::default_queue").default_queue();
+}
+void device::synchronize() const { live(impl_, "device::synchronize").synchronize(); }
 
 device::memory_usage_t device::memory_usage() const {
-  return {impl_->bytes_in_use.load(), impl_->peak_bytes.load()};
+  detail::device_impl& d = live(impl_, "device::memory_usage");
+  return {d.bytes_in_use.load(), d.peak_bytes.load()};
 }
 
-void device::reset_peak_memory() const { impl_->peak_bytes = impl_->bytes_in_use.load(); }
+void device::reset_peak_memory() const {
+  detail::device_impl& d = live(impl_, "device::reset_peak_memory");
+  d.peak_bytes = d.bytes_in_use.load();
+}
 
 bool device::lost() const {
-  impl_->refresh_lost();
-  return impl_->lost.load();
+  detail::device_impl& d = live(impl_, "device::lost");
+  d.refresh_lost();
+  return d.lost.load();
 }
 
-void device::reset() const { impl_->reset(); }
+void device::reset() const { live(impl_, "device::reset").reset(); }
 
 memory_statistics memory_stats(const device& dev) {
-  return detail::query_memory_stats(*dev.impl());
+  return detail::query_memory_stats(live(dev.impl(), "kiln::memory_stats"));
 }
 
 }  // namespace kiln

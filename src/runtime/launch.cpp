@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <string>
 
+#include "kernel_lang/checked_access.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/launch_count.hpp"
 #include "runtime/nvtx.hpp"
-#include "kernel_lang/checked_access.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln::detail {
@@ -165,6 +165,11 @@ void launch(const kernel_impl& k, queue_impl& q, const range& global, const rang
   }
   for (std::uint32_t d = 0; d < 3; ++d) {
     const std::uint64_t g = global.size[d], l = dims.local[d];
+    if (g > UINT64_MAX - (l - 1))
+      throw invalid_argument("kernel '" + k.name + "': the range " + std::to_string(g) +
+                             " in dimension " + std::to_string(d) +
+                             " overflows 64 bits when rounded up to whole work-groups of " +
+                             std::to_string(l));
     dims.groups[d] = (g + l - 1) / l;
     if (k.uses_barrier && g % l != 0)
       throw invalid_argument("kernel '" + k.name + "' uses kiln_barrier(): its range (" +

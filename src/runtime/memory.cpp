@@ -117,6 +117,7 @@ std::shared_ptr<memory_impl> allocate_impl(const device& dev, std::uint64_t byte
 }  // namespace
 
 std::shared_ptr<memory_impl> allocate(const device& dev, std::uint64_t bytes) {
+  if (!dev.impl()) throw_empty_handle("allocating device memory", "device");
   return allocate_impl(dev, bytes, nullptr);
 }
 

@@ -29,7 +29,14 @@ detail::event_impl& live(const std::shared_ptr<detail::event_impl>& e, const cha
 }
 }  // namespace
 
-queue::queue(const device& dev) : impl_(dev.impl()->make_queue()) {}
+namespace {
+detail::device_impl& live_device(const device& dev) {
+  if (!dev.impl()) detail::throw_empty_handle("kiln::queue", "device");
+  return *dev.impl();
+}
+}  // namespace
+
+queue::queue(const device& dev) : impl_(live_device(dev).make_queue()) {}
 
 const device& queue::get_device() const { return live(impl_, "queue::get_device").public_device; }
 
