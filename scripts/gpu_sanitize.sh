@@ -36,11 +36,17 @@ export KILN_CONFORMANCE_REQUIRE=cuda  # no GPU visible: fail, not skip
 # Left out everywhere: the sizes of 2^28 items and 2^31+ elements (minutes under memcheck;
 # the plain GPU run covers them). Ring fault injection: its handlers trap and hang on purpose.
 big='*LargeAllocationWithKernelOnGpu*:*LaunchOf2To28ItemsOnGpu*:*SizesBeyond32Bits*'
+# Faults on purpose: a real trap (in a child process the sanitizer follows: minutes) and filling
+# the whole GPU (every failed allocation is an API error by design).
+big+=':*ARealTrap*:*FillingTheWholeGpu*'
+# Ring tests that exchange few messages: a resident kernel polling mapped memory runs slowly
+# under either tool, and the ring's memory use is the same in all of them.
+ring_few='*OneMessageRoundTrip*cuda*:*SmallCapacitiesLoseNothing*cuda*:*FullAndEmptyBoundaries*cuda*:*HandlerStatusAndTelemetry*cuda*:*TwoStagePipeline*cuda*:*BadInput*cuda*'
 # tool  binary  gtest filter  seconds
 runs=(
   "memcheck conformance_test *cuda*-$big 90"
   "memcheck query_test *cuda*-$big 150"
-  "memcheck ring_test *cuda*-*FaultInjection* 60"
+  "memcheck ring_test $ring_few 60"
   "racecheck conformance_test *cuda*-$big 75"
   "racecheck query_test *cuda*-$big:*FuzzTest* 120"
   # Ring kernels stay resident and spin on mapped host memory; under racecheck every poll is
@@ -60,7 +66,10 @@ for run in "${runs[@]}"; do
   log=$out/${tool}_${bin%_test}.log
   echo "== $tool $bin ($filter, at most $seconds s) -> $log"
   start=$SECONDS
+  # API errors are not reported: Kiln checks every return code itself, and the tests provoke
+  # some on purpose (an event queried before it completed, out of memory).
   timeout --signal=INT --kill-after=15 "$seconds" "$cs" --tool "$tool" --leak-check no \
+    --report-api-errors no \
     --error-exitcode 99 --target-processes all --print-limit 50 \
     "$BUILD/bin/$bin" --gtest_filter="$filter" >"$log" 2>&1
   rc=$?
