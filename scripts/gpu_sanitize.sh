@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # compute-sanitizer over Kiln's conformance, query and ring suites on the CUDA backend:
-# memcheck (out-of-bounds and misaligned accesses, invalid frees, API errors) and racecheck
-# (shared-memory hazards), one log per (tool, binary), then a table. Fits one 10-minute device
-# slot: each run has a time limit (the sum is 540 s), and a run that reaches it is reported as
-# such with its partial log. docs/testing.md, "Sanitizers on the GPU".
+# memcheck (out-of-bounds and misaligned accesses, invalid frees) and racecheck (shared-memory
+# hazards), one log per (tool, binary), then a table. Each run has a time limit, and a run that
+# reaches it is reported as such with its partial log. The limits add up to 735 s: two
+# 10-minute device slots, ONLY=memcheck then ONLY=racecheck. docs/testing.md, "Sanitizers on
+# the GPU".
 #
 #   cmake -S . -B build-gpu -G Ninja && ninja -C build-gpu       # here, no GPU needed
 #   # on the GPU machine, from the repository root, with build-gpu carried along:
@@ -47,8 +48,8 @@ runs=(
   "memcheck conformance_test *cuda*-$big 90"
   "memcheck query_test *cuda*-$big 150"
   "memcheck ring_test $ring_few 60"
-  "racecheck conformance_test *cuda*-$big 75"
-  "racecheck query_test *cuda*-$big:*FuzzTest* 120"
+  "racecheck conformance_test *cuda*-$big 150"
+  "racecheck query_test *cuda*-$big:*FuzzTest* 240"
   # Ring kernels stay resident and spin on mapped host memory; under racecheck every poll is
   # instrumented and a round trip takes seconds, so only two tests that exchange few messages
   # (the ring's shared-memory use is the same in all of them).
