@@ -49,7 +49,7 @@ runs=(
   "memcheck query_test *cuda*-$big 150"
   "memcheck ring_test $ring_few 60"
   "racecheck conformance_test *cuda*-$big 150"
-  "racecheck query_test *cuda*-$big:*FuzzTest* 240"
+  "racecheck query_test *cuda*-$big:*FuzzTest*:*ConcurrentQueries* 240"
   # Ring kernels stay resident and spin on mapped host memory; under racecheck every poll is
   # instrumented and a round trip takes seconds, so only two tests that exchange few messages
   # (the ring's shared-memory use is the same in all of them).
