@@ -5,7 +5,7 @@
 #include <numeric>
 
 #include "backends.hpp"
-#include "child_process.hpp"
+#include "runtime/child_process.hpp"
 #include "trap.hpp"
 
 namespace {
@@ -303,7 +303,8 @@ TEST(ResilienceTrapChild, Run) {
 TEST_P(ResilienceTest, ARealTrapIsDetectedAndTheWorkMovesOn) {
   if (dev().backend() != "cuda")
     GTEST_SKIP() << "a wild store faults only CUDA contexts survivably";
-  auto [code, out] = tests::run_self("ResilienceTrapChild.Run", {{"KILN_TRAP_DEVICE", GetParam()}});
+  auto [code, out] =
+      kiln_test::run_self("ResilienceTrapChild.Run", {{"KILN_TRAP_DEVICE", GetParam()}});
   EXPECT_EQ(code, 0) << "child output:\n" << out;
   const auto at = out.find("[ kiln     ] reset");
   if (at != std::string::npos) std::cout << out.substr(at, out.find('\n', at) - at) << "\n";

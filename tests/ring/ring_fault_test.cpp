@@ -5,10 +5,10 @@
 #include <cstdlib>
 #include <string>
 
-#include "child_process.hpp"
 #include "kernel_lang/parser.hpp"
 #include "ring/ring_fixture.hpp"
 #include "ring/ring_source.hpp"
+#include "runtime/child_process.hpp"
 
 struct packed_msg {
   std::uint8_t a;
@@ -88,7 +88,7 @@ TEST(RingFaultChild, Run) {
 TEST_P(RingTest, FaultInjectionTrapAndHang) {
   for (const std::string which : {"trap", "hang"}) {
     if (is_gpu()) {
-      auto [code, out] = tests::run_self(
+      auto [code, out] = kiln_test::run_self(
           "RingFaultChild.Run", {{"KILN_RING_FAULT", which}, {"KILN_RING_DEVICE", GetParam()}});
       EXPECT_EQ(code, 0) << which << " case, child output:\n" << out;
     } else {
