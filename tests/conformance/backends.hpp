@@ -6,11 +6,11 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <kiln/kiln.hpp>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <kiln/kiln.hpp>
 #include <limits>
 #include <optional>
 #include <random>
@@ -54,6 +54,13 @@ class DeviceTest : public ::testing::TestWithParam<std::string> {
   kiln::program compile(std::string_view source, std::string_view options = {}) const {
     return conformance::compile(dev(), source, options);
   }
+  // Another device to fall back to: the host's CPU device, or for the CPU device any other.
+  std::optional<kiln::device> other() const {
+    if (!(kiln::device::host() == dev())) return kiln::device::host();
+    for (const kiln::device& d : kiln::device::all())
+      if (!(d == dev())) return d;
+    return std::nullopt;
+  }
 
  private:
   std::optional<kiln::device> dev_;
@@ -67,11 +74,11 @@ class DeviceTest : public ::testing::TestWithParam<std::string> {
                            ::conformance::device_param_name)
 
 // Skips the current test when the device lacks a feature, saying which and why it matters.
-#define KILN_REQUIRE_FEATURE(dev, feat, why)                                              \
-  do {                                                                                    \
-    if (!(dev).supports(::kiln::feature::feat))                                           \
-      GTEST_SKIP() << (dev).id() << " (" << (dev).backend()                              \
-                   << " backend) lacks kiln::feature::" #feat << ": " << (why);           \
+#define KILN_REQUIRE_FEATURE(dev, feat, why)                                    \
+  do {                                                                          \
+    if (!(dev).supports(::kiln::feature::feat))                                 \
+      GTEST_SKIP() << (dev).id() << " (" << (dev).backend()                     \
+                   << " backend) lacks kiln::feature::" #feat << ": " << (why); \
   } while (0)
 
 // Skips the current test on devices that are not GPUs (large problem sizes).
@@ -87,15 +94,20 @@ class DeviceTest : public ::testing::TestWithParam<std::string> {
 // element left unwritten shows up. NaN for floating point (never equal to anything).
 template <class T>
 T poison() {
-  if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<T>::quiet_NaN();
-  else if constexpr (std::is_same_v<T, bool>) return true;
-  else return static_cast<T>(0x5a5a5a5a5a5a5a5aull);
+  if constexpr (std::is_floating_point_v<T>)
+    return std::numeric_limits<T>::quiet_NaN();
+  else if constexpr (std::is_same_v<T, bool>)
+    return true;
+  else
+    return static_cast<T>(0x5a5a5a5a5a5a5a5aull);
 }
 
 template <class T>
 bool is_poison(T v) {
-  if constexpr (std::is_floating_point_v<T>) return std::isnan(v);
-  else return v == poison<T>();
+  if constexpr (std::is_floating_point_v<T>)
+    return std::isnan(v);
+  else
+    return v == poison<T>();
 }
 
 // n seeded random values in [lo, hi], never zero (a zero would hide a missing write or add).
@@ -119,15 +131,20 @@ std::vector<T> random_values(std::size_t n, std::uint64_t seed, T lo, T hi) {
 
 template <class T>
 std::vector<T> random_values(std::size_t n, std::uint64_t seed) {
-  if constexpr (std::is_floating_point_v<T>) return random_values<T>(n, seed, T(-100), T(100));
-  else return random_values<T>(n, seed, std::numeric_limits<T>::lowest(), std::numeric_limits<T>::max());
+  if constexpr (std::is_floating_point_v<T>)
+    return random_values<T>(n, seed, T(-100), T(100));
+  else
+    return random_values<T>(n, seed, std::numeric_limits<T>::lowest(),
+                            std::numeric_limits<T>::max());
 }
 
 // Prints small integer types as numbers, not characters.
 template <class T>
 auto printable(T v) {
-  if constexpr (std::is_integral_v<T> && sizeof(T) == 1) return static_cast<int>(v);
-  else return v;
+  if constexpr (std::is_integral_v<T> && sizeof(T) == 1)
+    return static_cast<int>(v);
+  else
+    return v;
 }
 
 // Checks ok(i) for i in [0, n): reports how many failed and describe(i) for the first few, so a
@@ -141,8 +158,8 @@ template <class Ok, class Describe>
     if (bad++ < 8) first << "\n  [" << i << "] " << describe(i);
   }
   if (bad == 0) return ::testing::AssertionSuccess();
-  return ::testing::AssertionFailure() << bad << " of " << n << " elements wrong:" << first.str()
-                                       << (bad > 8 ? "\n  ..." : "");
+  return ::testing::AssertionFailure()
+         << bad << " of " << n << " elements wrong:" << first.str() << (bad > 8 ? "\n  ..." : "");
 }
 
 // Exact element-wise equality (bit patterns for floating point, so NaN == NaN).

@@ -17,14 +17,6 @@ class ResilienceTest : public conformance::DeviceTest {
  protected:
   void TearDown() override { kiln::testing::clear_faults(); }
 
-  // Another device to fall back to: the host's CPU device, or for the CPU device any other.
-  std::optional<kiln::device> other() const {
-    if (!(kiln::device::host() == dev())) return kiln::device::host();
-    for (const kiln::device& d : kiln::device::all())
-      if (!(d == dev())) return d;
-    return std::nullopt;
-  }
-
  public:
   static std::vector<float> random_data(std::size_t n, unsigned seed = 7) {
     std::mt19937 rng(seed);

@@ -18,13 +18,6 @@ using kiln::testing::fault;
 class TensorFallbackTest : public TensorTest {
  protected:
   void TearDown() override { kiln::testing::clear_faults(); }
-  // The device work moves to: the host CPU, or for the host CPU any other device.
-  std::optional<kiln::device> other() const {
-    if (!(kiln::device::host() == dev())) return kiln::device::host();
-    for (const kiln::device& d : kiln::device::all())
-      if (!(d == dev())) return d;
-    return std::nullopt;
-  }
 };
 
 TEST_P(TensorFallbackTest, AFusedExpressionMovesWhenItsLaunchFails) {
