@@ -75,7 +75,7 @@ if [ "${1:-}" != --no-sanitizers ]; then
     -DKILN_BUILD_EXAMPLES=OFF
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs"
+    scripts/ctest_sanitized.sh --test-dir build-asan --output-on-failure -j "$jobs"
   echo "== concurrent code under ThreadSanitizer"
   build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=thread -DKILN_BUILD_EXAMPLES=OFF
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
