@@ -64,7 +64,10 @@ namespace kiln_cuda {
   X(cuMemGetInfo)                     \
   X(cuMemPoolGetAttribute)            \
   X(cuMemPoolTrimTo)                  \
-  X(cuDevicePrimaryCtxReset)
+  X(cuDevicePrimaryCtxReset)         \
+  X(cuDeviceCanAccessPeer)           \
+  X(cuCtxEnablePeerAccess)           \
+  X(cuMemcpyPeerAsync)
 
 #define KILN_NVRTC_FUNCS(X)    \
   X(nvrtcVersion)              \
