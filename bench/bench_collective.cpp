@@ -136,8 +136,9 @@ void run_allreduce(const options& o) {
       if (r.group == "allreduce") torch_bus[std::stoull(r.name)] = r.value;
   }
   const auto nccl_bus = nccl_tests_allreduce(o, static_cast<int>(devs.size()));
-  std::printf("\n| bytes | Kiln algbw GB/s | Kiln busbw GB/s | PyTorch busbw | x PyTorch | "
-              "nccl-tests busbw | x nccl-tests |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  std::printf(
+      "\n| bytes | Kiln algbw GB/s | Kiln busbw GB/s | PyTorch busbw | x PyTorch | "
+      "nccl-tests busbw | x nccl-tests |\n| ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   auto cell = [](const std::map<std::uint64_t, double>& m, std::uint64_t b, double mine) {
     auto it = m.find(b);
     if (it == m.end() || it->second <= 0) return std::string("— | —");

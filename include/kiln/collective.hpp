@@ -98,9 +98,9 @@ class communicator {
   // the same memory ----
   // recv[i] = op over ranks of send[i]; sizes equal.
   template <class Src, class Dst>
-  requires(kiln::detail::is_device_side<Src> && kiln::detail::is_device_side<Dst>)
-  void all_reduce(const Src& send, const Dst& recv, reduce_op op = reduce_op::sum,
-                  const queue* q = nullptr) const {
+  requires(kiln::detail::is_device_side<Src>&& kiln::detail::is_device_side<Dst>) void all_reduce(
+      const Src& send, const Dst& recv, reduce_op op = reduce_op::sum,
+      const queue* q = nullptr) const {
     call(detail::all_reduce, "all_reduce", send, recv, op, 0, q);
   }
   template <class Buf>
@@ -110,8 +110,8 @@ class communicator {
   }
   // recv of every rank = send of `root` (send is read on root only); sizes equal.
   template <class Src, class Dst>
-  requires(kiln::detail::is_device_side<Src> && kiln::detail::is_device_side<Dst>)
-  void broadcast(const Src& send, const Dst& recv, int root, const queue* q = nullptr) const {
+  requires(kiln::detail::is_device_side<Src>&& kiln::detail::is_device_side<Dst>) void broadcast(
+      const Src& send, const Dst& recv, int root, const queue* q = nullptr) const {
     call(detail::broadcast, "broadcast", send, recv, reduce_op::sum, root, q);
   }
   template <class Buf>
@@ -121,15 +121,16 @@ class communicator {
   }
   // recv (size() * send.size() elements) = the ranks' send, in rank order.
   template <class Src, class Dst>
-  requires(kiln::detail::is_device_side<Src> && kiln::detail::is_device_side<Dst>)
-  void all_gather(const Src& send, const Dst& recv, const queue* q = nullptr) const {
+  requires(kiln::detail::is_device_side<Src>&& kiln::detail::is_device_side<Dst>) void all_gather(
+      const Src& send, const Dst& recv, const queue* q = nullptr) const {
     call(detail::all_gather, "all_gather", send, recv, reduce_op::sum, 0, q);
   }
   // send holds size() blocks of recv.size() elements; rank r's recv = op over ranks of block r.
   template <class Src, class Dst>
-  requires(kiln::detail::is_device_side<Src> && kiln::detail::is_device_side<Dst>)
-  void reduce_scatter(const Src& send, const Dst& recv, reduce_op op = reduce_op::sum,
-                      const queue* q = nullptr) const {
+  requires(kiln::detail::is_device_side<Src>&& kiln::detail::is_device_side<
+           Dst>) void reduce_scatter(const Src& send, const Dst& recv,
+                                     reduce_op op = reduce_op::sum,
+                                     const queue* q = nullptr) const {
     call(detail::reduce_scatter, "reduce_scatter", send, recv, op, 0, q);
   }
 

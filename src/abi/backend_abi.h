@@ -252,14 +252,14 @@ typedef struct kiln_extension_header {
   /* Destroys every object of the device (memory, queues, events, programs) and makes it usable    \
    * again: CUDA's primary-context reset. Handles from before are invalid; the core never passes   \
    * them again. */                                                                                \
-  X(kiln_status, device_reset, (kiln_device_h dev))                                               \
-  /* ---- Peer copies between two devices of this backend (optional). ---- */                     \
+  X(kiln_status, device_reset, (kiln_device_h dev))                                                \
+  /* ---- Peer copies between two devices of this backend (optional). ---- */                      \
   /* KILN_OK when `dev` reads and writes `peer`'s memory directly (enabling it if needed; the      \
    * same device: KILN_OK), KILN_ERR_UNSUPPORTED when the hardware cannot: the core then stages    \
    * copies through pinned host memory. */                                                         \
   X(kiln_status, peer_access, (kiln_device_h dev, kiln_device_h peer))                             \
   /* Asynchronous copy on `queue` (a queue of either device) from src on src_dev to dst on         \
-   * dst_dev; KILN_ERR_UNSUPPORTED without peer access (the core stages). */                      \
+   * dst_dev; KILN_ERR_UNSUPPORTED without peer access (the core stages). */                       \
   X(kiln_status, copy_peer,                                                                        \
     (kiln_queue_h queue, kiln_device_h dst_dev, kiln_mem_ref dst, kiln_device_h src_dev,           \
      kiln_mem_ref src, uint64_t bytes))

@@ -103,8 +103,7 @@ std::uint64_t register_post_accumulate_hook(const tensor& leaf, post_accumulate_
 
 void remove_hook(const tensor& leaf, std::uint64_t id) {
   detail::tensor_impl& x = detail::impl_of(leaf, "remove_hook");
-  if (x.ag)
-    std::erase_if(x.ag->post_accumulate, [&](const auto& h) { return h.first == id; });
+  if (x.ag) std::erase_if(x.ag->post_accumulate, [&](const auto& h) { return h.first == id; });
 }
 
 }  // namespace autograd

@@ -11,7 +11,8 @@ namespace kiln::collective::detail {
 namespace {
 
 const kiln_ccl_v1* table_of(const device& dev) {
-  return static_cast<const kiln_ccl_v1*>(dev.impl()->extension(KILN_CCL_EXTENSION, KILN_CCL_VERSION));
+  return static_cast<const kiln_ccl_v1*>(
+      dev.impl()->extension(KILN_CCL_EXTENSION, KILN_CCL_VERSION));
 }
 
 kiln_dtype to_abi(scalar_type t) {
@@ -80,12 +81,8 @@ struct ccl_rank final : comm_impl {
       case op_kind::all_reduce:
         st = ccl->all_reduce(comm, s, r, n, t, to_abi(c.op), c.q->handle);
         break;
-      case op_kind::broadcast:
-        st = ccl->broadcast(comm, s, r, n, t, c.root, c.q->handle);
-        break;
-      case op_kind::all_gather:
-        st = ccl->all_gather(comm, s, r, n, t, c.q->handle);
-        break;
+      case op_kind::broadcast: st = ccl->broadcast(comm, s, r, n, t, c.root, c.q->handle); break;
+      case op_kind::all_gather: st = ccl->all_gather(comm, s, r, n, t, c.q->handle); break;
       case op_kind::reduce_scatter:
         st = ccl->reduce_scatter(comm, s, r, n, t, to_abi(c.op), c.q->handle);
         break;

@@ -85,15 +85,15 @@ std::string count_text(std::uint64_t n) { return std::to_string(n) + " elements"
 
 void all_reduce(comm_impl& c, call_args a) {
   if (a.send_count != a.recv_count)
-    throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) +
-                           ", recv " + count_text(a.recv_count));
+    throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
+                           count_text(a.recv_count));
   run(c, op_kind::all_reduce, a, a.send_count);
 }
 
 void broadcast(comm_impl& c, call_args a) {
   if (a.send_count != a.recv_count)
-    throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) +
-                           ", recv " + count_text(a.recv_count));
+    throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
+                           count_text(a.recv_count));
   run(c, op_kind::broadcast, a, a.send_count);
 }
 
@@ -116,8 +116,7 @@ void reduce_scatter(comm_impl& c, call_args a) {
 }  // namespace detail
 
 std::vector<communicator> communicator::create(const std::vector<device>& devices) {
-  if (devices.empty())
-    throw invalid_argument("kiln::collective::communicator::create: no devices");
+  if (devices.empty()) throw invalid_argument("kiln::collective::communicator::create: no devices");
   for (const device& d : devices)
     if (!d.impl()) kiln::detail::throw_empty_handle("communicator::create", "device");
   const device& first = devices.front();

@@ -88,7 +88,8 @@ struct host_rank final : comm_impl {
     kiln::detail::check(*c.q->dev->api, c.q->dev->api->queue_finish(c.q->handle),
                         "kiln::collective: finishing the queue");
     const std::size_t esize = size_of(c.dtype);
-    const char* send = c.send ? static_cast<const char*>(host_address(*c.send, c.send_off)) : nullptr;
+    const char* send =
+        c.send ? static_cast<const char*>(host_address(*c.send, c.send_off)) : nullptr;
     char* recv = c.recv ? static_cast<char*>(host_address(*c.recv, c.recv_off)) : nullptr;
     group->posts[rank] = {c.kind, c.count, c.dtype, c.op, c.root, send};
     group->barrier();
@@ -105,9 +106,7 @@ struct host_rank final : comm_impl {
     const std::uint64_t n = c.count, bytes = n * esize;
     std::vector<char> out;
     switch (c.kind) {
-      case op_kind::broadcast:
-        out.assign(p[c.root].send, p[c.root].send + bytes);
-        break;
+      case op_kind::broadcast: out.assign(p[c.root].send, p[c.root].send + bytes); break;
       case op_kind::all_gather:
         out.resize(bytes * size);
         for (int r = 0; r < size; ++r)

@@ -118,8 +118,9 @@ data_parallel::data_parallel(module& model, optim::optimizer& opt, collective::c
     const auto& g = oi.groups[gi];
     const std::uint64_t es = size_of(g.dtype);
     std::vector<std::size_t> members = g.members;
-    std::sort(members.begin(), members.end(),
-              [&](std::size_t a, std::size_t b) { return oi.slots[a].offset > oi.slots[b].offset; });
+    std::sort(members.begin(), members.end(), [&](std::size_t a, std::size_t b) {
+      return oi.slots[a].offset > oi.slots[b].offset;
+    });
     std::optional<impl::bucket> cur;
     std::int64_t upper = g.n;  // a slot runs to the next slot's start (padding included)
     for (std::size_t p : members) {
@@ -146,8 +147,8 @@ data_parallel::data_parallel(module& model, optim::optimizer& opt, collective::c
   if (o.overlap) {
     std::weak_ptr<impl> weak = impl_;
     for (std::size_t i = 0; i < oi.params.size(); ++i)
-      d.hook_ids.push_back(autograd::register_post_accumulate_hook(
-          oi.params[i], [weak, i](const tensor&) {
+      d.hook_ids.push_back(
+          autograd::register_post_accumulate_hook(oi.params[i], [weak, i](const tensor&) {
             if (auto s = weak.lock()) s->on_accumulated(i);
           }));
   }

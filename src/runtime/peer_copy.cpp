@@ -60,8 +60,8 @@ void staged(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_impl&
 
 }  // namespace
 
-void copy_between_devices(queue_impl& q, memory_impl& dst, std::uint64_t dst_off,
-                          memory_impl& src, std::uint64_t src_off, std::uint64_t bytes) {
+void copy_between_devices(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_impl& src,
+                          std::uint64_t src_off, std::uint64_t bytes) {
   if (q.dev != dst.dev && q.dev != src.dev)
     throw invalid_argument("copy between devices: the queue belongs to " + q.dev->id +
                            ", neither the source's " + src.dev->id + " nor the destination's " +

@@ -219,8 +219,8 @@ void note_queue_use(memory_impl& m, queue_impl& q);
 // A copy between buffers of two devices on q, a queue of either (peer_copy.cpp): peer to peer
 // and asynchronous where the backend can, else staged through pinned host memory (complete
 // on return).
-void copy_between_devices(queue_impl& q, memory_impl& dst, std::uint64_t dst_off,
-                          memory_impl& src, std::uint64_t src_off, std::uint64_t bytes);
+void copy_between_devices(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_impl& src,
+                          std::uint64_t src_off, std::uint64_t bytes);
 bool peer_access(device_impl& a, device_impl& b);
 // Memory ordered on q (stream-ordered on CUDA: no host wait): usable by q's later work at
 // once, by other queues only after an event recorded on q after this call.

@@ -1,13 +1,14 @@
 // kiln::collective in one process: host groups of CPU ranks (the CPU device listed once per
 // rank, a thread each) against the double-precision reference for every op and dtype, the
 // tensor forms, and bad input. NCCL groups of every CUDA device when there are two or more.
+#include "kiln/collective.hpp"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <string>
 
 #include "collective/reference.hpp"
-#include "kiln/collective.hpp"
 #include "kiln/tensor.hpp"
 
 namespace {
@@ -64,7 +65,8 @@ TEST(Collective, Tensors) {
     for (int i = 0; i < 12; ++i) want[i] = reduced<double>(reduce_op::sum, 2, i);
     expect_near(t.to_vector<double>(), want, "tensor all_reduce");
 
-    kiln::tensor lazy = kiln::tensor::from(dev, data<float>(r, 6), {2, 3}) * 2.f;  // evaluated first
+    kiln::tensor lazy =
+        kiln::tensor::from(dev, data<float>(r, 6), {2, 3}) * 2.f;  // evaluated first
     kiln::tensor g = c.all_gather(lazy);
     EXPECT_EQ(g.shape(), (kiln::shape_t{4, 3}));
     std::vector<double> gw;
@@ -72,8 +74,8 @@ TEST(Collective, Tensors) {
       for (float x : data<float>(q, 6)) gw.push_back(2.0 * x);
     expect_near(g.to_vector<float>(), gw, "tensor all_gather");
 
-    kiln::tensor rs = c.reduce_scatter(kiln::tensor::from(dev, data<std::int32_t>(r, 8), {4, 2}),
-                                       reduce_op::min);
+    kiln::tensor rs =
+        c.reduce_scatter(kiln::tensor::from(dev, data<std::int32_t>(r, 8), {4, 2}), reduce_op::min);
     EXPECT_EQ(rs.shape(), (kiln::shape_t{2, 2}));
     std::vector<double> rw(4);
     for (int i = 0; i < 4; ++i) rw[i] = reduced<std::int32_t>(reduce_op::min, 2, r * 4 + i);

@@ -38,7 +38,8 @@ TEST(CollectiveMpi, Tensors) {
   std::vector<double> want(6);
   for (int i = 0; i < 6; ++i) want[i] = reduced<float>(reduce_op::avg, c.size(), i);
   expect_near(t.to_vector<float>(), want, "tensor avg");
-  kiln::tensor g = c.all_gather(kiln::tensor::from(c.get_device(), data<std::int64_t>(c.rank(), 3)));
+  kiln::tensor g =
+      c.all_gather(kiln::tensor::from(c.get_device(), data<std::int64_t>(c.rank(), 3)));
   EXPECT_EQ(g.numel(), 3 * c.size());
 }
 
@@ -87,8 +88,10 @@ void data_parallel_matches_one_process(bool overlap) {
   for (int step = 0; step < 4; ++step) {
     const kiln::tensor x_all = kiln::tensor::randn(dev, {total, 6}, 100 + step);
     const kiln::tensor y_all = kiln::tensor::randn(dev, {total, 3}, 200 + step);
-    const kiln::tensor x = x_all.slice(0, c.rank() * per_rank, (c.rank() + 1) * per_rank).contiguous();
-    const kiln::tensor y = y_all.slice(0, c.rank() * per_rank, (c.rank() + 1) * per_rank).contiguous();
+    const kiln::tensor x =
+        x_all.slice(0, c.rank() * per_rank, (c.rank() + 1) * per_rank).contiguous();
+    const kiln::tensor y =
+        y_all.slice(0, c.rank() * per_rank, (c.rank() + 1) * per_rank).contiguous();
     opt.zero_grad();
     kiln::nn::mse_loss(ddp(x), y).backward();
     ddp.step();

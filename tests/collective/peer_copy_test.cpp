@@ -17,7 +17,8 @@ std::vector<float> ramp(std::size_t n, float from) {
 
 void round_trip(const kiln::device& a, const kiln::device& b, std::size_t n) {
   const std::vector<float> host = ramp(n, 1.5f);
-  kiln::buffer<float> x(a, host), y(b, std::vector<float>(n, -7.f)), z(a, std::vector<float>(n, -9.f));
+  kiln::buffer<float> x(a, host), y(b, std::vector<float>(n, -7.f)),
+      z(a, std::vector<float>(n, -9.f));
   kiln::queue qa(a), qb(b);
   qb.copy(x, y);  // queue of the destination
   qb.finish();

@@ -23,7 +23,8 @@ inline constexpr reduce_op all_ops[] = {reduce_op::sum, reduce_op::prod, reduce_
 // stays exact in every type.
 template <class T>
 T value(int rank, std::uint64_t i) {
-  std::uint64_t h = (static_cast<std::uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
+  std::uint64_t h =
+      (static_cast<std::uint64_t>(rank) + 1) * 0x9E3779B97F4A7C15ull + i * 0xBF58476D1CE4E5B9ull;
   h ^= h >> 29;
   const int mag = 1 + static_cast<int>(h % 5);
   const bool neg = (h >> 8) & 1;
@@ -101,27 +102,30 @@ void check_rank(const kiln::collective::communicator& c, std::uint64_t n) {
   }
   if constexpr (!std::is_same_v<T, bool>) {
     if (reduces) {
-    for (reduce_op op : all_ops) {
-      kiln::buffer<T> send(dev, mine), recv(dev, std::vector<T>(n, poison<T>()));
-      c.all_reduce(send, recv, op);
+      for (reduce_op op : all_ops) {
+        kiln::buffer<T> send(dev, mine), recv(dev, std::vector<T>(n, poison<T>()));
+        c.all_reduce(send, recv, op);
+        std::vector<double> want(n);
+        for (std::uint64_t i = 0; i < n; ++i) want[i] = reduced<T>(op, s, i);
+        expect_near(recv.to_vector(), want, kiln::collective::to_string(op));
+        expect_near(
+            send.to_vector(),
+            [&] {  // send untouched
+              std::vector<double> v(n);
+              for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<double>(mine[i]);
+              return v;
+            }(),
+            "send after all_reduce");
+        c.all_reduce(send, op);  // in place
+        expect_near(send.to_vector(), want, "in-place all_reduce");
+      }
+      // reduce_scatter: block b of rank q's send holds value(q, b * n + i).
+      const std::vector<T> big = data<T>(r, n * s);
+      kiln::buffer<T> send(dev, big), recv(dev, std::vector<T>(n, poison<T>()));
+      c.reduce_scatter(send, recv, reduce_op::sum);
       std::vector<double> want(n);
-      for (std::uint64_t i = 0; i < n; ++i) want[i] = reduced<T>(op, s, i);
-      expect_near(recv.to_vector(), want, kiln::collective::to_string(op));
-      expect_near(send.to_vector(), [&] {  // send untouched
-        std::vector<double> v(n);
-        for (std::uint64_t i = 0; i < n; ++i) v[i] = static_cast<double>(mine[i]);
-        return v;
-      }(), "send after all_reduce");
-      c.all_reduce(send, op);  // in place
-      expect_near(send.to_vector(), want, "in-place all_reduce");
-    }
-    // reduce_scatter: block b of rank q's send holds value(q, b * n + i).
-    const std::vector<T> big = data<T>(r, n * s);
-    kiln::buffer<T> send(dev, big), recv(dev, std::vector<T>(n, poison<T>()));
-    c.reduce_scatter(send, recv, reduce_op::sum);
-    std::vector<double> want(n);
-    for (std::uint64_t i = 0; i < n; ++i) want[i] = reduced<T>(reduce_op::sum, s, r * n + i);
-    expect_near(recv.to_vector(), want, "reduce_scatter");
+      for (std::uint64_t i = 0; i < n; ++i) want[i] = reduced<T>(reduce_op::sum, s, r * n + i);
+      expect_near(recv.to_vector(), want, "reduce_scatter");
     }
   }
   {

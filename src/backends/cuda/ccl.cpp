@@ -58,8 +58,8 @@ kiln_status broadcast(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv, u
                       kiln_dtype t, int root, kiln_queue_h q) noexcept;
 kiln_status all_gather(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv, uint64_t count,
                        kiln_dtype t, kiln_queue_h q) noexcept;
-kiln_status reduce_scatter(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv,
-                           uint64_t count, kiln_dtype t, kiln_ccl_op op, kiln_queue_h q) noexcept;
+kiln_status reduce_scatter(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv, uint64_t count,
+                           kiln_dtype t, kiln_ccl_op op, kiln_queue_h q) noexcept;
 kiln_status group_start() noexcept;
 kiln_status group_end() noexcept;
 
@@ -100,13 +100,14 @@ const NcclApi& nccl() {
 }
 
 kiln_status nccl_fail(ncclResult_t r, const char* call, ncclComm_t comm = nullptr) noexcept {
-  const kiln_status k = r == ncclInvalidArgument || r == ncclInvalidUsage ? KILN_ERR_INVALID_ARGUMENT
-                                                                          : KILN_ERR_BACKEND;
+  const kiln_status k = r == ncclInvalidArgument || r == ncclInvalidUsage
+                            ? KILN_ERR_INVALID_ARGUMENT
+                            : KILN_ERR_BACKEND;
   const char* last = comm ? nccl().ncclGetLastError(comm) : nccl().ncclGetLastError(nullptr);
   return set_error(k, "%s failed: %s%s%s", call, nccl().ncclGetErrorString(r),
                    last && *last ? ": " : "", last ? last : "");
 }
-#define KILN_NCCL_CHECK(comm, call, ...)                                 \
+#define KILN_NCCL_CHECK(comm, call, ...)                             \
   if (ncclResult_t r_ = nccl().call(__VA_ARGS__); r_ != ncclSuccess) \
     return nccl_fail(r_, #call, comm);
 
@@ -234,8 +235,7 @@ kiln_status broadcast(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv, u
                       kiln_dtype t, int root, kiln_queue_h q) noexcept {
   ncclDataType_t nt = ncclFloat32;
   if (kiln_status st = prepare("ncclBroadcast", c, q, t, &nt); st) return st;
-  KILN_NCCL_CHECK(c->comm, ncclBroadcast, ptr(send), ptr(recv), count, nt, root, c->comm,
-                  stream(q))
+  KILN_NCCL_CHECK(c->comm, ncclBroadcast, ptr(send), ptr(recv), count, nt, root, c->comm, stream(q))
   return KILN_OK;
 }
 
@@ -247,12 +247,12 @@ kiln_status all_gather(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv, 
   return KILN_OK;
 }
 
-kiln_status reduce_scatter(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv,
-                           uint64_t count, kiln_dtype t, kiln_ccl_op op, kiln_queue_h q) noexcept {
+kiln_status reduce_scatter(kiln_ccl_comm_h c, kiln_mem_ref send, kiln_mem_ref recv, uint64_t count,
+                           kiln_dtype t, kiln_ccl_op op, kiln_queue_h q) noexcept {
   ncclDataType_t nt = ncclFloat32;
   if (kiln_status st = prepare("ncclReduceScatter", c, q, t, &nt); st) return st;
-  KILN_NCCL_CHECK(c->comm, ncclReduceScatter, ptr(send), ptr(recv), count, nt, to_nccl(op),
-                  c->comm, stream(q))
+  KILN_NCCL_CHECK(c->comm, ncclReduceScatter, ptr(send), ptr(recv), count, nt, to_nccl(op), c->comm,
+                  stream(q))
   return KILN_OK;
 }
 
@@ -277,8 +277,7 @@ bool ccl_loaded() noexcept {
 }
 
 const void* ccl_extension(const char* name, uint32_t version) noexcept {
-  if (!kiln_plugin::is_op(name, KILN_CCL_EXTENSION) || version != KILN_CCL_VERSION ||
-      !ccl_loaded())
+  if (!kiln_plugin::is_op(name, KILN_CCL_EXTENSION) || version != KILN_CCL_VERSION || !ccl_loaded())
     return nullptr;
   return &nccl().table;
 }

@@ -64,9 +64,9 @@ namespace kiln_cuda {
   X(cuMemGetInfo)                     \
   X(cuMemPoolGetAttribute)            \
   X(cuMemPoolTrimTo)                  \
-  X(cuDevicePrimaryCtxReset)         \
-  X(cuDeviceCanAccessPeer)           \
-  X(cuCtxEnablePeerAccess)           \
+  X(cuDevicePrimaryCtxReset)          \
+  X(cuDeviceCanAccessPeer)            \
+  X(cuCtxEnablePeerAccess)            \
   X(cuMemcpyPeerAsync)
 
 #define KILN_NVRTC_FUNCS(X)    \

@@ -13,7 +13,8 @@ kiln_status init() {
   return st;
 }
 
-// "blas" (cuBLAS, blas.cpp), "dnn" (cuDNN, dnn.cpp) and "ccl" (NCCL, ccl.cpp). Each loads its library on first need.
+// "blas" (cuBLAS, blas.cpp), "dnn" (cuDNN, dnn.cpp) and "ccl" (NCCL, ccl.cpp). Each loads its
+// library on first need.
 const void* get_extension(const char* name, uint32_t version) noexcept {
   if (const void* t = blas_extension(name, version)) return t;
   if (const void* t = ccl_extension(name, version)) return t;
@@ -21,9 +22,9 @@ const void* get_extension(const char* name, uint32_t version) noexcept {
 }
 
 const char* extension_list() noexcept {
-  static const char* const lists[8] = {"",           "blas/1",           "dnn/1",
-                                       "blas/1 dnn/1", "ccl/1",          "blas/1 ccl/1",
-                                       "dnn/1 ccl/1",  "blas/1 dnn/1 ccl/1"};
+  static const char* const lists[8] = {
+      "",      "blas/1",       "dnn/1",       "blas/1 dnn/1",
+      "ccl/1", "blas/1 ccl/1", "dnn/1 ccl/1", "blas/1 dnn/1 ccl/1"};
   return lists[(blas_loaded() ? 1 : 0) | (dnn_loaded() ? 2 : 0) | (ccl_loaded() ? 4 : 0)];
 }
 

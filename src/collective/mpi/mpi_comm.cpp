@@ -72,14 +72,13 @@ struct mpi_rank final : detail::comm_impl {
 
   // Every rank sends what it was asked; a difference becomes the same error on every rank.
   void agree(const detail::call& c, const std::string& w) const {
-    const std::array<long long, 5> mine{static_cast<long long>(c.kind),
-                                        static_cast<long long>(c.count),
-                                        static_cast<long long>(c.dtype),
-                                        c.kind == detail::op_kind::all_reduce ||
-                                                c.kind == detail::op_kind::reduce_scatter
-                                            ? static_cast<long long>(c.op)
-                                            : 0,
-                                        c.kind == detail::op_kind::broadcast ? c.root : 0};
+    const std::array<long long, 5> mine{
+        static_cast<long long>(c.kind), static_cast<long long>(c.count),
+        static_cast<long long>(c.dtype),
+        c.kind == detail::op_kind::all_reduce || c.kind == detail::op_kind::reduce_scatter
+            ? static_cast<long long>(c.op)
+            : 0,
+        c.kind == detail::op_kind::broadcast ? c.root : 0};
     std::vector<long long> all(mine.size() * static_cast<std::size_t>(size));
     check_mpi(MPI_Allgather(mine.data(), 5, MPI_LONG_LONG, all.data(), 5, MPI_LONG_LONG, comm), w,
               "MPI_Allgather (argument check)");
@@ -207,7 +206,8 @@ communicator world(const device& dev) {
   }
   if (!all_host) {
     if (!host && !ccl) throw unsupported(w + why);
-    throw invalid_argument(w + "the ranks' devices differ in kind (some CPU, some GPU); every "
+    throw invalid_argument(w +
+                           "the ranks' devices differ in kind (some CPU, some GPU); every "
                            "rank of one group must use the same backend");
   }
   auto r = std::make_shared<mpi_rank>();
