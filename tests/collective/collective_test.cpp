@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <string>
 
 #include "collective/data_parallel_check.hpp"
@@ -56,41 +57,48 @@ TEST(Collective, HostGroupEmptyBuffersAndSubviews) {
   });
 }
 
+// Tensor work of the rank threads is serialised (the collectives are not): two threads
+// evaluating tensors on the one CPU device at once crashed under ASan (a generated CPU kernel
+// unloaded while the other thread ran it), a runtime issue outside kiln::collective.
+std::mutex tensor_mu;
+
 TEST(Collective, Tensors) {
   auto comms = cpu_group(2);
   kiln::collective::run_per_rank(comms, [&](communicator& c) {
     const kiln::device& dev = c.get_device();
     const int r = c.rank();
+    std::unique_lock lock(tensor_mu);
     kiln::tensor t = kiln::tensor::from(dev, data<double>(r, 12), {3, 4});
+    kiln::tensor lazy = kiln::tensor::from(dev, data<float>(r, 6), {2, 3}) * 2.f;
+    lazy.eval();
+    kiln::tensor in = kiln::tensor::from(dev, data<std::int32_t>(r, 8), {4, 2});
+    kiln::tensor b = kiln::tensor::from(dev, data<std::int64_t>(r, 5));
+    lock.unlock();
+
     c.all_reduce(t, reduce_op::sum);
+    kiln::tensor g = c.all_gather(lazy);
+    kiln::tensor rs = c.reduce_scatter(in, reduce_op::min);
+    c.broadcast(b, 0);
+
+    lock.lock();
     std::vector<double> want(12);
     for (int i = 0; i < 12; ++i) want[i] = reduced<double>(reduce_op::sum, 2, i);
     expect_near(t.to_vector<double>(), want, "tensor all_reduce");
-
-    kiln::tensor lazy =
-        kiln::tensor::from(dev, data<float>(r, 6), {2, 3}) * 2.f;  // evaluated first
-    kiln::tensor g = c.all_gather(lazy);
     EXPECT_EQ(g.shape(), (kiln::shape_t{4, 3}));
     std::vector<double> gw;
     for (int q = 0; q < 2; ++q)
       for (float x : data<float>(q, 6)) gw.push_back(2.0 * x);
     expect_near(g.to_vector<float>(), gw, "tensor all_gather");
-
-    kiln::tensor rs =
-        c.reduce_scatter(kiln::tensor::from(dev, data<std::int32_t>(r, 8), {4, 2}), reduce_op::min);
     EXPECT_EQ(rs.shape(), (kiln::shape_t{2, 2}));
     std::vector<double> rw(4);
     for (int i = 0; i < 4; ++i) rw[i] = reduced<std::int32_t>(reduce_op::min, 2, r * 4 + i);
     expect_near(rs.to_vector<std::int32_t>(), rw, "tensor reduce_scatter");
-
-    kiln::tensor b = kiln::tensor::from(dev, data<std::int64_t>(r, 5));
-    c.broadcast(b, 0);
     EXPECT_EQ(b.to_vector<std::int64_t>(), data<std::int64_t>(0, 5));
-
-    EXPECT_THROW(c.all_reduce(kiln::tensor::from(dev, data<float>(r, 6), {2, 3}).t()),
-                 kiln::invalid_argument);  // not contiguous
-    EXPECT_THROW(c.reduce_scatter(kiln::tensor::from(dev, data<float>(r, 3), {3})),
-                 kiln::shape_error);  // 3 rows over 2 ranks
+    kiln::tensor strided = kiln::tensor::from(dev, data<float>(r, 6), {2, 3}).t();
+    kiln::tensor three = kiln::tensor::from(dev, data<float>(r, 3), {3});
+    lock.unlock();
+    EXPECT_THROW(c.all_reduce(strided), kiln::invalid_argument);  // not contiguous
+    EXPECT_THROW(c.reduce_scatter(three), kiln::shape_error);     // 3 rows over 2 ranks
   });
 }
 
@@ -164,9 +172,10 @@ TEST(Collective, OtherBackends) {
 }
 
 // Ranks as threads of this process (the same check runs under mpirun in collective_mpi_test,
-// where it passes). DISABLED: with two threads training on the one CPU device this crashed
-// (SIGSEGV) in about 1 run in 5, not yet explained; run it with
-// --gtest_also_run_disabled_tests --gtest_repeat=20 to investigate.
+// where it passes). DISABLED: two threads training on the one CPU device crash in about 1 run
+// in 5 (ASan: a jump into an unmapped generated CPU kernel: a program unloaded while the other
+// thread runs it), the runtime issue noted at Collective.Tensors. Run it with
+// --gtest_also_run_disabled_tests --gtest_repeat=20 once that is fixed.
 TEST(DataParallel, DISABLED_HostRanksMatchOneProcess) {
   for (bool overlap : {true, false}) {
     auto comms = cpu_group(2);
