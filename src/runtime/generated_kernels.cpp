@@ -111,12 +111,17 @@ generated_kernels get_generated(const device& dev, const char* generator, std::u
   std::lock_guard lock(c.mu);
   if (r.compiled) c.stats.compiles++;
   auto [it, fresh] = c.entries.emplace(k, r.kernels);
-  if (fresh) {
-    c.order.push_back(k);
-    if (c.entries.size() > cache::max_entries) {
-      c.entries.erase(c.order.front());
-      c.order.pop_front();
-    }
+  if (!fresh) {
+    // Another thread compiled the same kernels first: use its, which the cache keeps alive.
+    // Ours would be held by the caller alone and unloaded as soon as it returns, possibly while
+    // the launch it made is still queued (a CPU device runs it later, from the loaded library).
+    r.kernels = it->second;
+    return r;
+  }
+  c.order.push_back(k);
+  if (c.entries.size() > cache::max_entries) {
+    c.entries.erase(c.order.front());
+    c.order.pop_front();
   }
   return r;
 }
