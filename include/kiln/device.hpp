@@ -101,6 +101,12 @@ class device {
 
 std::vector<backend_status> backends();
 
+// Whether a reads and writes b's memory directly (CUDA peer access, enabled by this call when
+// the hardware allows; a device with itself: true). queue::copy between buffers of two devices
+// works either way: peer to peer and asynchronous when this is true, else staged through
+// pinned host memory and complete on return.
+bool peer_access(const device& a, const device& b);
+
 // Memory of a device as Kiln and the driver see it (kiln::memory_stats).
 struct memory_statistics {
   std::uint64_t in_use = 0;  // bytes Kiln's live allocations hold (device::memory_usage)

@@ -1,6 +1,7 @@
 // Kiln: data-parallel C++ on GPUs and CPUs from one code base. Include this for everything.
 #pragma once
 #include "kiln/buffer.hpp"
+#include "kiln/collective.hpp"
 #include "kiln/device.hpp"
 #include "kiln/error.hpp"
 #include "kiln/fallback.hpp"

@@ -48,6 +48,8 @@ class queue {
   // Asynchronous copies and fills, defined in buffer.hpp. Either side of a copy is a device
   // buffer (or view) or contiguous host memory (a span, vector, array, pinned_buffer). Host
   // memory must stay valid until the queue reaches the copy; pinned memory lets it overlap.
+  // Buffers of two devices copy on a queue of either: peer to peer where peer_access(a, b),
+  // else staged through pinned host memory and complete on return (docs/collective.md).
   template <class Src, class Dst>
   void copy(const Src& src, Dst&& dst);
   template <class Dst, class T>

@@ -267,7 +267,17 @@ typedef struct kiln_extension_header {
   X(kiln_status, graph_capture_end, (kiln_queue_h queue, kiln_graph_h * exec, uint32_t * rebuilt)) \
   /* Replays an executable graph on `queue`, asynchronously. */                                    \
   X(kiln_status, graph_launch, (kiln_graph_h exec, kiln_queue_h queue))                            \
-  X(void, graph_destroy, (kiln_graph_h exec))
+  X(void, graph_destroy, (kiln_graph_h exec))                                                        \
+  /* ---- Peer copies between two devices of this backend (optional). ---- */                      \
+  /* KILN_OK when `dev` reads and writes `peer`'s memory directly (enabling it if needed; the      \
+   * same device: KILN_OK), KILN_ERR_UNSUPPORTED when the hardware cannot: the core then stages    \
+   * copies through pinned host memory. */                                                         \
+  X(kiln_status, peer_access, (kiln_device_h dev, kiln_device_h peer))                             \
+  /* Asynchronous copy on `queue` (a queue of either device) from src on src_dev to dst on         \
+   * dst_dev; KILN_ERR_UNSUPPORTED without peer access (the core stages). */                       \
+  X(kiln_status, copy_peer,                                                                        \
+    (kiln_queue_h queue, kiln_device_h dst_dev, kiln_mem_ref dst, kiln_device_h src_dev,           \
+     kiln_mem_ref src, uint64_t bytes))
 
 #define KILN_BACKEND_MEMBER_(ret, name, params) ret(*name) params;
 

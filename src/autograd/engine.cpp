@@ -142,7 +142,14 @@ void run_backward(const tensor& root, const tensor& gradient, bool retain_graph)
       fn->backward = nullptr;  // frees the saved tensors
     }
   }
-  for (auto& [t, g] : leaves) accumulate_leaf(*t->ag, g, *t);
+  for (auto& [t, g] : leaves) {
+    accumulate_leaf(*t->ag, g, *t);
+    // A copy: a hook may register or remove hooks.
+    if (!t->ag->post_accumulate.empty()) {
+      const auto hooks = t->ag->post_accumulate;
+      for (const auto& h : hooks) h.second(tensor(t));
+    }
+  }
   if (!retain_graph)
     for (const impl_ptr& t : order)
       if (t->ag && t->ag->fn) t->ag->fn->inputs.clear();

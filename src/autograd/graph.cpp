@@ -1,6 +1,8 @@
 // Recording: grad modes, autograd::record, and the tensor members that read or mark the graph.
 #include "autograd/graph.hpp"
 
+#include <atomic>
+
 #include "kiln/tensor/inplace.hpp"
 #include "tensor/build.hpp"
 #include "tensor/promote.hpp"
@@ -85,6 +87,23 @@ tensor sum_to(const tensor& g, const std::vector<std::int64_t>& shape) {
     if (k < lead || (shape[k - lead] == 1 && gs[k] != 1)) ax.push_back(static_cast<int>(k));
   if (ax.empty()) return g;
   return g.sum(axes(ax), true).reshape(shape);
+}
+
+std::uint64_t register_post_accumulate_hook(const tensor& leaf, post_accumulate_hook fn) {
+  detail::tensor_impl& x = detail::impl_of(leaf, "register_post_accumulate_hook");
+  if (!x.ag || !x.ag->requires_grad || x.ag->fn)
+    throw invalid_argument(
+        "kiln::autograd::register_post_accumulate_hook: the tensor is not a leaf marked "
+        "requires_grad_");
+  static std::atomic<std::uint64_t> next{1};
+  const std::uint64_t id = next++;
+  x.ag->post_accumulate.emplace_back(id, std::move(fn));
+  return id;
+}
+
+void remove_hook(const tensor& leaf, std::uint64_t id) {
+  detail::tensor_impl& x = detail::impl_of(leaf, "remove_hook");
+  if (x.ag) std::erase_if(x.ag->post_accumulate, [&](const auto& h) { return h.first == id; });
 }
 
 }  // namespace autograd

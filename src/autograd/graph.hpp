@@ -27,6 +27,8 @@ struct grad_meta {
   std::shared_ptr<grad_node> fn;  // the operation that produced it (non-leaves)
   tensor grad;                    // accumulated (leaves), or kept (retain_grad)
   bool retain = false;
+  // autograd::register_post_accumulate_hook (leaves): id and hook, run after accumulation.
+  std::vector<std::pair<std::uint64_t, autograd::post_accumulate_hook>> post_accumulate;
 };
 
 // Whether x takes part in the graph (a marked leaf or a recorded result).

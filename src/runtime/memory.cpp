@@ -201,6 +201,7 @@ void copy_d2h(queue_impl& q, void* dst, memory_impl& src, std::uint64_t off, std
 
 void copy_d2d(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_impl& src,
               std::uint64_t src_off, std::uint64_t bytes) {
+  if (dst.dev != src.dev) return copy_between_devices(q, dst, dst_off, src, src_off, bytes);
   same_device(q, dst, "device copy (destination)");
   same_device(q, src, "device copy (source)");
   alive(q, dst, "device copy");

@@ -219,6 +219,12 @@ memory_statistics query_memory_stats(device_impl& d);
 // Records that queue q uses memory m (for ordered frees and synchronous waits).
 void note_queue_use(memory_impl& m, queue_impl& q);
 
+// A copy between buffers of two devices on q, a queue of either (peer_copy.cpp): peer to peer
+// and asynchronous where the backend can, else staged through pinned host memory (complete
+// on return).
+void copy_between_devices(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_impl& src,
+                          std::uint64_t src_off, std::uint64_t bytes);
+bool peer_access(device_impl& a, device_impl& b);
 // Memory ordered on q (stream-ordered on CUDA: no host wait): usable by q's later work at
 // once, by other queues only after an event recorded on q after this call.
 std::shared_ptr<memory_impl> allocate_on(queue_impl& q, std::uint64_t bytes);

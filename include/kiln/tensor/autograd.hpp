@@ -15,6 +15,7 @@
 // retain_graph is asked for.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
@@ -62,6 +63,15 @@ using backward_fn =
     std::function<std::vector<tensor>(const tensor& grad_output, const tensor& output)>;
 tensor record(const std::string& name, const tensor& output, const std::vector<tensor>& inputs,
               backward_fn backward);
+
+// Called after a backward() accumulated the gradient of `leaf` (a tensor marked
+// requires_grad_) into its grad(), once per backward that reached it, on the thread running
+// backward, in the engine's order: the order is the same on every run of the same graph
+// (PyTorch's register_post_accumulate_grad_hook; kiln::nn::data_parallel starts its gradient
+// all-reduces from it). A hook must not run backward. Returns an id for remove_hook.
+using post_accumulate_hook = std::function<void(const tensor& leaf)>;
+std::uint64_t register_post_accumulate_hook(const tensor& leaf, post_accumulate_hook fn);
+void remove_hook(const tensor& leaf, std::uint64_t id);
 
 // g summed over the dimensions broadcasting added or stretched, so it has `shape` (the
 // gradient of an operand that was broadcast to g's shape).

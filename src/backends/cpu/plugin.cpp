@@ -79,6 +79,14 @@ kiln_status mem_trim(kiln_device_h) noexcept { return KILN_OK; }
 // memory (KILN_OP_RESET_KEEPS_OBJECTS).
 kiln_status device_status(kiln_device_h) noexcept { return KILN_OK; }
 kiln_status device_reset(kiln_device_h) noexcept { return KILN_OK; }
+// One device: no peers.
+kiln_status peer_access(kiln_device_h a, kiln_device_h b) {
+  return a == b ? KILN_OK : fail(KILN_ERR_UNSUPPORTED, "the cpu backend has one device");
+}
+kiln_status copy_peer(kiln_queue_h, kiln_device_h, kiln_mem_ref, kiln_device_h, kiln_mem_ref,
+                      uint64_t) {
+  return fail(KILN_ERR_UNSUPPORTED, "the cpu backend has one device");
+}
 
 // No graph API: kiln::graph replays the stages through queues and events.
 constexpr std::nullptr_t graph_capture_begin = nullptr;

@@ -125,6 +125,10 @@ void dnn_note_availability() noexcept;
 // the stream's order; without, only host memory.
 void dnn_release(kiln_queue_s* q, bool device) noexcept;
 
+// The "ccl" extension (ccl.cpp): NCCL, when it loads and a device exists.
+bool ccl_loaded() noexcept;
+const void* ccl_extension(const char* name, uint32_t version) noexcept;
+
 // ABI entry points, implemented across device.cpp, memory.cpp, queue.cpp and program.cpp.
 // They may throw (std::bad_alloc); plugin.cpp wraps each one in a catch-all guard.
 kiln_status init();
@@ -151,6 +155,9 @@ kiln_status copy_d2h(kiln_queue_h queue, void* dst, kiln_mem_ref src, uint64_t b
 kiln_status copy_d2d(kiln_queue_h queue, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes);
 kiln_status fill(kiln_queue_h queue, kiln_mem_ref dst, const void* pattern, uint32_t pattern_size,
                  uint64_t count);
+kiln_status peer_access(kiln_device_h dev, kiln_device_h peer);
+kiln_status copy_peer(kiln_queue_h queue, kiln_device_h dst_dev, kiln_mem_ref dst,
+                      kiln_device_h src_dev, kiln_mem_ref src, uint64_t bytes);
 
 kiln_status queue_create(kiln_device_h dev, kiln_queue_h* out);
 void queue_destroy(kiln_queue_h queue);

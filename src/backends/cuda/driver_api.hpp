@@ -64,7 +64,10 @@ namespace kiln_cuda {
   X(cuMemGetInfo)                     \
   X(cuMemPoolGetAttribute)            \
   X(cuMemPoolTrimTo)                  \
-  X(cuDevicePrimaryCtxReset)
+  X(cuDevicePrimaryCtxReset)          \
+  X(cuDeviceCanAccessPeer)            \
+  X(cuCtxEnablePeerAccess)            \
+  X(cuMemcpyPeerAsync)
 
 // The graph API (kiln::graph): optional, so that a driver without one still runs everything
 // else; DriverApi::has_graphs says whether all of them resolved. cuGraphInstantiate is

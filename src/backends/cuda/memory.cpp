@@ -195,3 +195,43 @@ kiln_status mem_trim(kiln_device_h dev) {
 }
 
 }  // namespace kiln_cuda
+
+namespace kiln_cuda {
+
+// Asked before every peer copy rather than remembered: a device reset destroys the context
+// and its peer mappings, and both calls are cheap next to a copy worth doing.
+kiln_status peer_access(kiln_device_h dev, kiln_device_h peer) {
+  if (!dev || !peer) return set_error(KILN_ERR_INVALID_ARGUMENT, "peer_access: NULL device");
+  if (dev == peer) return KILN_OK;
+  if (!peer->ctx)
+    return set_error(KILN_ERR_INVALID_ARGUMENT, "peer_access: cuda:%d is not open", peer->index);
+  int can = 0;
+  if (CUresult r = g_cu.cuDeviceCanAccessPeer(&can, dev->dev, peer->dev); r != CUDA_SUCCESS)
+    return cu_fail(r, "cuDeviceCanAccessPeer");
+  if (!can)
+    return set_error(KILN_ERR_UNSUPPORTED,
+                     "cuda:%d cannot access cuda:%d's memory (cuDeviceCanAccessPeer says no)",
+                     dev->index, peer->index);
+  if (kiln_status st = make_current_checked(dev); st) return st;
+  CUresult r = g_cu.cuCtxEnablePeerAccess(peer->ctx, 0);
+  if (r != CUDA_SUCCESS && r != CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED)
+    return cu_fail(r, "cuCtxEnablePeerAccess");
+  return KILN_OK;
+}
+
+kiln_status copy_peer(kiln_queue_h queue, kiln_device_h dst_dev, kiln_mem_ref dst,
+                      kiln_device_h src_dev, kiln_mem_ref src, uint64_t bytes) {
+  if (!queue || !dst_dev || !src_dev)
+    return set_error(KILN_ERR_INVALID_ARGUMENT, "copy_peer: NULL queue or device");
+  if (queue->dev != dst_dev && queue->dev != src_dev)
+    return set_error(KILN_ERR_INVALID_ARGUMENT, "copy_peer: the queue is on neither device");
+  if (bytes == 0) return KILN_OK;
+  kiln_device_h other = queue->dev == dst_dev ? src_dev : dst_dev;
+  if (kiln_status st = peer_access(queue->dev, other); st) return st;
+  if (kiln_status st = make_current(queue->dev); st) return st;
+  CUresult r = g_cu.cuMemcpyPeerAsync(dptr(dst), dst_dev->ctx, dptr(src), src_dev->ctx, bytes,
+                                      queue->stream);
+  return r == CUDA_SUCCESS ? KILN_OK : cu_fail(r, "cuMemcpyPeerAsync");
+}
+
+}  // namespace kiln_cuda

@@ -13,15 +13,19 @@ kiln_status init() {
   return st;
 }
 
-// "blas" (cuBLAS, blas.cpp) and "dnn" (cuDNN, dnn.cpp). Each loads its library on first need.
+// "blas" (cuBLAS, blas.cpp), "dnn" (cuDNN, dnn.cpp) and "ccl" (NCCL, ccl.cpp). Each loads its
+// library on first need.
 const void* get_extension(const char* name, uint32_t version) noexcept {
   if (const void* t = blas_extension(name, version)) return t;
+  if (const void* t = ccl_extension(name, version)) return t;
   return dnn_extension(name, version);
 }
 
 const char* extension_list() noexcept {
-  const bool blas = blas_loaded(), dnn = dnn_loaded();
-  return blas && dnn ? "blas/1 dnn/1" : blas ? "blas/1" : dnn ? "dnn/1" : "";
+  static const char* const lists[8] = {
+      "",      "blas/1",       "dnn/1",       "blas/1 dnn/1",
+      "ccl/1", "blas/1 ccl/1", "dnn/1 ccl/1", "blas/1 dnn/1 ccl/1"};
+  return lists[(blas_loaded() ? 1 : 0) | (dnn_loaded() ? 2 : 0) | (ccl_loaded() ? 4 : 0)];
 }
 
 // Rings need system-scope atomics on mapped host memory, which CUDA has. GEMM: cuBLAS.

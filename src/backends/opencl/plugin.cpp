@@ -25,6 +25,15 @@ kiln_status device_status(kiln_device_h) noexcept { return KILN_OK; }
 kiln_status device_reset(kiln_device_h) noexcept {
   return set_error(KILN_ERR_UNSUPPORTED, "OpenCL has no device reset");
 }
+// Buffers of one OpenCL context are per device here: the core stages copies between devices.
+kiln_status peer_access(kiln_device_h a, kiln_device_h b) noexcept {
+  return a == b ? KILN_OK
+                : set_error(KILN_ERR_UNSUPPORTED, "OpenCL devices have no peer access in Kiln");
+}
+kiln_status copy_peer(kiln_queue_h, kiln_device_h, kiln_mem_ref, kiln_device_h, kiln_mem_ref,
+                      uint64_t) noexcept {
+  return set_error(KILN_ERR_UNSUPPORTED, "OpenCL devices have no peer access in Kiln");
+}
 
 // No graph API: kiln::graph replays the stages through queues and events.
 constexpr std::nullptr_t graph_capture_begin = nullptr;

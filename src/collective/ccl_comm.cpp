@@ -1,0 +1,161 @@
+// NCCL (or another vendor library) through a backend's "ccl" extension table: the plugin owns
+// the library and its communicators; calls are queued on the kiln queue's stream.
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "ccl_abi.h"
+#include "collective/comm_impl.hpp"
+
+namespace kiln::collective::detail {
+namespace {
+
+const kiln_ccl_v1* table_of(const device& dev) {
+  return static_cast<const kiln_ccl_v1*>(
+      dev.impl()->extension(KILN_CCL_EXTENSION, KILN_CCL_VERSION));
+}
+
+kiln_dtype to_abi(scalar_type t) {
+  switch (t) {
+    case scalar_type::i8: return KILN_DTYPE_I8;
+    case scalar_type::u8: return KILN_DTYPE_U8;
+    case scalar_type::i32: return KILN_DTYPE_I32;
+    case scalar_type::u32: return KILN_DTYPE_U32;
+    case scalar_type::i64: return KILN_DTYPE_I64;
+    case scalar_type::u64: return KILN_DTYPE_U64;
+    case scalar_type::f32: return KILN_DTYPE_F32;
+    case scalar_type::f64: return KILN_DTYPE_F64;
+    default: return KILN_DTYPE_NONE;  // bool, 16-bit integers: moved as bytes, never reduced
+  }
+}
+
+kiln_ccl_op to_abi(reduce_op op) {
+  switch (op) {
+    case reduce_op::sum: return KILN_CCL_SUM;
+    case reduce_op::prod: return KILN_CCL_PROD;
+    case reduce_op::min: return KILN_CCL_MIN;
+    case reduce_op::max: return KILN_CCL_MAX;
+    case reduce_op::avg: return KILN_CCL_AVG;
+  }
+  return KILN_CCL_SUM;
+}
+
+struct ccl_rank final : comm_impl {
+  const kiln_ccl_v1* ccl = nullptr;
+  kiln_ccl_comm_h comm = nullptr;
+
+  ~ccl_rank() override {
+    if (comm) ccl->comm_destroy(comm);
+  }
+
+  bool reduces(scalar_type t) const override {
+    const kiln_dtype d = to_abi(t);
+    return d != KILN_DTYPE_NONE && ccl->supports_dtype(d);
+  }
+
+  void fail(kiln_status st, const call& c) const {
+    const std::string why = dev.impl()->api->last_error();
+    const std::string msg = where(*this, c.name) + why;
+    if (st == KILN_ERR_INVALID_ARGUMENT) throw invalid_argument(msg);
+    if (st == KILN_ERR_UNSUPPORTED) throw unsupported(msg);
+    if (st == KILN_ERR_OUT_OF_MEMORY) throw out_of_memory(msg);
+    throw collective_error(msg);
+  }
+
+  void run(const call& c) override {
+    dev.impl()->check_alive(c.q->gen, c.name);
+    if (c.count == 0) return;
+    kiln_mem_ref s{c.send ? c.send->handle : nullptr, c.send_off};
+    kiln_mem_ref r{c.recv ? c.recv->handle : nullptr, c.recv_off};
+    // Types the library cannot reduce still move: as bytes.
+    kiln_dtype t = to_abi(c.dtype);
+    std::uint64_t n = c.count;
+    if (c.kind == op_kind::broadcast || c.kind == op_kind::all_gather) {
+      if (t == KILN_DTYPE_NONE || !ccl->supports_dtype(t)) {
+        t = KILN_DTYPE_U8;
+        n *= size_of(c.dtype);
+      }
+    }
+    kiln_status st = KILN_OK;
+    switch (c.kind) {
+      case op_kind::all_reduce:
+        st = ccl->all_reduce(comm, s, r, n, t, to_abi(c.op), c.q->handle);
+        break;
+      case op_kind::broadcast: st = ccl->broadcast(comm, s, r, n, t, c.root, c.q->handle); break;
+      case op_kind::all_gather: st = ccl->all_gather(comm, s, r, n, t, c.q->handle); break;
+      case op_kind::reduce_scatter:
+        st = ccl->reduce_scatter(comm, s, r, n, t, to_abi(c.op), c.q->handle);
+        break;
+    }
+    if (st != KILN_OK) fail(st, c);
+    // Frees of these buffers wait for this queue's work (stream-ordered).
+    if (c.send) kiln::detail::note_queue_use(*c.send, *c.q);
+    if (c.recv) kiln::detail::note_queue_use(*c.recv, *c.q);
+  }
+};
+
+[[noreturn]] void init_failed(const device& dev, const char* what) {
+  throw collective_error(std::string("kiln::collective::communicator::create (") + dev.id() +
+                         "): " + what + ": " + dev.impl()->api->last_error());
+}
+
+}  // namespace
+
+bool has_ccl(const device& dev, std::string* why) {
+  if (table_of(dev)) return true;
+  if (why)
+    *why = "the " + dev.backend() +
+           " backend has no \"ccl\" extension (collectives on GPUs need NCCL: libnccl.so.2 was "
+           "not found or failed to load; set KILN_NCCL_LIBRARY to its path)";
+  return false;
+}
+
+std::vector<std::shared_ptr<comm_impl>> make_ccl_group(const std::vector<device>& devices) {
+  for (std::size_t i = 0; i < devices.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (devices[i] == devices[j])
+        throw invalid_argument("kiln::collective::communicator::create: " + devices[i].id() +
+                               " is listed twice; NCCL runs one rank per GPU");
+  const kiln_ccl_v1* ccl = table_of(devices.front());
+  std::vector<kiln_device_h> handles;
+  for (const device& d : devices) handles.push_back(d.impl()->handle());
+  std::vector<kiln_ccl_comm_h> comms(devices.size());
+  const kiln_status st =
+      ccl->comm_init_all(handles.data(), static_cast<int>(handles.size()), comms.data());
+  if (st != KILN_OK) init_failed(devices.front(), "ncclCommInitAll");
+  std::vector<std::shared_ptr<comm_impl>> out;
+  for (std::size_t i = 0; i < devices.size(); ++i) {
+    auto r = std::make_shared<ccl_rank>();
+    r->rank = static_cast<int>(i);
+    r->size = static_cast<int>(devices.size());
+    r->dev = devices[i];
+    r->transport = "nccl";
+    r->ccl = ccl;
+    r->comm = comms[i];
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::shared_ptr<comm_impl> make_ccl_rank(const device& dev, const unique_id& id, int size,
+                                         int rank) {
+  const kiln_ccl_v1* ccl = table_of(dev);
+  auto r = std::make_shared<ccl_rank>();
+  r->rank = rank;
+  r->size = size;
+  r->dev = dev;
+  r->transport = "nccl";
+  r->ccl = ccl;
+  if (ccl->comm_init_rank(dev.impl()->handle(), id.data(), size, rank, &r->comm) != KILN_OK)
+    init_failed(dev, "ncclCommInitRank");
+  return r;
+}
+
+unique_id make_ccl_unique_id(const device& dev) {
+  unique_id id{};
+  static_assert(sizeof(unique_id) == KILN_CCL_UNIQUE_ID_BYTES);
+  if (table_of(dev)->unique_id(id.data()) != KILN_OK) init_failed(dev, "ncclGetUniqueId");
+  return id;
+}
+
+}  // namespace kiln::collective::detail

@@ -1,0 +1,202 @@
+// kiln::collective in one process: host groups of CPU ranks (the CPU device listed once per
+// rank, a thread each) against the double-precision reference for every op and dtype, the
+// tensor forms, and bad input. NCCL groups of every CUDA device when there are two or more.
+#include "kiln/collective.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <string>
+
+#include "collective/data_parallel_check.hpp"
+#include "collective/reference.hpp"
+#include "kiln/tensor.hpp"
+
+namespace {
+
+using namespace collective_test;
+using kiln::collective::communicator;
+
+std::vector<communicator> cpu_group(int n) {
+  return communicator::create(std::vector<kiln::device>(n, kiln::device::get("cpu")));
+}
+
+std::vector<kiln::device> cuda_devices() {
+  std::vector<kiln::device> out;
+  for (const kiln::device& d : kiln::device::all())
+    if (d.backend() == "cuda") out.push_back(d);
+  return out;
+}
+
+// "Concurrent": the CI runs it under ThreadSanitizer too (the ranks are threads).
+TEST(Collective, ConcurrentHostRanksEveryOpAndDtype) {
+  for (int size : {1, 2, 3}) {
+    auto comms = cpu_group(size);
+    kiln::collective::run_per_rank(comms, [&](communicator& c) {
+      EXPECT_EQ(c.size(), size);
+      EXPECT_EQ(c.transport(), "host");
+      check_all_types(c, 37);
+    });
+  }
+}
+
+TEST(Collective, HostGroupEmptyBuffersAndSubviews) {
+  auto comms = cpu_group(2);
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    kiln::buffer<float> none(c.get_device(), 0);
+    c.all_reduce(none);  // nothing to do, still collective
+    std::vector<float> host = data<float>(c.rank(), 10);
+    kiln::buffer<float> b(c.get_device(), host);
+    c.all_reduce(b.subview(2, 5), reduce_op::max);
+    const std::vector<float> got = b.to_vector();
+    for (int i = 0; i < 10; ++i) {
+      const double want = i >= 2 && i < 7 ? reduced<float>(reduce_op::max, 2, i) : host[i];
+      EXPECT_EQ(got[i], static_cast<float>(want)) << i;
+    }
+  });
+}
+
+TEST(Collective, Tensors) {
+  auto comms = cpu_group(2);
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    const kiln::device& dev = c.get_device();
+    const int r = c.rank();
+    kiln::tensor t = kiln::tensor::from(dev, data<double>(r, 12), {3, 4});
+    kiln::tensor lazy = kiln::tensor::from(dev, data<float>(r, 6), {2, 3}) * 2.f;
+    lazy.eval();
+    kiln::tensor in = kiln::tensor::from(dev, data<std::int32_t>(r, 8), {4, 2});
+    kiln::tensor b = kiln::tensor::from(dev, data<std::int64_t>(r, 5));
+
+    c.all_reduce(t, reduce_op::sum);
+    kiln::tensor g = c.all_gather(lazy);
+    kiln::tensor rs = c.reduce_scatter(in, reduce_op::min);
+    c.broadcast(b, 0);
+
+    std::vector<double> want(12);
+    for (int i = 0; i < 12; ++i) want[i] = reduced<double>(reduce_op::sum, 2, i);
+    expect_near(t.to_vector<double>(), want, "tensor all_reduce");
+    EXPECT_EQ(g.shape(), (kiln::shape_t{4, 3}));
+    std::vector<double> gw;
+    for (int q = 0; q < 2; ++q)
+      for (float x : data<float>(q, 6)) gw.push_back(2.0 * x);
+    expect_near(g.to_vector<float>(), gw, "tensor all_gather");
+    EXPECT_EQ(rs.shape(), (kiln::shape_t{2, 2}));
+    std::vector<double> rw(4);
+    for (int i = 0; i < 4; ++i) rw[i] = reduced<std::int32_t>(reduce_op::min, 2, r * 4 + i);
+    expect_near(rs.to_vector<std::int32_t>(), rw, "tensor reduce_scatter");
+    EXPECT_EQ(b.to_vector<std::int64_t>(), data<std::int64_t>(0, 5));
+    kiln::tensor strided = kiln::tensor::from(dev, data<float>(r, 6), {2, 3}).t();
+    kiln::tensor three = kiln::tensor::from(dev, data<float>(r, 3), {3});
+    EXPECT_THROW(c.all_reduce(strided), kiln::invalid_argument);  // not contiguous
+    EXPECT_THROW(c.reduce_scatter(three), kiln::shape_error);     // 3 rows over 2 ranks
+  });
+}
+
+TEST(Collective, BadInput) {
+  auto comms = cpu_group(2);
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    const kiln::device& dev = c.get_device();
+    kiln::buffer<float> a(dev, data<float>(c.rank(), 4)), b(dev, 5), big(dev, 8);
+    try {
+      c.all_reduce(a, b);
+      ADD_FAILURE() << "size mismatch accepted";
+    } catch (const kiln::invalid_argument& e) {
+      const std::string m = e.what();
+      EXPECT_NE(m.find("all_reduce"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank " + std::to_string(c.rank())), std::string::npos) << m;
+    }
+    EXPECT_THROW(c.all_gather(a, b), kiln::invalid_argument);
+    EXPECT_THROW(c.reduce_scatter(a, b), kiln::invalid_argument);
+    EXPECT_THROW(c.broadcast(a, 2), kiln::invalid_argument);  // no rank 2
+    EXPECT_THROW(c.broadcast(a, -1), kiln::invalid_argument);
+    kiln::buffer<bool> flags(dev, std::vector<bool>{true, false});
+    EXPECT_THROW(c.all_reduce(flags), kiln::dtype_error);
+    // Checks happen before the rendezvous, so the group is still in step here.
+    c.all_reduce(big);
+  });
+  // Ranks that disagree: every rank gets the same collective_error instead of a hang.
+  std::atomic<int> errors{0};
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    kiln::buffer<float> x(c.get_device(), c.rank() == 0 ? 4 : 6);
+    x.fill(1.f);
+    try {
+      c.all_reduce(x);
+    } catch (const kiln::collective_error& e) {
+      EXPECT_NE(std::string(e.what()).find("disagree"), std::string::npos) << e.what();
+      ++errors;
+    }
+  });
+  EXPECT_EQ(errors.load(), 2);
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    kiln::buffer<float> x(c.get_device(), 4);
+    x.fill(1.f);
+    EXPECT_THROW(c.all_reduce(x, c.rank() == 0 ? reduce_op::sum : reduce_op::max),
+                 kiln::collective_error);
+  });
+  EXPECT_THROW(communicator::create({}), kiln::invalid_argument);
+  EXPECT_THROW(communicator().rank(), kiln::invalid_argument);
+}
+
+// A device of another backend: not in the group (device_mismatch); a group across backends and
+// a backend without the "ccl" extension are refused with the reason.
+TEST(Collective, OtherBackends) {
+  kiln::device other{nullptr};
+  for (const kiln::device& d : kiln::device::all())
+    if (d.backend() != "cpu") other = d;
+  if (!other.impl()) GTEST_SKIP() << "no device besides the CPU (PoCL or a GPU) to test with";
+  auto comms = cpu_group(1);
+  kiln::buffer<float> foreign(other, 4);
+  EXPECT_THROW(comms[0].all_reduce(foreign), kiln::device_mismatch);
+  kiln::queue q(other);
+  kiln::buffer<float> mine(comms[0].get_device(), 4);
+  EXPECT_THROW(comms[0].all_reduce(mine, reduce_op::sum, &q), kiln::device_mismatch);
+  EXPECT_THROW(communicator::create({kiln::device::get("cpu"), other}), kiln::invalid_argument);
+  if (other.backend() == "opencl") {
+    try {
+      communicator::create({other});
+      ADD_FAILURE() << "an OpenCL group was accepted";
+    } catch (const kiln::unsupported& e) {
+      EXPECT_NE(std::string(e.what()).find("ccl"), std::string::npos) << e.what();
+    }
+  }
+}
+
+// Ranks as threads of this process, both training on the one CPU device (the same check runs
+// under mpirun in collective_mpi_test).
+TEST(DataParallel, HostRanksMatchOneProcess) {
+  for (bool overlap : {true, false}) {
+    auto comms = cpu_group(2);
+    kiln::collective::run_per_rank(
+        comms, [&](communicator& c) { data_parallel_matches_one_process(c, overlap); });
+  }
+}
+
+TEST(Collective, NcclInProcess) {
+  const auto gpus = cuda_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no CUDA device: the NCCL path needs one (two for a group)";
+  std::string ccl;
+  for (const kiln::backend_status& b : kiln::backends())
+    if (b.name == "cuda")
+      for (const std::string& e : b.extensions) ccl += e + " ";
+  if (ccl.find("ccl/") == std::string::npos) {
+    EXPECT_THROW(communicator::create(gpus), kiln::unsupported);
+    GTEST_SKIP() << "the CUDA plugin has no ccl extension (NCCL missing): refusal tested";
+  }
+  EXPECT_THROW(communicator::create({gpus[0], gpus[0]}), kiln::invalid_argument);
+  auto comms = communicator::create(gpus);
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    EXPECT_EQ(c.transport(), "nccl");
+    check_all_types(c, 1000);
+    kiln::queue q(c.get_device());  // ordered on a queue of the caller's
+    kiln::buffer<float> x(c.get_device(), data<float>(c.rank(), 1 << 20));
+    c.all_reduce(x, reduce_op::avg, &q);
+    q.finish();
+    std::vector<double> want(1 << 20);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      want[i] = reduced<float>(reduce_op::avg, c.size(), i);
+    expect_near(x.to_vector(), want, "1M-element avg on a queue");
+  });
+}
+
+}  // namespace
