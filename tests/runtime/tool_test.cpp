@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "kiln/data/mnist.hpp"
 #include "kiln/version.hpp"
 
 using nlohmann::json;
@@ -114,6 +115,58 @@ TEST(Tool, DemoRunsAndChecksOnTheCpu) {
   EXPECT_THAT(r.output, HasSubstr("device: cpu:0"));
   EXPECT_THAT(r.output, HasSubstr("GB/s"));
   EXPECT_THAT(r.output, HasSubstr("check: ok"));
+}
+
+// 10,000 synthetic 28x28 digits whose label k is a bright band at rows 2k..2k+3 over noise:
+// learnable in one epoch, so the test accuracy says whether training worked.
+std::string learnable_digits() {
+  const std::string dir = testing::TempDir() + "kiln-tool-digits";
+  kiln::data::mnist_raw raw{10000, 28, 28, {}, {}};
+  std::uint32_t state = 12345;
+  auto next = [&] { return state = state * 1664525u + 1013904223u; };
+  for (std::int64_t i = 0; i < raw.count; ++i) {
+    const int k = static_cast<int>(next() >> 16) % 10;
+    raw.labels.push_back(static_cast<std::uint8_t>(k));
+    for (int y = 0; y < 28; ++y)
+      for (int x = 0; x < 28; ++x)
+        raw.pixels.push_back(y >= 2 * k && y < 2 * k + 4 ? 200 + (next() >> 28)
+                                                          : static_cast<std::uint8_t>(next() >> 27));
+  }
+  std::filesystem::create_directories(dir);
+  kiln::data::write_mnist_idx(dir, raw);
+  return dir;
+}
+
+TEST(Tool, TrainDataParallelOverTwoRanksLearnsAndKeepsTheRanksIdentical) {
+  const std::string dir = learnable_digits();
+  auto r = run("KILN_CACHE=0", "train mlp --devices cpu,cpu --epochs 1 --data " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("data parallel on cpu:0,cpu:0"));
+  EXPECT_THAT(r.output, HasSubstr("on 2 ranks (batch 32 each)"));
+  // The summary row: model, parameters, accuracy %, loss, img/s, seconds, max rank difference.
+  const auto row = r.output.rfind("  mlp ");
+  ASSERT_NE(row, std::string::npos) << r.output;
+  std::istringstream in(r.output.substr(row));
+  std::string model;
+  double params = 0, accuracy = 0, loss = 0, ips = 0, secs = 0, diff = -1;
+  char percent = 0;
+  in >> model >> params >> accuracy >> percent >> loss >> ips >> secs >> diff;
+  EXPECT_GT(accuracy, 90.0) << r.output;
+  EXPECT_EQ(diff, 0.0) << r.output;
+
+  r = run("", "train mlp --devices cpu,cpu --batch 63 --data " + dir);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("--batch 63 does not split evenly over 2 devices"));
+  r = run("", "train --devices cpu --data " + dir);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("--devices"));
+  r = run("", "train --devices cpu,cpu --device cpu --data " + dir);
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("excludes"));
+  r = run("", "train --devices cpu,cuda:99 --data " + dir);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.output, HasSubstr("cuda:99"));
+  std::filesystem::remove_all(dir);
 }
 
 TEST(Tool, UnknownDeviceIsAClearError) {

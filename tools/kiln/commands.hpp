@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
+#include <vector>
 
 namespace kiln::tool {
 
@@ -35,6 +36,7 @@ int calibrate(const calibrate_options& o);
 struct train_options {
   std::string model = "both";  // mlp, lenet, both
   std::string device_spec;     // empty: device::best()
+  std::vector<std::string> devices;  // two or more: data parallel, one rank per device
   std::string data_dir;        // empty: data::default_mnist_dir()
   std::string save_dir;        // empty: no checkpoints
   int epochs = 10;

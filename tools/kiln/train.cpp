@@ -1,17 +1,24 @@
 // `kiln train`: trains the reference MLP and LeNet (kiln::nn::models) on the MNIST digits that
 // scripts/fetch_mnist.sh provides (8,000 train / 2,000 test, seeded split), with a progress
 // line per epoch (loss, accuracy, images/s) and a summary; optionally saves checkpoints.
+// With --devices A,B,... it trains data-parallel (kiln::nn::data_parallel), one rank per device:
+// each rank takes every N-th training digit and batch/N of each step's batch, so a step sees as
+// many digits as on one device, and rank 0 reports the test accuracy.
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <mutex>
 #include <string>
 
 #include "commands.hpp"
+#include "kiln/collective.hpp"
 #include "kiln/data/loader.hpp"
 #include "kiln/data/mnist.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/nn/checkpoint.hpp"
+#include "kiln/nn/data_parallel.hpp"
 #include "kiln/nn/models.hpp"
 #include "kiln/optim.hpp"
 
@@ -22,6 +29,7 @@ struct result {
   std::string model;
   double test_accuracy = 0, final_loss = 0, images_per_s = 0, seconds = 0;
   std::int64_t parameters = 0;
+  double max_rank_difference = 0;  // data parallel: largest |parameter difference| across ranks
 };
 
 using clock_type = std::chrono::steady_clock;
@@ -59,20 +67,57 @@ void progress(const std::string& name, int epoch, int epochs, std::int64_t done,
   std::fflush(stdout);
 }
 
+// Largest |difference| between this rank's parameters and rank 0's (data_parallel keeps them
+// identical; this checks it). Every rank calls it.
+double rank_difference(const nn::module& model, collective::communicator& comm) {
+  double worst = 0;
+  for (const tensor& p : model.parameters()) {
+    const std::vector<float> a = p.detach().contiguous().to_vector<float>();
+    tensor lead = tensor::from(comm.get_device(), std::span<const float>(a), p.shape());
+    comm.broadcast(lead, 0);
+    const std::vector<float> b = lead.to_vector<float>();
+    for (std::size_t i = 0; i < a.size(); ++i)
+      worst = std::max(worst, double(std::fabs(a[i] - b[i])));
+  }
+  return worst;
+}
+
+// Every n-th sample from `rank` on: this rank's shard.
+data::dataset shard(const data::dataset& d, int rank, int n) {
+  std::vector<std::int64_t> rows;
+  for (std::int64_t i = rank; i < d.size(); i += n) rows.push_back(i);
+  return data::select(d, rows);
+}
+
+// Trains one model on dev; with comm, as one rank of a data-parallel group (only rank 0
+// prints and evaluates).
 result train_one(const std::string& name, const train_options& o, const device& dev,
-                 const data::dataset& train, const data::dataset& test) {
+                 const data::dataset& train, const data::dataset& test,
+                 collective::communicator* comm = nullptr) {
+  const int ranks = comm ? comm->size() : 1;
+  const bool lead = !comm || comm->rank() == 0;
   nn::manual_seed(o.seed);
   nn::sequential model =
       name == "mlp" ? nn::models::mlp(dev) : nn::models::lenet(dev, o.batch_norm);
   const shape_t sample = name == "mlp" ? shape_t{784} : shape_t{1, 28, 28};
   optim::optimizer opt = optim::adam(model.parameters(), {.lr = o.lr});
-  data::data_loader loader(
-      train, dev,
-      {.batch_size = o.batch, .shuffle = true, .seed = o.seed + 1, .sample_shape = sample});
-  const bool tty = isatty(fileno(stdout));
+  std::unique_ptr<nn::data_parallel> ddp;
+  if (comm) ddp = std::make_unique<nn::data_parallel>(model, opt, *comm);
+  const data::dataset mine = comm ? shard(train, comm->rank(), ranks) : data::dataset{};
+  data::data_loader loader(comm ? mine : train, dev,
+                           {.batch_size = o.batch / ranks,
+                            .shuffle = true,
+                            .seed = o.seed + 1,
+                            .sample_shape = sample});
+  const bool tty = lead && isatty(fileno(stdout));
   result r{name, 0, 0, 0, 0, model.parameter_count()};
-  std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s\n", name.c_str(),
-              (long long)r.parameters, o.lr, (long long)o.batch, dev.id().c_str());
+  if (lead && comm)
+    std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %d ranks (batch %lld each)\n",
+                name.c_str(), (long long)r.parameters, o.lr, (long long)o.batch, ranks,
+                (long long)(o.batch / ranks));
+  else if (lead)
+    std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s\n", name.c_str(),
+                (long long)r.parameters, o.lr, (long long)o.batch, dev.id().c_str());
   const auto start = clock_type::now();
   double images = 0, train_seconds = 0;
   for (int e = 0; e < o.epochs; ++e) {
@@ -82,9 +127,12 @@ result train_one(const std::string& name, const train_options& o, const device& 
     std::int64_t steps = 0, seen = 0;
     for (data::batch& b : loader.epoch(e)) {
       opt.zero_grad();
-      const tensor loss = nn::cross_entropy(model(b.x), b.y);
+      const tensor loss = nn::cross_entropy(ddp ? (*ddp)(b.x) : model(b.x), b.y);
       loss.backward();
-      opt.step();
+      if (ddp)
+        ddp->step();
+      else
+        opt.step();
       const double l = loss.item<float>();
       loss_sum += l;
       ++steps;
@@ -95,24 +143,83 @@ result train_one(const std::string& name, const train_options& o, const device& 
     dev.synchronize();
     const double secs = since(t0);
     train_seconds += secs;
-    images += double(seen);
+    images += double(seen) * ranks;
+    if (!lead) continue;
     model.eval();
     const double acc = accuracy(model, test, dev, sample);
     r.final_loss = steps ? loss_sum / double(steps) : 0;
     r.test_accuracy = acc;
     if (tty) std::printf("\r%*s\r", 100, "");
     std::printf("%-5s epoch %2d/%d  loss %.4f  test accuracy %6.2f%%  %8.0f img/s  %.2f s\n",
-                name.c_str(), e + 1, o.epochs, r.final_loss, 100 * acc, double(seen) / secs, secs);
+                name.c_str(), e + 1, o.epochs, r.final_loss, 100 * acc,
+                double(seen) * ranks / secs, secs);
     std::fflush(stdout);
   }
   r.seconds = since(start);
   r.images_per_s = train_seconds > 0 ? images / train_seconds : 0;
-  if (!o.save_dir.empty()) {
+  if (comm) r.max_rank_difference = rank_difference(model, *comm);
+  if (lead && !o.save_dir.empty()) {
     const std::string path = o.save_dir + "/" + name + ".safetensors";
     nn::save_checkpoint(path, model, &opt);
     std::printf("%s: saved %s\n", name.c_str(), path.c_str());
   }
   return r;
+}
+
+void print_summary(const std::string& where, const train_options& o,
+                   const std::vector<result>& results, bool ranks) {
+  std::printf("\nsummary (%s, %d epochs, batch %lld)\n", where.c_str(), o.epochs,
+              (long long)o.batch);
+  std::printf("  model  parameters  test accuracy  final loss  train img/s  total s%s\n",
+              ranks ? "  max rank diff" : "");
+  for (const result& r : results) {
+    std::printf("  %-5s  %10lld  %12.2f%%  %10.4f  %11.0f  %7.1f", r.model.c_str(),
+                (long long)r.parameters, 100 * r.test_accuracy, r.final_loss, r.images_per_s,
+                r.seconds);
+    if (ranks) std::printf("  %13.3g", r.max_rank_difference);
+    std::printf("\n");
+  }
+}
+
+// --devices: one rank per device, in this process (one thread per rank).
+int train_data_parallel(const train_options& o, const std::string& dir) {
+  std::vector<device> devs;
+  std::string where;
+  for (const std::string& spec : o.devices) {
+    devs.push_back(device::get(spec));
+    if (!where.empty()) where += ',';
+    where += devs.back().id();
+  }
+  const int n = static_cast<int>(devs.size());
+  if (o.batch % n != 0) {
+    std::fprintf(stderr, "kiln train: --batch %lld does not split evenly over %d devices\n",
+                 (long long)o.batch, n);
+    return 2;
+  }
+  auto [train_set, test_set] = data::split(data::load_mnist(dir), 8000, o.seed);
+  std::printf("MNIST: %lld train / %lld test digits from %s; data parallel on %s\n",
+              (long long)train_set.size(), (long long)test_set.size(), dir.c_str(),
+              where.c_str());
+  std::vector<result> results;
+  for (const std::string m : {"mlp", "lenet"}) {
+    if (o.model != "both" && o.model != m) continue;
+    auto comms = collective::communicator::create(devs);
+    std::vector<result> per_rank(std::size_t(n), result{});
+    collective::run_per_rank(comms, [&](collective::communicator& c) {
+      per_rank[std::size_t(c.rank())] = train_one(m, o, c.get_device(), train_set, test_set, &c);
+    });
+    result r = per_rank[0];
+    for (const result& q : per_rank) r.max_rank_difference = std::max(r.max_rank_difference, q.max_rank_difference);
+    results.push_back(r);
+  }
+  print_summary(where, o, results, true);
+  for (const result& r : results)
+    if (r.max_rank_difference != 0) {
+      std::fprintf(stderr, "kiln train: %s's parameters differ across ranks (by %g)\n",
+                   r.model.c_str(), r.max_rank_difference);
+      return 1;
+    }
+  return 0;
 }
 
 }  // namespace
@@ -125,6 +232,7 @@ int train(const train_options& o) {
                  dir.c_str());
     return 1;
   }
+  if (!o.devices.empty()) return train_data_parallel(o, dir);
   const device dev = o.device_spec.empty() ? device::best() : device::get(o.device_spec);
   auto [train_set, test_set] = data::split(data::load_mnist(dir), 8000, o.seed);
   std::printf("MNIST: %lld train / %lld test digits from %s; device %s (%s)\n",
@@ -134,13 +242,7 @@ int train(const train_options& o) {
   for (const std::string m : {"mlp", "lenet"})
     if (o.model == "both" || o.model == m)
       results.push_back(train_one(m, o, dev, train_set, test_set));
-  std::printf("\nsummary (%s, %d epochs, batch %lld)\n", dev.id().c_str(), o.epochs,
-              (long long)o.batch);
-  std::printf("  model  parameters  test accuracy  final loss  train img/s  total s\n");
-  for (const result& r : results)
-    std::printf("  %-5s  %10lld  %12.2f%%  %10.4f  %11.0f  %7.1f\n", r.model.c_str(),
-                (long long)r.parameters, 100 * r.test_accuracy, r.final_loss, r.images_per_s,
-                r.seconds);
+  print_summary(dev.id(), o, results, false);
   return 0;
 }
 
