@@ -33,7 +33,7 @@ typedef enum kiln_status {
   KILN_ERR_OUT_OF_MEMORY = 2,
   KILN_ERR_COMPILE = 3,
   KILN_ERR_UNSUPPORTED = 4,
-  KILN_ERR_BACKEND = 5,  /* driver or device failure */
+  KILN_ERR_BACKEND = 5,   /* driver or device failure */
   KILN_ERR_NOT_FOUND = 6, /* e.g. a kernel entry point missing from a program */
   /* The device failed in a way that poisons it for the process (CUDA's sticky errors: a trapped
    * kernel, an illegal address). Every later call on it fails until device_reset. */
@@ -241,7 +241,7 @@ typedef struct kiln_extension_header {
    * for listings, never needed to call one. */                                                    \
   X(const char*, extension_list, (void))                                                           \
   /* 1 when device `index` runs `op` (KILN_OP_*) on `dtype`, 0 otherwise or when unknown. */       \
-  X(int, supports_op, (int device_index, const char* op, kiln_dtype dtype))                       \
+  X(int, supports_op, (int device_index, const char* op, kiln_dtype dtype))                        \
   /* ---- Resilience (optional). ---- */                                                           \
   /* Free and total device memory, and what the plugin's allocator caches (reserved but not in     \
    * use, e.g. CUDA's stream-ordered pool). Any pointer may be NULL. */                            \
@@ -267,7 +267,7 @@ typedef struct kiln_extension_header {
   X(kiln_status, graph_capture_end, (kiln_queue_h queue, kiln_graph_h * exec, uint32_t * rebuilt)) \
   /* Replays an executable graph on `queue`, asynchronously. */                                    \
   X(kiln_status, graph_launch, (kiln_graph_h exec, kiln_queue_h queue))                            \
-  X(void, graph_destroy, (kiln_graph_h exec))                                                        \
+  X(void, graph_destroy, (kiln_graph_h exec))                                                      \
   /* ---- Peer copies between two devices of this backend (optional). ---- */                      \
   /* KILN_OK when `dev` reads and writes `peer`'s memory directly (enabling it if needed; the      \
    * same device: KILN_OK), KILN_ERR_UNSUPPORTED when the hardware cannot: the core then stages    \
@@ -294,7 +294,6 @@ typedef struct kiln_backend {
   uint32_t flags; /* KILN_BACKEND_* */
   KILN_BACKEND_FUNCTIONS(KILN_BACKEND_MEMBER_)
 } kiln_backend;
-
 
 /* The first optional entry: the loader refuses a table shorter than this. */
 #define KILN_BACKEND_REQUIRED_SIZE offsetof(kiln_backend, get_extension)

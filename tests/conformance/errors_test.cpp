@@ -29,8 +29,8 @@ std::string message_of(F&& f) {
   } catch (const E& e) {
     return e.what();
   } catch (const kiln::error& e) {
-    ADD_FAILURE() << "expected " << type_name_of<E>() << ", got kiln::"
-                  << kiln::to_string(e.category()) << ": " << e.what();
+    ADD_FAILURE() << "expected " << type_name_of<E>()
+                  << ", got kiln::" << kiln::to_string(e.category()) << ": " << e.what();
     return "<wrong exception type>";
   } catch (const std::exception& e) {
     ADD_FAILURE() << "expected " << type_name_of<E>() << ", got a non-kiln exception: " << e.what();
@@ -56,23 +56,27 @@ TEST_P(ErrorsTest, CopySizeMismatch) {
   kiln::buffer<float> b(dev(), 10), b11(dev(), 11);
   std::vector<float> v9(9, 1.0f), v11(11, 1.0f);
   kiln::queue& q = dev().default_queue();
-  EXPECT_THAT(message_of<kiln::invalid_argument>([&] { b.copy_from(v9); }),
-              AllOf(HasSubstr("copy_from"), HasSubstr("sizes differ"), HasSubstr("9"), HasSubstr("10")));
+  EXPECT_THAT(
+      message_of<kiln::invalid_argument>([&] { b.copy_from(v9); }),
+      AllOf(HasSubstr("copy_from"), HasSubstr("sizes differ"), HasSubstr("9"), HasSubstr("10")));
   EXPECT_THAT(message_of<kiln::invalid_argument>([&] { b.copy_to(v11); }),
               AllOf(HasSubstr("copy_to"), HasSubstr("sizes differ"), HasSubstr("11")));
   EXPECT_THAT(message_of<kiln::invalid_argument>([&] { q.copy(b, b11); }),
               AllOf(HasSubstr("queue::copy"), HasSubstr("sizes differ")));
   EXPECT_THAT(message_of<kiln::invalid_argument>([&] { q.copy(v9, b); }), HasSubstr("queue::copy"));
-  EXPECT_THAT(message_of<kiln::invalid_argument>([&] { q.copy(b, v11); }), HasSubstr("queue::copy"));
+  EXPECT_THAT(message_of<kiln::invalid_argument>([&] { q.copy(b, v11); }),
+              HasSubstr("queue::copy"));
 }
 
 TEST_P(ErrorsTest, SubviewOutOfRange) {
   kiln::buffer<float> b(dev(), 10);
   EXPECT_THAT(message_of<kiln::invalid_argument>([&] { (void)b.subview(5, 6); }),
               AllOf(HasSubstr("subview"), HasSubstr("10 elements")));
-  EXPECT_THAT(message_of<kiln::invalid_argument>([&] { (void)b.subview(11, 0); }), HasSubstr("subview"));
+  EXPECT_THAT(message_of<kiln::invalid_argument>([&] { (void)b.subview(11, 0); }),
+              HasSubstr("subview"));
   // offset + count would wrap around: must not pass as a small range.
-  EXPECT_THAT(message_of<kiln::invalid_argument>([&] { (void)b.subview(2, UINT64_MAX); }), HasSubstr("subview"));
+  EXPECT_THAT(message_of<kiln::invalid_argument>([&] { (void)b.subview(2, UINT64_MAX); }),
+              HasSubstr("subview"));
   EXPECT_THAT(message_of<kiln::invalid_argument>([&] { (void)b.subview(2, 5).subview(1, 5); }),
               AllOf(HasSubstr("subview"), HasSubstr("5 elements")));
 }
@@ -103,7 +107,8 @@ TEST_P(ErrorsTest, WrongArgumentCountAndTypes) {
               AllOf(HasSubstr("argument 1 ('y')"), HasSubstr("const")));
   // Nothing ran: y is untouched.
   EXPECT_TRUE(elements_equal(y.to_vector(), std::vector<float>(16, -2.5f)));
-  EXPECT_NO_THROW(axpy.launch(q, r, y, ro.subview(0, 16), 2.0f)) << "a const view for a const param is fine";
+  EXPECT_NO_THROW(axpy.launch(q, r, y, ro.subview(0, 16), 2.0f))
+      << "a const view for a const param is fine";
 }
 
 TEST_P(ErrorsTest, MissingKernelNameListsTheKernels) {
@@ -157,7 +162,8 @@ KILN_KERNEL void shift(KILN_GLOBAL int32_t* y) {
   kiln::queue& q = dev().default_queue();
   EXPECT_THAT(message_of<kiln::invalid_argument>(
                   [&] { k.launch(q, kiln::range(1000), kiln::local_size(256), y); }),
-              AllOf(HasSubstr("kiln_barrier()"), HasSubstr("1000"), HasSubstr("multiple"), HasSubstr("256")));
+              AllOf(HasSubstr("kiln_barrier()"), HasSubstr("1000"), HasSubstr("multiple"),
+                    HasSubstr("256")));
   EXPECT_THAT(message_of<kiln::invalid_argument>(
                   [&] { k.launch(q, kiln::range(32, 20), kiln::local_size(16, 16), y); }),
               AllOf(HasSubstr("dimension 1"), HasSubstr("multiple")));
@@ -203,8 +209,11 @@ TEST_P(ErrorsTest, AllocationLargerThanDeviceMemory) {
 }
 
 TEST_P(ErrorsTest, BarrierAndLocalMemoryUnsupportedWithoutTheFeature) {
-  const char* barrier_src = "\nKILN_KERNEL void b(KILN_GLOBAL float* y) {\n  y[0] = 1.0f;\n  kiln_barrier();\n}\n";
-  const char* local_src = "\nKILN_KERNEL void l(KILN_GLOBAL float* y) {\n  KILN_LOCAL float t[64];\n  t[0] = 1.0f;\n  y[0] = t[0];\n}\n";
+  const char* barrier_src =
+      "\nKILN_KERNEL void b(KILN_GLOBAL float* y) {\n  y[0] = 1.0f;\n  kiln_barrier();\n}\n";
+  const char* local_src =
+      "\nKILN_KERNEL void l(KILN_GLOBAL float* y) {\n  KILN_LOCAL float t[64];\n  t[0] = 1.0f;\n  "
+      "y[0] = t[0];\n}\n";
   compile_everywhere(barrier_src);
   compile_everywhere(local_src);
   if (dev().supports(kiln::feature::barrier))
@@ -226,7 +235,8 @@ void expect_compile_error(const kiln::device& dev, const std::string& source, in
       ADD_FAILURE() << "compiled without error";
     } catch (const kiln::compile_error& e) {
       EXPECT_TRUE(has_marked_line(e.what(), line, code))
-          << "no line '> " << line << " | " << code << "' in:\n" << e.what();
+          << "no line '> " << line << " | " << code << "' in:\n"
+          << e.what();
       EXPECT_THAT(e.what(), HasSubstr(std::string(message)));
       EXPECT_FALSE(e.log().empty());
       EXPECT_TRUE(has_marked_line(e.excerpt(), line, code)) << e.excerpt();
@@ -254,16 +264,18 @@ KILN_KERNEL void broken(KILN_GLOBAL float* y) {
 TEST_P(ErrorsTest, MalformedKernelParametersNameTheLine) {
   expect_compile_error(dev(), "\nKILN_KERNEL void k(KILN_GLOBAL float x) {}\n", 2,
                        "KILN_GLOBAL float x", "must be a pointer");
-  expect_compile_error(dev(), "\n\nKILN_KERNEL void k(float* p) { p[0] = 1.0f; }\n", 3,
-                       "float* p", "KILN_GLOBAL");
-  expect_compile_error(dev(), "struct pair { float a, b; };\nKILN_KERNEL void k(struct pair p) {}\n",
-                       2, "struct pair p", "not a scalar type");
-  expect_compile_error(dev(), "\nKILN_KERNEL void k(KILN_GLOBAL float** p) {}\n", 2,
-                       "float** p", "pointer to pointer");
+  expect_compile_error(dev(), "\n\nKILN_KERNEL void k(float* p) { p[0] = 1.0f; }\n", 3, "float* p",
+                       "KILN_GLOBAL");
+  expect_compile_error(dev(),
+                       "struct pair { float a, b; };\nKILN_KERNEL void k(struct pair p) {}\n", 2,
+                       "struct pair p", "not a scalar type");
+  expect_compile_error(dev(), "\nKILN_KERNEL void k(KILN_GLOBAL float** p) {}\n", 2, "float** p",
+                       "pointer to pointer");
   expect_compile_error(dev(), "\nKILN_KERNEL int k(KILN_GLOBAL float* p) { return 0; }\n", 2,
                        "KILN_KERNEL int k", "must return void");
   expect_compile_error(dev(),
-                       "KILN_KERNEL void k(KILN_GLOBAL float* p) {}\n\nKILN_KERNEL void k(KILN_GLOBAL float* q) {}\n",
+                       "KILN_KERNEL void k(KILN_GLOBAL float* p) {}\n\nKILN_KERNEL void "
+                       "k(KILN_GLOBAL float* q) {}\n",
                        3, "KILN_KERNEL void k(KILN_GLOBAL float* q)", "defined twice");
 }
 
@@ -302,14 +314,17 @@ TEST(conformance_Errors, UnknownDeviceStrings) {
 
 TEST(conformance_Errors, CompileOnlyReportsNvrtcErrors) {
   bool cuda_loaded = false;
-  for (const kiln::backend_status& b : kiln::backends()) cuda_loaded |= b.name == "cuda" && b.loaded;
+  for (const kiln::backend_status& b : kiln::backends())
+    cuda_loaded |= b.name == "cuda" && b.loaded;
   EXPECT_THAT(message_of<kiln::unsupported>([] { kiln::compile_only("nope", "x", launch_source); }),
               HasSubstr("'nope'"));
   if (!cuda_loaded) GTEST_SKIP() << "the CUDA backend (NVRTC) is not loaded here";
-  EXPECT_THAT(message_of<kiln::invalid_argument>([] { kiln::compile_only("cuda", "sm_x", launch_source); }),
-              HasSubstr("sm_x"));
+  EXPECT_THAT(
+      message_of<kiln::invalid_argument>([] { kiln::compile_only("cuda", "sm_x", launch_source); }),
+      HasSubstr("sm_x"));
   try {
-    kiln::compile_only("cuda", cuda_check_arch, "KILN_KERNEL void k(KILN_GLOBAL float* y) {\n  y[0] = nope;\n}\n");
+    kiln::compile_only("cuda", cuda_check_arch,
+                       "KILN_KERNEL void k(KILN_GLOBAL float* y) {\n  y[0] = nope;\n}\n");
     ADD_FAILURE() << "NVRTC accepted a broken kernel";
   } catch (const kiln::compile_error& e) {
     EXPECT_TRUE(has_marked_line(e.what(), 2, "y[0] = nope;")) << e.what();
@@ -323,9 +338,10 @@ TEST(conformance_Errors, CompileOnlyReportsNvrtcErrors) {
 TEST_P(ErrorsTest, AllocationBeyondTheLargestSingleAllocation) {
   const std::uint64_t max = dev().info().max_alloc_bytes;
   ASSERT_GT(max, 0u);
-  EXPECT_THAT(message_of<kiln::out_of_memory>([&] { kiln::buffer<std::uint8_t> b(dev(), max + 1); }),
-              AllOf(HasSubstr("largest allocation"), HasSubstr(std::to_string(max)),
-                    HasSubstr(dev().id())));
+  EXPECT_THAT(
+      message_of<kiln::out_of_memory>([&] { kiln::buffer<std::uint8_t> b(dev(), max + 1); }),
+      AllOf(HasSubstr("largest allocation"), HasSubstr(std::to_string(max)),
+            HasSubstr(dev().id())));
 }
 
 // A kernel whose local memory exceeds the device's: refused with a message naming the limit
@@ -346,8 +362,9 @@ KILN_KERNEL void big(KILN_GLOBAL float* y) {
   y.fill(1.0f);
   try {
     // Straight to the device (not through compile_everywhere): its own check is under test.
-    kiln::program::compile(dev(), src, opts).get_kernel("big").launch(dev().default_queue(), kiln::range(64),
-                                                kiln::local_size(64), y);
+    kiln::program::compile(dev(), src, opts)
+        .get_kernel("big")
+        .launch(dev().default_queue(), kiln::range(64), kiln::local_size(64), y);
     dev().synchronize();
     ADD_FAILURE() << "a kernel with " << words * sizeof(float) << " bytes of local memory ran on "
                   << dev().id() << " (" << dev().info().local_mem_bytes << " bytes available)";

@@ -130,7 +130,7 @@ std::string learnable_digits() {
     for (int y = 0; y < 28; ++y)
       for (int x = 0; x < 28; ++x)
         raw.pixels.push_back(y >= 2 * k && y < 2 * k + 4 ? 200 + (next() >> 28)
-                                                          : static_cast<std::uint8_t>(next() >> 27));
+                                                         : static_cast<std::uint8_t>(next() >> 27));
   }
   std::filesystem::create_directories(dir);
   kiln::data::write_mnist_idx(dir, raw);

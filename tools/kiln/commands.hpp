@@ -34,11 +34,11 @@ struct calibrate_options {
 int calibrate(const calibrate_options& o);
 
 struct train_options {
-  std::string model = "both";  // mlp, lenet, both
-  std::string device_spec;     // empty: device::best()
+  std::string model = "both";        // mlp, lenet, both
+  std::string device_spec;           // empty: device::best()
   std::vector<std::string> devices;  // two or more: data parallel, one rank per device
-  std::string data_dir;        // empty: data::default_mnist_dir()
-  std::string save_dir;        // empty: no checkpoints
+  std::string data_dir;              // empty: data::default_mnist_dir()
+  std::string save_dir;              // empty: no checkpoints
   int epochs = 10;
   std::int64_t batch = 64;
   std::uint64_t seed = 0;

@@ -118,10 +118,9 @@ int main(int argc, char** argv) {
   tr->add_option("model", to.model, "mlp, lenet or both")
       ->check(CLI::IsMember({"mlp", "lenet", "both"}))
       ->capture_default_str();
-  CLI::Option* one =
-      tr->add_option("--device", to.device_spec,
-                     "The device; default KILN_DEVICE, else the best one")
-          ->type_name("SPEC");
+  CLI::Option* one = tr->add_option("--device", to.device_spec,
+                                    "The device; default KILN_DEVICE, else the best one")
+                         ->type_name("SPEC");
   tr->add_option("--devices", to.devices,
                  "Data parallel over these devices (one rank each, kiln::nn::data_parallel); "
                  "each step's batch is split evenly over them")

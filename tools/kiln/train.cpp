@@ -104,11 +104,9 @@ result train_one(const std::string& name, const train_options& o, const device& 
   std::unique_ptr<nn::data_parallel> ddp;
   if (comm) ddp = std::make_unique<nn::data_parallel>(model, opt, *comm);
   const data::dataset mine = comm ? shard(train, comm->rank(), ranks) : data::dataset{};
-  data::data_loader loader(comm ? mine : train, dev,
-                           {.batch_size = o.batch / ranks,
-                            .shuffle = true,
-                            .seed = o.seed + 1,
-                            .sample_shape = sample});
+  data::data_loader loader(
+      comm ? mine : train, dev,
+      {.batch_size = o.batch / ranks, .shuffle = true, .seed = o.seed + 1, .sample_shape = sample});
   const bool tty = lead && isatty(fileno(stdout));
   result r{name, 0, 0, 0, 0, model.parameter_count()};
   if (lead && comm)
@@ -151,8 +149,8 @@ result train_one(const std::string& name, const train_options& o, const device& 
     r.test_accuracy = acc;
     if (tty) std::printf("\r%*s\r", 100, "");
     std::printf("%-5s epoch %2d/%d  loss %.4f  test accuracy %6.2f%%  %8.0f img/s  %.2f s\n",
-                name.c_str(), e + 1, o.epochs, r.final_loss, 100 * acc,
-                double(seen) * ranks / secs, secs);
+                name.c_str(), e + 1, o.epochs, r.final_loss, 100 * acc, double(seen) * ranks / secs,
+                secs);
     std::fflush(stdout);
   }
   r.seconds = since(start);
@@ -198,8 +196,7 @@ int train_data_parallel(const train_options& o, const std::string& dir) {
   }
   auto [train_set, test_set] = data::split(data::load_mnist(dir), 8000, o.seed);
   std::printf("MNIST: %lld train / %lld test digits from %s; data parallel on %s\n",
-              (long long)train_set.size(), (long long)test_set.size(), dir.c_str(),
-              where.c_str());
+              (long long)train_set.size(), (long long)test_set.size(), dir.c_str(), where.c_str());
   std::vector<result> results;
   for (const std::string m : {"mlp", "lenet"}) {
     if (o.model != "both" && o.model != m) continue;
@@ -209,7 +206,8 @@ int train_data_parallel(const train_options& o, const std::string& dir) {
       per_rank[std::size_t(c.rank())] = train_one(m, o, c.get_device(), train_set, test_set, &c);
     });
     result r = per_rank[0];
-    for (const result& q : per_rank) r.max_rank_difference = std::max(r.max_rank_difference, q.max_rank_difference);
+    for (const result& q : per_rank)
+      r.max_rank_difference = std::max(r.max_rank_difference, q.max_rank_difference);
     results.push_back(r);
   }
   print_summary(where, o, results, true);
