@@ -223,7 +223,9 @@ typedef struct kiln_extension_header {
   X(void, free_blob, (kiln_blob blob))                                                             \
   X(kiln_status, program_load,                                                                     \
     (kiln_device_h dev, const void* data, uint64_t size, kiln_program_h* out))                     \
-  /* Releases the program's kernel handles too. */                                                 \
+  /* Releases the program's kernel handles too. Launches of its kernels may still be queued: the   \
+   * plugin keeps their code until they have run (the CPU plugin shares the library with each      \
+   * queued launch; OpenCL retains kernels itself). */                                             \
   X(void, program_unload, (kiln_program_h program))                                                \
   X(kiln_status, kernel_get, (kiln_program_h program, const char* name, kiln_kernel_h* out))       \
   /* Largest work-group size this kernel can launch with, and the size the backend suggests        \

@@ -189,8 +189,8 @@ program program::compile(const device& dev, std::string_view source, std::string
     detail::logf(from_disk ? log_level::debug : log_level::info, "{} on {} in {:.1f} ms: {}",
                  from_disk ? "program cache hit (disk)" : "compiled program", d.id,
                  detail::ms_since(t0), detail::kernel_list(p->parsed));
-  d.programs().insert(source, key_options, p);
-  return program(std::move(p));
+  // Another thread may have compiled the same source meanwhile: both use the cached program.
+  return program(d.programs().insert(source, key_options, std::move(p)));
 }
 
 namespace {

@@ -27,14 +27,16 @@ std::shared_ptr<program_impl> program_cache::find(std::string_view source,
   return nullptr;
 }
 
-void program_cache::insert(std::string_view source, std::string_view options,
-                           std::shared_ptr<program_impl> p) {
+std::shared_ptr<program_impl> program_cache::insert(std::string_view source,
+                                                    std::string_view options,
+                                                    std::shared_ptr<program_impl> p) {
   const std::uint64_t h = prehash(source, options);
   std::lock_guard lock(mu_);
   auto& bucket = map_[h];
   for (const entry& e : bucket)
-    if (e.source == source && e.options == options) return;  // another thread won the race
-  bucket.push_back({std::string(source), std::string(options), std::move(p)});
+    if (e.source == source && e.options == options) return e.program;  // another thread won
+  bucket.push_back({std::string(source), std::string(options), p});
+  return p;
 }
 
 void program_cache::clear() {

@@ -17,7 +17,11 @@ struct program_impl;
 
 struct program_cache {
   std::shared_ptr<program_impl> find(std::string_view source, std::string_view options);
-  void insert(std::string_view source, std::string_view options, std::shared_ptr<program_impl> p);
+  // Returns the program the cache keeps: p, or the one another thread inserted first (so two
+  // threads that compiled one source at once share a program, and neither is unloaded while
+  // the other's launches may still use it).
+  std::shared_ptr<program_impl> insert(std::string_view source, std::string_view options,
+                                       std::shared_ptr<program_impl> p);
   void clear();  // after a device reset: every program belongs to the old generation
 
  private:

@@ -124,15 +124,28 @@ struct event_state {
 struct kiln_event_s {
   std::shared_ptr<kiln::cpu::event_state> s = std::make_shared<kiln::cpu::event_state>();
 };
-struct kiln_kernel_s {
-  using entry_fn = void (*)(void* const*, const void*, std::uint64_t, std::uint64_t);
-  entry_fn entry = nullptr;
-};
-struct kiln_program_s {
-  void* library = nullptr;
+namespace kiln::cpu {
+// A loaded kernel library. Shared by its program and by every launch still queued or running,
+// so unloading a program (the core's kernel cache evicting it, say) while its launches wait
+// closes the library only after the last one has run.
+struct loaded_library {
+  void* handle = nullptr;
   // The memfd the library was loaded from stays open while it is loaded: glibc recognises
   // loaded objects by path, and a reused "/proc/self/fd/N" would return the old library.
   int fd = -1;
+  loaded_library(void* h, int f) : handle(h), fd(f) {}
+  loaded_library(const loaded_library&) = delete;
+  loaded_library& operator=(const loaded_library&) = delete;
+  ~loaded_library();
+};
+}  // namespace kiln::cpu
+struct kiln_kernel_s {
+  using entry_fn = void (*)(void* const*, const void*, std::uint64_t, std::uint64_t);
+  entry_fn entry = nullptr;
+  std::shared_ptr<kiln::cpu::loaded_library> library;  // what entry lives in
+};
+struct kiln_program_s {
+  std::shared_ptr<kiln::cpu::loaded_library> library;
   std::mutex mu;
   std::vector<std::unique_ptr<kiln_kernel_s>> kernels;  // released with the program
 };

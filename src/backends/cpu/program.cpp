@@ -12,6 +12,13 @@
 #include "backends/cpu/cpu_backend.hpp"
 #include "codegen/target.hpp"
 
+namespace kiln::cpu {
+loaded_library::~loaded_library() {
+  if (handle) dlclose(handle);
+  if (fd >= 0) close(fd);
+}
+}  // namespace kiln::cpu
+
 namespace kiln::cpu::abi {
 
 kiln_status program_load(kiln_device_h, const void* data, uint64_t size, kiln_program_h* out) {
@@ -34,24 +41,29 @@ kiln_status program_load(kiln_device_h, const void* data, uint64_t size, kiln_pr
     const char* e = dlerror();
     return fail(KILN_ERR_BACKEND, std::string("cannot load the kernel library: ") + (e ? e : "?"));
   }
+  std::shared_ptr<loaded_library> loaded;
+  try {
+    loaded = std::make_shared<loaded_library>(lib, fd);
+  } catch (...) {
+    dlclose(lib);
+    close(fd);
+    return fail(KILN_ERR_OUT_OF_MEMORY, "out of host memory loading a kernel library");
+  }
   *out = new kiln_program_s;
-  (*out)->library = lib;
-  (*out)->fd = fd;
+  (*out)->library = std::move(loaded);
   return KILN_OK;
 }
 
-void program_unload(kiln_program_h p) {
-  if (p->library) dlclose(p->library);
-  if (p->fd >= 0) close(p->fd);
-  delete p;
-}
+// The library closes when the last launch queued from it has run (loaded_library).
+void program_unload(kiln_program_h p) { delete p; }
 
 kiln_status kernel_get(kiln_program_h p, const char* name, kiln_kernel_h* out) {
   const std::string sym = codegen::cpu_entry_name(name);
-  void* f = dlsym(p->library, sym.c_str());
+  void* f = dlsym(p->library->handle, sym.c_str());
   if (!f) return fail(KILN_ERR_NOT_FOUND, std::string("no kernel entry '") + name + "'");
   auto k = std::make_unique<kiln_kernel_s>();
   k->entry = reinterpret_cast<kiln_kernel_s::entry_fn>(f);
+  k->library = p->library;
   *out = k.get();
   std::lock_guard lock(p->mu);
   p->kernels.push_back(std::move(k));
@@ -104,7 +116,9 @@ kiln_status launch(kiln_kernel_h k, kiln_queue_h q, const kiln_launch_dims* dims
   }
   const uint64_t groups = dims->groups[0] * dims->groups[1] * dims->groups[2];
   auto entry = k->entry;
-  q->q.push([st, groups, entry] {
+  // The task holds the library: the program may be unloaded before the task runs.
+  q->q.push([st, groups, entry, library = k->library] {
+    (void)library;
     thread_pool& tp = pool();
     // A few chunks per thread balance uneven work without much scheduling cost.
     const uint64_t chunks = std::min<uint64_t>(groups, uint64_t(tp.size()) * 4);
