@@ -53,7 +53,7 @@ struct ccl_rank final : comm_impl {
     return d != KILN_DTYPE_NONE && ccl->supports_dtype(d);
   }
 
-  void fail(kiln_status st, const call& c) const {
+  [[noreturn]] void raise(kiln_status st, const call& c) const {
     const std::string why = dev.impl()->api->last_error();
     const std::string msg = where(*this, c.name) + why;
     if (st == KILN_ERR_INVALID_ARGUMENT) throw invalid_argument(msg);
@@ -64,6 +64,9 @@ struct ccl_rank final : comm_impl {
 
   void run(const call& c) override {
     dev.impl()->check_alive(c.q->gen, c.name);
+    // Buffers from before a device reset would reach NCCL as dangling pointers.
+    if (c.send) dev.impl()->check_alive(c.send->gen, c.name);
+    if (c.recv) dev.impl()->check_alive(c.recv->gen, c.name);
     if (c.count == 0) return;
     kiln_mem_ref s{c.send ? c.send->handle : nullptr, c.send_off};
     kiln_mem_ref r{c.recv ? c.recv->handle : nullptr, c.recv_off};
@@ -87,7 +90,7 @@ struct ccl_rank final : comm_impl {
         st = ccl->reduce_scatter(comm, s, r, n, t, to_abi(c.op), c.q->handle);
         break;
     }
-    if (st != KILN_OK) fail(st, c);
+    if (st != KILN_OK) raise(st, c);
     // Frees of these buffers wait for this queue's work (stream-ordered).
     if (c.send) kiln::detail::note_queue_use(*c.send, *c.q);
     if (c.recv) kiln::detail::note_queue_use(*c.recv, *c.q);

@@ -36,6 +36,14 @@ struct comm_impl {
   // Whether the transport reduces dtype (else kiln::unsupported before it is called).
   virtual bool reduces(scalar_type t) const = 0;
   virtual void run(const call& c) = 0;
+  // This rank's call failed its own checks (`why`) before reaching the transport. Host and MPI
+  // groups take part in the call's rendezvous anyway, so the other ranks throw
+  // kiln::collective_error instead of waiting forever; NCCL cannot (its ranks would hang, as
+  // with NCCL itself). The caller then throws its own error.
+  virtual void fail(const char* /*name*/, const std::string& /*why*/) {}
+  // A rank leaves the group for good (its thread threw outside a collective): host groups wake
+  // the ranks waiting for it with kiln::collective_error.
+  virtual void abandon(const std::string& /*why*/) {}
 };
 
 // "kiln::collective::all_reduce (rank 1 of 2 on cpu, host): <reason>".

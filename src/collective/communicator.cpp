@@ -1,6 +1,7 @@
 // kiln::collective::communicator: argument checks shared by every transport, the tensor forms,
 // and run_per_rank. Transports see only calls that passed these checks.
 #include <exception>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -49,7 +50,18 @@ kiln::detail::memory_impl* checked_memory(const comm_impl& c, const call_args& a
   return m.get();
 }
 
-void run(comm_impl& c, op_kind kind, const call_args& a, std::uint64_t count) {
+// Runs a rank's own checks; when one throws, tells the group (comm_impl::fail) and rethrows.
+template <class F>
+auto guarded(comm_impl& c, const char* name, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    c.fail(name, e.what());
+    throw;
+  }
+}
+
+call prepare(comm_impl& c, op_kind kind, const call_args& a, std::uint64_t count) {
   call k;
   k.kind = kind;
   k.name = a.name;
@@ -76,7 +88,7 @@ void run(comm_impl& c, op_kind kind, const call_args& a, std::uint64_t count) {
     throw device_mismatch(where(c, a.name) + "the queue belongs to " + q.impl()->dev->id +
                           ", not to " + c.dev.id());
   k.q = q.impl().get();
-  c.run(k);
+  return k;
 }
 
 std::string count_text(std::uint64_t n) { return std::to_string(n) + " elements"; }
@@ -84,33 +96,41 @@ std::string count_text(std::uint64_t n) { return std::to_string(n) + " elements"
 }  // namespace
 
 void all_reduce(comm_impl& c, call_args a) {
-  if (a.send_count != a.recv_count)
-    throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
-                           count_text(a.recv_count));
-  run(c, op_kind::all_reduce, a, a.send_count);
+  c.run(guarded(c, a.name, [&] {
+    if (a.send_count != a.recv_count)
+      throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
+                             count_text(a.recv_count));
+    return prepare(c, op_kind::all_reduce, a, a.send_count);
+  }));
 }
 
 void broadcast(comm_impl& c, call_args a) {
-  if (a.send_count != a.recv_count)
-    throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
-                           count_text(a.recv_count));
-  run(c, op_kind::broadcast, a, a.send_count);
+  c.run(guarded(c, a.name, [&] {
+    if (a.send_count != a.recv_count)
+      throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
+                             count_text(a.recv_count));
+    return prepare(c, op_kind::broadcast, a, a.send_count);
+  }));
 }
 
 void all_gather(comm_impl& c, call_args a) {
-  if (a.recv_count != a.send_count * static_cast<std::uint64_t>(c.size))
-    throw invalid_argument(where(c, a.name) + "recv has " + count_text(a.recv_count) +
-                           "; it needs size * send = " + std::to_string(c.size) + " * " +
-                           std::to_string(a.send_count));
-  run(c, op_kind::all_gather, a, a.send_count);
+  c.run(guarded(c, a.name, [&] {
+    if (a.recv_count != a.send_count * static_cast<std::uint64_t>(c.size))
+      throw invalid_argument(where(c, a.name) + "recv has " + count_text(a.recv_count) +
+                             "; it needs size * send = " + std::to_string(c.size) + " * " +
+                             std::to_string(a.send_count));
+    return prepare(c, op_kind::all_gather, a, a.send_count);
+  }));
 }
 
 void reduce_scatter(comm_impl& c, call_args a) {
-  if (a.send_count != a.recv_count * static_cast<std::uint64_t>(c.size))
-    throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) +
-                           "; it needs size * recv = " + std::to_string(c.size) + " * " +
-                           std::to_string(a.recv_count));
-  run(c, op_kind::reduce_scatter, a, a.recv_count);
+  c.run(guarded(c, a.name, [&] {
+    if (a.send_count != a.recv_count * static_cast<std::uint64_t>(c.size))
+      throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) +
+                             "; it needs size * recv = " + std::to_string(c.size) + " * " +
+                             std::to_string(a.recv_count));
+    return prepare(c, op_kind::reduce_scatter, a, a.recv_count);
+  }));
 }
 
 }  // namespace detail
@@ -138,6 +158,7 @@ std::vector<communicator> communicator::create(const std::vector<device>& device
 }
 
 communicator communicator::create(const device& dev, const unique_id& id, int size, int rank) {
+  if (!dev.impl()) kiln::detail::throw_empty_handle("communicator::create", "device");
   if (size < 1 || rank < 0 || rank >= size)
     throw invalid_argument("kiln::collective::communicator::create: rank " + std::to_string(rank) +
                            " of a group of " + std::to_string(size));
@@ -148,6 +169,7 @@ communicator communicator::create(const device& dev, const unique_id& id, int si
 }
 
 unique_id communicator::make_unique_id(const device& dev) {
+  if (!dev.impl()) kiln::detail::throw_empty_handle("communicator::make_unique_id", "device");
   std::string why;
   if (!detail::has_ccl(dev, &why))
     throw unsupported("kiln::collective::communicator::make_unique_id: " + dev.id() + ": " + why);
@@ -201,41 +223,77 @@ detail::call_args tensor_args(const char* name, const kiln::detail::tensor_impl&
 
 }  // namespace
 
+namespace {
+
+// The tensor forms evaluate on the device's default queue. A caller's queue `q` waits for that
+// first, and the default queue (which later tensor work uses) waits for q's collective after.
+struct queue_join {
+  queue def;
+  std::optional<queue> other;
+  queue_join(const detail::comm_impl& c, const queue* q) : def(c.dev.default_queue()) {
+    if (q && q->impl() && q->impl() != def.impl()) {
+      other.emplace(*q);
+      other->wait(def.record());
+    }
+  }
+  void after() {
+    if (other) def.wait(other->record());
+  }
+};
+
+}  // namespace
+
 void communicator::all_reduce(const tensor& t, reduce_op op, const queue* q) const {
   detail::comm_impl& c = checked_impl("all_reduce");
-  auto& x = stored(c, t, "all_reduce");
+  auto& x = *detail::guarded(c, "all_reduce", [&] { return &stored(c, t, "all_reduce"); });
+  queue_join join(c, q);
   detail::all_reduce(c, tensor_args("all_reduce", x, x, op, 0, q));
+  join.after();
 }
 
 void communicator::broadcast(const tensor& t, int root, const queue* q) const {
   detail::comm_impl& c = checked_impl("broadcast");
-  auto& x = stored(c, t, "broadcast");
+  auto& x = *detail::guarded(c, "broadcast", [&] { return &stored(c, t, "broadcast"); });
+  queue_join join(c, q);
   detail::broadcast(c, tensor_args("broadcast", x, x, reduce_op::sum, root, q));
+  join.after();
 }
 
 tensor communicator::all_gather(const tensor& t, const queue* q) const {
   detail::comm_impl& c = checked_impl("all_gather");
-  auto& x = stored(c, t, "all_gather");
-  shape_t shape = x.shape.empty() ? shape_t{1} : x.shape;
-  shape[0] *= c.size;
-  tensor out = tensor::empty(c.dev, shape, x.dtype);
+  tensor out;
+  auto& x = *detail::guarded(c, "all_gather", [&] {
+    auto* s = &stored(c, t, "all_gather");
+    shape_t shape = s->shape.empty() ? shape_t{1} : s->shape;
+    shape[0] *= c.size;
+    out = tensor::empty(c.dev, shape, s->dtype);
+    return s;
+  });
+  queue_join join(c, q);
   detail::all_gather(c, tensor_args("all_gather", x, kiln::detail::impl_of(out, "all_gather"),
                                     reduce_op::sum, 0, q));
+  join.after();
   return out;
 }
 
 tensor communicator::reduce_scatter(const tensor& t, reduce_op op, const queue* q) const {
   detail::comm_impl& c = checked_impl("reduce_scatter");
-  auto& x = stored(c, t, "reduce_scatter");
-  if (x.shape.empty() || x.shape[0] % c.size != 0)
-    throw shape_error(detail::where(c, "reduce_scatter") + "the first dimension of " +
-                      kiln::to_string(x.shape) + " must divide by the group's size " +
-                      std::to_string(c.size));
-  shape_t shape = x.shape;
-  shape[0] /= c.size;
-  tensor out = tensor::empty(c.dev, shape, x.dtype);
+  tensor out;
+  auto& x = *detail::guarded(c, "reduce_scatter", [&] {
+    auto* s = &stored(c, t, "reduce_scatter");
+    if (s->shape.empty() || s->shape[0] % c.size != 0)
+      throw shape_error(detail::where(c, "reduce_scatter") + "the first dimension of " +
+                        kiln::to_string(s->shape) + " must divide by the group's size " +
+                        std::to_string(c.size));
+    shape_t shape = s->shape;
+    shape[0] /= c.size;
+    out = tensor::empty(c.dev, shape, s->dtype);
+    return s;
+  });
+  queue_join join(c, q);
   detail::reduce_scatter(
       c, tensor_args("reduce_scatter", x, kiln::detail::impl_of(out, "reduce_scatter"), op, 0, q));
+  join.after();
   return out;
 }
 
@@ -247,8 +305,14 @@ void run_per_rank(std::vector<communicator>& comms, const std::function<void(com
     threads.emplace_back([&, i] {
       try {
         fn(comms[i]);
+      } catch (const std::exception& e) {
+        errors[i] = std::current_exception();
+        // The others may be waiting for this rank in a collective: wake them with an error.
+        if (comms[i].impl())
+          comms[i].impl()->abandon("rank " + std::to_string(i) + " stopped: " + e.what());
       } catch (...) {
         errors[i] = std::current_exception();
+        if (comms[i].impl()) comms[i].impl()->abandon("rank " + std::to_string(i) + " stopped");
       }
     });
   for (auto& t : threads) t.join();

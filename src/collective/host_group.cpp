@@ -5,6 +5,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "collective/comm_impl.hpp"
@@ -19,6 +20,7 @@ struct post {
   reduce_op op;
   int root;
   const char* send;
+  std::string failed;  // not empty: this rank's call failed its own checks, and why
 };
 
 struct rendezvous {
@@ -29,17 +31,27 @@ struct rendezvous {
   int arrived = 0;
   std::uint64_t generation = 0;
   std::vector<post> posts;
+  std::string abandoned;  // not empty: a rank left the group; every wait throws this
 
-  void barrier() {
+  // `who` prefixes the error a rank gets when the group was abandoned.
+  void barrier(const std::string& who) {
     std::unique_lock lock(mu);
+    if (!abandoned.empty()) throw collective_error(who + abandoned);
     const std::uint64_t gen = generation;
     if (++arrived == size) {
       arrived = 0;
       ++generation;
       cv.notify_all();
     } else {
-      cv.wait(lock, [&] { return generation != gen; });
+      cv.wait(lock, [&] { return generation != gen || !abandoned.empty(); });
+      if (generation == gen) throw collective_error(who + abandoned);
     }
+  }
+
+  void abandon(const std::string& why) {
+    std::lock_guard lock(mu);
+    if (abandoned.empty()) abandoned = why;
+    cv.notify_all();
   }
 };
 
@@ -55,6 +67,9 @@ const char* kind_name(op_kind k) {
 
 // Empty when every rank posted the same call as rank 0; else the first difference.
 std::string mismatch(const std::vector<post>& p) {
+  for (std::size_t r = 0; r < p.size(); ++r)
+    if (!p[r].failed.empty())
+      return "rank " + std::to_string(r) + " could not make the call: " + p[r].failed;
   for (std::size_t r = 1; r < p.size(); ++r) {
     const post &a = p[0], &b = p[r];
     std::string what;
@@ -91,15 +106,35 @@ struct host_rank final : comm_impl {
     const char* send =
         c.send ? static_cast<const char*>(host_address(*c.send, c.send_off)) : nullptr;
     char* recv = c.recv ? static_cast<char*>(host_address(*c.recv, c.recv_off)) : nullptr;
-    group->posts[rank] = {c.kind, c.count, c.dtype, c.op, c.root, send};
-    group->barrier();
+    const std::string w = where(*this, c.name);
+    group->posts[rank] = {c.kind, c.count, c.dtype, c.op, c.root, send, {}};
+    group->barrier(w);
     const std::string bad = mismatch(group->posts);
     std::vector<char> out;
     if (bad.empty()) out = compute(c, esize);
-    group->barrier();  // everyone has read every input: outputs may overwrite them
-    if (!bad.empty()) throw collective_error(where(*this, c.name) + bad);
+    group->barrier(w);  // everyone has read every input: outputs may overwrite them
+    if (!bad.empty()) throw collective_error(w + bad);
     if (!out.empty()) std::memcpy(recv, out.data(), out.size());
   }
+
+  // Takes part in both rendezvous of the call, so the others see why and throw.
+  void fail(const char* name, const std::string& why) override {
+    const std::string w = where(*this, name);
+    group->posts[rank] = {op_kind::all_reduce,
+                          0,
+                          scalar_type::f32,
+                          reduce_op::sum,
+                          0,
+                          nullptr,
+                          why.empty() ? std::string("(no reason given)") : why};
+    try {
+      group->barrier(w);
+      group->barrier(w);
+    } catch (const collective_error&) {  // abandoned: the caller throws its own error anyway
+    }
+  }
+
+  void abandon(const std::string& why) override { group->abandon(why); }
 
   std::vector<char> compute(const call& c, std::size_t esize) const {
     const auto& p = group->posts;

@@ -2,21 +2,37 @@
 // MPI transport's avg (MPI has no average) use them. Computed in the element type, as NCCL does.
 #include <algorithm>
 #include <cstdint>
+#include <type_traits>
 
 #include "collective/comm_impl.hpp"
 
 namespace kiln::collective::detail {
 namespace {
 
+// Integers wrap on overflow, as NCCL's do: through the unsigned type of the same width (signed
+// overflow would be undefined behaviour).
+template <class T>
+struct wrapping {
+  using type = T;
+};
+template <class T>
+requires std::is_integral_v<T>
+struct wrapping<T> {
+  using type = std::make_unsigned_t<T>;
+};
+
 template <class T>
 void reduce_typed(reduce_op op, T* acc, const T* x, std::uint64_t n) {
+  using W = typename wrapping<T>::type;
   switch (op) {
     case reduce_op::sum:
     case reduce_op::avg:
-      for (std::uint64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + x[i]);
+      for (std::uint64_t i = 0; i < n; ++i)
+        acc[i] = static_cast<T>(static_cast<W>(static_cast<W>(acc[i]) + static_cast<W>(x[i])));
       break;
     case reduce_op::prod:
-      for (std::uint64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] * x[i]);
+      for (std::uint64_t i = 0; i < n; ++i)
+        acc[i] = static_cast<T>(static_cast<W>(static_cast<W>(acc[i]) * static_cast<W>(x[i])));
       break;
     case reduce_op::min:
       for (std::uint64_t i = 0; i < n; ++i) acc[i] = std::min(acc[i], x[i]);
@@ -57,7 +73,16 @@ void finish_avg(scalar_type t, void* acc, std::uint64_t n, int ranks) {
   dispatch(t, [&](auto v) {
     using T = decltype(v);
     T* a = static_cast<T*>(acc);
-    for (std::uint64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / static_cast<T>(ranks));
+    // The divisor in a wide type: ranks need not fit T (256 ranks in a u8 would divide by 0).
+    if constexpr (std::is_floating_point_v<T>) {
+      for (std::uint64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / static_cast<T>(ranks));
+    } else if constexpr (std::is_signed_v<T>) {
+      for (std::uint64_t i = 0; i < n; ++i)
+        a[i] = static_cast<T>(static_cast<std::int64_t>(a[i]) / std::int64_t{ranks});
+    } else {
+      for (std::uint64_t i = 0; i < n; ++i)
+        a[i] = static_cast<T>(static_cast<std::uint64_t>(a[i]) / static_cast<std::uint64_t>(ranks));
+    }
   });
 }
 

@@ -64,7 +64,14 @@ struct data_parallel::impl {
       o.params[param].set_grad(tensor(s.grad));
     }
     bucket& b = buckets[bucket_of[param]];
-    if (b.pending > 0 && --b.pending == 0) launch_ready();
+    // A bucket already complete this step: a second backward before step(). Its gradients would
+    // be added after the average and the ranks would drift apart, silently.
+    if (b.pending == 0)
+      throw invalid_argument(
+          "kiln::nn::data_parallel: a second backward before step(); call step() (or "
+          "synchronize_gradients()) after each backward: accumulating gradients over several "
+          "backwards is not supported");
+    if (--b.pending == 0) launch_ready();
   }
 
   void finish_iteration() {

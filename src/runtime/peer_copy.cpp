@@ -23,17 +23,26 @@ struct pinned_block {
   pinned_block& operator=(const pinned_block&) = delete;
 };
 
-// Same backend and the plugin copies peer to peer: asynchronous on q.
+// Same backend and the plugin copies peer to peer, on q. Kiln has no event wait across devices,
+// so the other device's side is ordered here: its queues that used the other buffer finish
+// first, and when the destination is the other device's the copy is complete on return (its
+// later work needs no wait), as with the staged path. A copy into q's own device stays
+// asynchronous on q.
 bool try_peer(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_impl& src,
               std::uint64_t src_off, std::uint64_t bytes) {
   const kiln_backend& api = *q.dev->api;
   if (dst.dev->api != src.dev->api || !KILN_BACKEND_HAS(&api, copy_peer)) return false;
+  memory_impl& other = q.dev == src.dev ? dst : src;
+  if (!peer_access(*q.dev, *other.dev)) return false;  // no peer path: stage
+  finish_users(other);
   const kiln_status st = api.copy_peer(q.handle, dst.dev->handle(), {dst.handle, dst_off},
                                        src.dev->handle(), {src.handle, src_off}, bytes);
-  if (st == KILN_ERR_UNSUPPORTED) return false;  // no peer path: stage
+  if (st == KILN_ERR_UNSUPPORTED) return false;
   check(api, st, "copying between devices (peer to peer)");
   note_queue_use(dst, q);
   note_queue_use(src, q);
+  if (&other == &dst)
+    check(api, api.queue_finish(q.handle), "copying between devices (peer to peer)");
   return true;
 }
 
@@ -85,6 +94,7 @@ bool peer_access(device_impl& a, device_impl& b) {
 
 namespace kiln {
 bool peer_access(const device& a, const device& b) {
+  if (!a.impl() || !b.impl()) detail::throw_empty_handle("kiln::peer_access", "device");
   return detail::peer_access(*a.impl(), *b.impl());
 }
 }  // namespace kiln

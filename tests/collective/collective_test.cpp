@@ -9,8 +9,10 @@
 #include <mutex>
 #include <string>
 
+#include "collective/comm_impl.hpp"
 #include "collective/data_parallel_check.hpp"
 #include "collective/reference.hpp"
+#include "kiln/nn/data_parallel.hpp"
 #include "kiln/tensor.hpp"
 
 namespace {
@@ -159,6 +161,114 @@ TEST(Collective, OtherBackends) {
     } catch (const kiln::unsupported& e) {
       EXPECT_NE(std::string(e.what()).find("ccl"), std::string::npos) << e.what();
     }
+  }
+}
+
+// One rank's call fails its own checks (an uneven last batch, say) while the other's is fine:
+// both throw, and the group stays usable; before, the other rank waited forever.
+TEST(Collective, OneRankFailingItsOwnChecksFailsEveryRank) {
+  auto comms = cpu_group(2);
+  std::atomic<int> local{0}, remote{0};
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    const kiln::device& dev = c.get_device();
+    const std::int64_t rows = c.rank() == 1 ? 7 : 8;  // 7 rows do not split over 2 ranks
+    kiln::tensor t = kiln::tensor::from(dev, data<float>(c.rank(), rows * 2), {rows, 2});
+    try {
+      c.reduce_scatter(t);
+      ADD_FAILURE() << "rank " << c.rank() << " returned";
+    } catch (const kiln::shape_error&) {
+      ++local;
+    } catch (const kiln::collective_error& e) {
+      EXPECT_NE(std::string(e.what()).find("rank 1 could not make the call"), std::string::npos)
+          << e.what();
+      ++remote;
+    }
+    kiln::buffer<float> a(dev, data<float>(c.rank(), 4)), b(dev, c.rank() == 0 ? 5 : 4);
+    EXPECT_THROW(c.all_reduce(a, b), kiln::error);  // rank 0: sizes; rank 1: rank 0 failed
+    kiln::buffer<float> x(dev, data<float>(c.rank(), 4));
+    c.all_reduce(x);  // in step again
+    std::vector<double> want(4);
+    for (int i = 0; i < 4; ++i) want[i] = reduced<float>(reduce_op::sum, 2, i);
+    expect_near(x.to_vector(), want, "after the failed calls");
+  });
+  EXPECT_EQ(local.load(), 1);
+  EXPECT_EQ(remote.load(), 1);
+}
+
+// A rank whose thread throws outside a collective wakes the ranks waiting for it.
+TEST(Collective, ARankThatStopsWakesTheRanksWaitingForIt) {
+  auto comms = cpu_group(2);
+  try {
+    kiln::collective::run_per_rank(comms, [&](communicator& c) {
+      if (c.rank() == 1) throw std::runtime_error("no more data");
+      kiln::buffer<float> x(c.get_device(), data<float>(0, 4));
+      c.all_reduce(x);
+    });
+    ADD_FAILURE() << "run_per_rank returned";
+  } catch (const kiln::collective_error& e) {  // rank 0's, rethrown first
+    EXPECT_NE(std::string(e.what()).find("rank 1 stopped: no more data"), std::string::npos)
+        << e.what();
+  }
+}
+
+// The tensor forms on a queue of the caller's: the tensor is evaluated on the default queue,
+// which the caller's queue waits for, and later tensor work waits for the collective.
+TEST(Collective, TensorFormsOnACallersQueue) {
+  auto comms = cpu_group(2);
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    const kiln::device& dev = c.get_device();
+    kiln::queue q(dev);
+    const kiln::tensor base = kiln::tensor::from(dev, data<float>(c.rank(), 1 << 14), {1 << 14});
+    kiln::tensor lazy = base * 2.f + 1.f;  // not evaluated yet
+    c.all_reduce(lazy, reduce_op::sum, &q);
+    const kiln::tensor after = lazy * 0.5f;  // default-queue work after the collective
+    std::vector<double> want(1 << 14);
+    for (std::size_t i = 0; i < want.size(); ++i)
+      want[i] =
+          0.5 * ((2.0 * data<float>(0, 1 << 14)[i] + 1) + (2.0 * data<float>(1, 1 << 14)[i] + 1));
+    expect_near(after.to_vector<float>(), want, "tensor all_reduce on a caller's queue");
+    kiln::tensor g = c.all_gather(base * 3.f, &q);
+    EXPECT_EQ(g.shape(), (kiln::shape_t{2 << 14}));
+  });
+}
+
+// Integer reductions wrap as NCCL's do (no signed-overflow UB), and avg divides by a rank
+// count that need not fit the element type.
+TEST(Collective, HostReductionsAtTheIntegerEdges) {
+  using kiln::scalar_type;
+  std::int32_t acc[2] = {INT32_MAX, INT32_MIN};
+  const std::int32_t one[2] = {1, -1};
+  kiln::collective::detail::reduce_into(scalar_type::i32, reduce_op::sum, acc, one, 2);
+  EXPECT_EQ(acc[0], INT32_MIN);
+  EXPECT_EQ(acc[1], INT32_MAX);
+  std::int64_t big[1] = {INT64_MAX};
+  const std::int64_t two[1] = {2};
+  kiln::collective::detail::reduce_into(scalar_type::i64, reduce_op::prod, big, two, 1);
+  EXPECT_EQ(big[0], -2);
+  std::uint8_t u[1] = {255};
+  kiln::collective::detail::finish_avg(scalar_type::u8, u, 1, 256);  // was a division by 0
+  EXPECT_EQ(u[0], 0);
+  std::int8_t s[1] = {-128};
+  kiln::collective::detail::finish_avg(scalar_type::i8, s, 1, 128);  // 128 wrapped to -128
+  EXPECT_EQ(s[0], -1);
+}
+
+// A second backward before step() would add gradients after the average: refused.
+TEST(DataParallel, ASecondBackwardBeforeStepIsRefused) {
+  auto comms = cpu_group(1);
+  const kiln::device dev = comms[0].get_device();
+  kiln::nn::sequential model(kiln::nn::linear(dev, 4, 2, {.seed = 3}));
+  auto opt = kiln::optim::sgd(model.parameters(), {.lr = 0.1});
+  kiln::nn::data_parallel ddp(model, opt, comms[0]);
+  const kiln::tensor x = kiln::tensor::randn(dev, {3, 4}, 1),
+                     y = kiln::tensor::randn(dev, {3, 2}, 2);
+  opt.zero_grad();
+  kiln::nn::mse_loss(ddp(x), y).backward();
+  try {
+    kiln::nn::mse_loss(ddp(x), y).backward();
+    ADD_FAILURE() << "a second backward was accepted";
+  } catch (const kiln::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("second backward"), std::string::npos) << e.what();
   }
 }
 

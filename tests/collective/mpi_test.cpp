@@ -43,7 +43,7 @@ TEST(CollectiveMpi, Tensors) {
 TEST(CollectiveMpi, BadInput) {
   const communicator& c = world();
   kiln::buffer<float> a(c.get_device(), data<float>(c.rank(), 4)), b(c.get_device(), 5);
-  EXPECT_THROW(c.all_reduce(a, b), kiln::invalid_argument);  // local check: no message sent
+  EXPECT_THROW(c.all_reduce(a, b), kiln::invalid_argument);  // on every rank: still in step
   EXPECT_THROW(c.broadcast(a, c.size()), kiln::invalid_argument);
   // Ranks that disagree get an error naming the difference, on every rank, not a hang.
   if (c.transport() == "mpi") {
@@ -58,7 +58,37 @@ TEST(CollectiveMpi, BadInput) {
           << e.what();
     }
   }
+  // One rank fails its own check, the others get a collective_error rather than a hang.
+  kiln::buffer<float> y(c.get_device(), 4), z(c.get_device(), c.rank() == 1 ? 5 : 4);
+  y.fill(1.f);
+  if (c.rank() == 1)
+    EXPECT_THROW(c.all_reduce(y, z), kiln::invalid_argument);
+  else
+    EXPECT_THROW(c.all_reduce(y, z), kiln::collective_error);
   c.all_reduce(a);  // still in step
+}
+
+// NCCL's in-place forms (send is this rank's block of recv, or recv of send) through MPI.
+TEST(CollectiveMpi, InPlaceGatherAndScatter) {
+  const communicator& c = world();
+  const std::uint64_t n = 5, r = static_cast<std::uint64_t>(c.rank());
+  const std::uint64_t size = static_cast<std::uint64_t>(c.size());
+  kiln::buffer<float> all(c.get_device(), n * size);
+  all.fill(-1.f);
+  kiln::buffer<float> mine(c.get_device(), data<float>(c.rank(), n));
+  c.get_device().default_queue().copy(mine, all.subview(r * n, n));
+  c.all_gather(all.subview(r * n, n), all);
+  std::vector<double> want;
+  for (int q = 0; q < c.size(); ++q)
+    for (float v : data<float>(q, n)) want.push_back(v);
+  expect_near(all.to_vector(), want, "in-place all_gather");
+  kiln::buffer<float> rs(c.get_device(), data<float>(c.rank(), n * size));
+  c.reduce_scatter(rs, rs.subview(r * n, n));
+  std::vector<double> rw(n);
+  for (std::uint64_t i = 0; i < n; ++i) rw[i] = reduced<float>(reduce_op::sum, c.size(), r * n + i);
+  const std::vector<float> got = rs.to_vector();
+  expect_near(std::vector<float>(got.begin() + r * n, got.begin() + (r + 1) * n), rw,
+              "in-place reduce_scatter");
 }
 
 TEST(CollectiveMpi, DataParallelMatchesOneProcess) {

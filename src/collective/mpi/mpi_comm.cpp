@@ -7,6 +7,7 @@
 
 #include <array>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -70,18 +71,16 @@ struct mpi_rank final : detail::comm_impl {
 
   bool reduces(scalar_type) const override { return true; }
 
-  // Every rank sends what it was asked; a difference becomes the same error on every rank.
-  void agree(const detail::call& c, const std::string& w) const {
-    const std::array<long long, 5> mine{
-        static_cast<long long>(c.kind), static_cast<long long>(c.count),
-        static_cast<long long>(c.dtype),
-        c.kind == detail::op_kind::all_reduce || c.kind == detail::op_kind::reduce_scatter
-            ? static_cast<long long>(c.op)
-            : 0,
-        c.kind == detail::op_kind::broadcast ? c.root : 0};
+  // Every rank sends what it was asked; a difference becomes the same error on every rank. A
+  // rank whose call failed its own checks sends kind -1 (fail()), and the others throw too.
+  void agree(const std::array<long long, 5>& mine, const std::string& w) const {
     std::vector<long long> all(mine.size() * static_cast<std::size_t>(size));
     check_mpi(MPI_Allgather(mine.data(), 5, MPI_LONG_LONG, all.data(), 5, MPI_LONG_LONG, comm), w,
               "MPI_Allgather (argument check)");
+    for (int r = 0; r < size; ++r)
+      if (all[r * 5] < 0)
+        throw collective_error(w + "rank " + std::to_string(r) +
+                               " could not make the call (its own error says why)");
     static const char* const fields[5] = {"operation", "element count", "dtype", "reduction",
                                           "root"};
     for (int r = 0; r < size; ++r)
@@ -93,11 +92,26 @@ struct mpi_rank final : detail::comm_impl {
                                  std::to_string(all[f]) + ")");
   }
 
+  static std::array<long long, 5> summary(const detail::call& c) {
+    const bool reduces =
+        c.kind == detail::op_kind::all_reduce || c.kind == detail::op_kind::reduce_scatter;
+    return {static_cast<long long>(c.kind), static_cast<long long>(c.count),
+            static_cast<long long>(c.dtype), reduces ? static_cast<long long>(c.op) : 0,
+            c.kind == detail::op_kind::broadcast ? c.root : 0};
+  }
+
+  void fail(const char* name, const std::string&) override {
+    try {
+      agree({-1, 0, 0, 0, 0}, detail::where(*this, name));
+    } catch (const collective_error&) {  // expected: this rank's own error is what it throws
+    }
+  }
+
   void run(const detail::call& c) override {
     const std::string w = detail::where(*this, c.name);
     kiln::detail::check(*c.q->dev->api, c.q->dev->api->queue_finish(c.q->handle),
                         "kiln::collective: finishing the queue");
-    agree(c, w);
+    agree(summary(c), w);
     if (c.count == 0) return;
     if (c.count > static_cast<std::uint64_t>(INT_MAX) / static_cast<std::uint64_t>(size))
       throw invalid_argument(w + std::to_string(c.count) +
@@ -116,12 +130,25 @@ struct mpi_rank final : detail::comm_impl {
         if (rank == c.root && send != recv) std::memcpy(recv, send, c.count * size_of(c.dtype));
         check_mpi(MPI_Bcast(recv, n, t, c.root, comm), w, "MPI_Bcast");
         break;
-      case detail::op_kind::all_gather:
-        check_mpi(MPI_Allgather(send, n, t, recv, n, t, comm), w, "MPI_Allgather");
+      case detail::op_kind::all_gather: {
+        // NCCL's in place form (send is this rank's block of recv) is MPI_IN_PLACE in MPI.
+        const bool in_place =
+            c.send == c.recv && c.send_off == c.recv_off + c.count * size_of(c.dtype) * rank;
+        check_mpi(MPI_Allgather(in_place ? MPI_IN_PLACE : send, n, t, recv, n, t, comm), w,
+                  "MPI_Allgather");
         break;
+      }
       case detail::op_kind::reduce_scatter:
-        check_mpi(MPI_Reduce_scatter_block(send, recv, n, t, to_mpi(c.op), comm), w,
-                  "MPI_Reduce_scatter_block");
+        // In place (recv is this rank's block of send): MPI forbids aliased buffers.
+        if (c.send == c.recv && c.recv_off == c.send_off + c.count * size_of(c.dtype) * rank) {
+          std::vector<char> block(c.count * size_of(c.dtype));
+          check_mpi(MPI_Reduce_scatter_block(send, block.data(), n, t, to_mpi(c.op), comm), w,
+                    "MPI_Reduce_scatter_block");
+          std::memcpy(recv, block.data(), block.size());
+        } else {
+          check_mpi(MPI_Reduce_scatter_block(send, recv, n, t, to_mpi(c.op), comm), w,
+                    "MPI_Reduce_scatter_block");
+        }
         if (c.op == reduce_op::avg) detail::finish_avg(c.dtype, recv, c.count, size);
         break;
     }
@@ -175,7 +202,16 @@ int local_rank() {
 
 device local_device() {
   const int local = local_rank();
-  if (const char* env = std::getenv("KILN_DEVICE"); env && *env) return device::get(env);
+  if (const char* env = std::getenv("KILN_DEVICE"); env && *env) {
+    // A backend without an index ("cuda"): this node's rank picks one of its devices, as below.
+    const std::string spec(env);
+    if (spec.find(':') != std::string::npos) return device::get(spec);
+    std::vector<device> of;
+    for (const device& d : device::all())
+      if (d.backend() == spec) of.push_back(d);
+    if (of.empty()) return device::get(spec);  // the registry's error names the reason
+    return of[static_cast<std::size_t>(local) % of.size()];
+  }
   std::vector<device> gpus;
   for (const device& d : device::all())
     if (d.info().type == device_type::gpu && !d.impl()->portable()) gpus.push_back(d);
@@ -198,8 +234,21 @@ communicator world(const device& dev) {
             "MPI_Allreduce");
   check_mpi(MPI_Allreduce(&ccl, &all_ccl, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD), w, "MPI_Allreduce");
   if (all_ccl) {
+    // Rank 0 sends the id, or why it has none (the others would otherwise wait for it forever).
     unique_id id{};
-    if (rank == 0) id = communicator::make_unique_id(dev);
+    std::array<char, 512> error{};
+    if (rank == 0) {
+      try {
+        id = communicator::make_unique_id(dev);
+      } catch (const std::exception& e) {
+        std::snprintf(error.data(), error.size(), "%s", e.what());
+        if (!error[0]) error[0] = '?';
+      }
+    }
+    check_mpi(MPI_Bcast(error.data(), static_cast<int>(error.size()), MPI_CHAR, 0, MPI_COMM_WORLD),
+              w, "MPI_Bcast (NCCL unique id status)");
+    if (error[0])
+      throw collective_error(w + "rank 0 could not make the NCCL unique id: " + error.data());
     check_mpi(MPI_Bcast(id.data(), static_cast<int>(id.size()), MPI_BYTE, 0, MPI_COMM_WORLD), w,
               "MPI_Bcast (NCCL unique id)");
     return communicator::create(dev, id, size, rank);
