@@ -272,6 +272,55 @@ TEST(DataParallel, ASecondBackwardBeforeStepIsRefused) {
   }
 }
 
+// The constructor broadcasts rank 0's parameters and buffers (batch-norm statistics), unless
+// told not to.
+TEST(DataParallel, ConstructionBroadcastsParametersAndBuffersFromRankZero) {
+  for (bool broadcast : {true, false}) {
+    auto comms = cpu_group(2);
+    kiln::collective::run_per_rank(comms, [&](communicator& c) {
+      const kiln::device& dev = c.get_device();
+      kiln::nn::sequential model(kiln::nn::batch_norm2d(dev, 3), kiln::nn::flatten(),
+                                 kiln::nn::linear(dev, 12, 2, {.seed = 5}));
+      {
+        kiln::no_grad off;
+        for (kiln::tensor& p : model.parameters()) kiln::copy_(p, p + float(c.rank()));
+        for (auto& [name, b] : model.named_buffers())
+          if (b.dtype() == kiln::scalar_type::f32) kiln::copy_(b, b + float(10 * c.rank()));
+      }
+      auto opt = kiln::optim::sgd(model.parameters(), {.lr = 0.1});
+      kiln::nn::data_parallel ddp(model, opt, c, {.broadcast_parameters = broadcast});
+      for (const kiln::tensor& p : model.parameters()) {
+        kiln::tensor copy = (p.detach() * 1.f).eval();  // rank 0's copy reaches every rank
+        c.broadcast(copy, 0);
+        const bool same = copy.to_vector<float>() == p.to_vector<float>();
+        EXPECT_EQ(same, broadcast || c.rank() == 0) << "rank " << c.rank();
+      }
+      for (auto& [name, b] : model.named_buffers()) {
+        if (b.dtype() != kiln::scalar_type::f32) continue;
+        kiln::tensor copy = (b * 1.f).eval();
+        c.broadcast(copy, 0);
+        const bool same = copy.to_vector<float>() == b.to_vector<float>();
+        EXPECT_EQ(same, broadcast || c.rank() == 0) << name << " on rank " << c.rank();
+      }
+    });
+  }
+}
+
+// data_parallel through NCCL (its own communication queue, event waits) on every CUDA device.
+TEST(DataParallel, NcclRanksMatchOneProcess) {
+  const auto gpus = cuda_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no CUDA device";
+  std::vector<communicator> comms;
+  try {
+    comms = communicator::create(gpus);
+  } catch (const kiln::unsupported& e) {
+    GTEST_SKIP() << "no NCCL: " << e.what();
+  }
+  for (bool overlap : {true, false})
+    kiln::collective::run_per_rank(
+        comms, [&](communicator& c) { data_parallel_matches_one_process(c, overlap); });
+}
+
 // Ranks as threads of this process, both training on the one CPU device (the same check runs
 // under mpirun in collective_mpi_test).
 TEST(DataParallel, HostRanksMatchOneProcess) {
