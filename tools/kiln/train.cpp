@@ -82,10 +82,12 @@ double rank_difference(const nn::module& model, collective::communicator& comm) 
   return worst;
 }
 
-// Every n-th sample from `rank` on: this rank's shard.
+// Every n-th sample from `rank` on: this rank's shard. Every shard has the same size (the last
+// d.size() % n samples are left out), so every rank takes the same number of steps.
 data::dataset shard(const data::dataset& d, int rank, int n) {
   std::vector<std::int64_t> rows;
-  for (std::int64_t i = rank; i < d.size(); i += n) rows.push_back(i);
+  const std::int64_t usable = d.size() / n * n;
+  for (std::int64_t i = rank; i < usable; i += n) rows.push_back(i);
   return data::select(d, rows);
 }
 
