@@ -166,7 +166,7 @@ TEST(Collective, OtherBackends) {
 
 // One rank's call fails its own checks (an uneven last batch, say) while the other's is fine:
 // both throw, and the group stays usable; before, the other rank waited forever.
-TEST(Collective, OneRankFailingItsOwnChecksFailsEveryRank) {
+TEST(Collective, ConcurrentRanksOneFailingItsOwnChecksFailsEveryRank) {
   auto comms = cpu_group(2);
   std::atomic<int> local{0}, remote{0};
   kiln::collective::run_per_rank(comms, [&](communicator& c) {
@@ -196,7 +196,7 @@ TEST(Collective, OneRankFailingItsOwnChecksFailsEveryRank) {
 }
 
 // A rank whose thread throws outside a collective wakes the ranks waiting for it.
-TEST(Collective, ARankThatStopsWakesTheRanksWaitingForIt) {
+TEST(Collective, ConcurrentRanksOneStoppingWakesTheRanksWaitingForIt) {
   auto comms = cpu_group(2);
   try {
     kiln::collective::run_per_rank(comms, [&](communicator& c) {
