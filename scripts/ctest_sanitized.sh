@@ -8,7 +8,8 @@
 # a second tracer crash of the same test, fails the run as before.
 set -uo pipefail
 [ "${1:-}" = --test-dir ] || { echo "usage: $0 --test-dir DIR [ctest args...]" >&2; exit 2; }
-dir=$2
+dir=${2:-}
+[ -n "$dir" ] || { echo "usage: $0 --test-dir DIR [ctest args...]" >&2; exit 2; }
 
 ctest "$@" && exit 0
 status=$?

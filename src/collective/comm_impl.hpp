@@ -41,9 +41,11 @@ struct comm_impl {
   // kiln::collective_error instead of waiting forever; NCCL cannot (its ranks would hang, as
   // with NCCL itself). The caller then throws its own error.
   virtual void fail(const char* /*name*/, const std::string& /*why*/) {}
-  // A rank leaves the group for good (its thread threw outside a collective): host groups wake
-  // the ranks waiting for it with kiln::collective_error.
+  // A rank's thread ended (run_per_rank): host groups wake the ranks still waiting for it, or
+  // calling later, with kiln::collective_error.
   virtual void abandon(const std::string& /*why*/) {}
+  // Every rank's thread has ended (run_per_rank): an abandoned group may be used again.
+  virtual void rejoin() {}
 };
 
 // "kiln::collective::all_reduce (rank 1 of 2 on cpu, host): <reason>".

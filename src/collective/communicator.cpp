@@ -231,7 +231,12 @@ struct queue_join {
   queue def;
   std::optional<queue> other;
   queue_join(const detail::comm_impl& c, const queue* q) : def(c.dev.default_queue()) {
-    if (q && q->impl() && q->impl() != def.impl()) {
+    if (!q) return;
+    if (!q->impl()) kiln::detail::throw_empty_handle("kiln::collective", "queue");
+    if (q->impl()->dev != c.dev.impl())
+      throw device_mismatch(detail::where(c, "collective") + "the queue belongs to " +
+                            q->impl()->dev->id + ", not to " + c.dev.id());
+    if (q->impl() != def.impl()) {
       other.emplace(*q);
       other->wait(def.record());
     }
@@ -245,39 +250,49 @@ struct queue_join {
 
 void communicator::all_reduce(const tensor& t, reduce_op op, const queue* q) const {
   detail::comm_impl& c = checked_impl("all_reduce");
-  auto& x = *detail::guarded(c, "all_reduce", [&] { return &stored(c, t, "all_reduce"); });
-  queue_join join(c, q);
+  std::optional<queue_join> join;
+  auto& x = *detail::guarded(c, "all_reduce", [&] {
+    auto* s = &stored(c, t, "all_reduce");
+    join.emplace(c, q);
+    return s;
+  });
   detail::all_reduce(c, tensor_args("all_reduce", x, x, op, 0, q));
-  join.after();
+  join->after();
 }
 
 void communicator::broadcast(const tensor& t, int root, const queue* q) const {
   detail::comm_impl& c = checked_impl("broadcast");
-  auto& x = *detail::guarded(c, "broadcast", [&] { return &stored(c, t, "broadcast"); });
-  queue_join join(c, q);
+  std::optional<queue_join> join;
+  auto& x = *detail::guarded(c, "broadcast", [&] {
+    auto* s = &stored(c, t, "broadcast");
+    join.emplace(c, q);
+    return s;
+  });
   detail::broadcast(c, tensor_args("broadcast", x, x, reduce_op::sum, root, q));
-  join.after();
+  join->after();
 }
 
 tensor communicator::all_gather(const tensor& t, const queue* q) const {
   detail::comm_impl& c = checked_impl("all_gather");
+  std::optional<queue_join> join;
   tensor out;
   auto& x = *detail::guarded(c, "all_gather", [&] {
     auto* s = &stored(c, t, "all_gather");
     shape_t shape = s->shape.empty() ? shape_t{1} : s->shape;
     shape[0] *= c.size;
     out = tensor::empty(c.dev, shape, s->dtype);
+    join.emplace(c, q);
     return s;
   });
-  queue_join join(c, q);
   detail::all_gather(c, tensor_args("all_gather", x, kiln::detail::impl_of(out, "all_gather"),
                                     reduce_op::sum, 0, q));
-  join.after();
+  join->after();
   return out;
 }
 
 tensor communicator::reduce_scatter(const tensor& t, reduce_op op, const queue* q) const {
   detail::comm_impl& c = checked_impl("reduce_scatter");
+  std::optional<queue_join> join;
   tensor out;
   auto& x = *detail::guarded(c, "reduce_scatter", [&] {
     auto* s = &stored(c, t, "reduce_scatter");
@@ -288,12 +303,12 @@ tensor communicator::reduce_scatter(const tensor& t, reduce_op op, const queue* 
     shape_t shape = s->shape;
     shape[0] /= c.size;
     out = tensor::empty(c.dev, shape, s->dtype);
+    join.emplace(c, q);
     return s;
   });
-  queue_join join(c, q);
   detail::reduce_scatter(
       c, tensor_args("reduce_scatter", x, kiln::detail::impl_of(out, "reduce_scatter"), op, 0, q));
-  join.after();
+  join->after();
   return out;
 }
 
@@ -305,6 +320,8 @@ void run_per_rank(std::vector<communicator>& comms, const std::function<void(com
     threads.emplace_back([&, i] {
       try {
         fn(comms[i]);
+        // Ranks still calling would wait for this one forever.
+        if (comms[i].impl()) comms[i].impl()->abandon("rank " + std::to_string(i) + " returned");
       } catch (const std::exception& e) {
         errors[i] = std::current_exception();
         // The others may be waiting for this rank in a collective: wake them with an error.
@@ -316,6 +333,8 @@ void run_per_rank(std::vector<communicator>& comms, const std::function<void(com
       }
     });
   for (auto& t : threads) t.join();
+  for (auto& c : comms)  // nobody waits now: the group may run again
+    if (c.impl()) c.impl()->rejoin();
   for (auto& e : errors)
     if (e) std::rethrow_exception(e);
 }

@@ -53,6 +53,12 @@ struct rendezvous {
     if (abandoned.empty()) abandoned = why;
     cv.notify_all();
   }
+
+  void rejoin() {
+    std::lock_guard lock(mu);
+    abandoned.clear();
+    arrived = 0;
+  }
 };
 
 const char* kind_name(op_kind k) {
@@ -99,13 +105,19 @@ struct host_rank final : comm_impl {
   bool reduces(scalar_type) const override { return true; }
 
   void run(const call& c) override {
-    // Work queued before on this rank's queue (fills, kernels writing send) completes first.
-    kiln::detail::check(*c.q->dev->api, c.q->dev->api->queue_finish(c.q->handle),
-                        "kiln::collective: finishing the queue");
     const std::size_t esize = size_of(c.dtype);
-    const char* send =
-        c.send ? static_cast<const char*>(host_address(*c.send, c.send_off)) : nullptr;
-    char* recv = c.recv ? static_cast<char*>(host_address(*c.recv, c.recv_off)) : nullptr;
+    const char* send = nullptr;
+    char* recv = nullptr;
+    try {
+      // Work queued before on this rank's queue (fills, kernels writing send) completes first.
+      kiln::detail::check(*c.q->dev->api, c.q->dev->api->queue_finish(c.q->handle),
+                          "kiln::collective: finishing the queue");
+      send = c.send ? static_cast<const char*>(host_address(*c.send, c.send_off)) : nullptr;
+      recv = c.recv ? static_cast<char*>(host_address(*c.recv, c.recv_off)) : nullptr;
+    } catch (const std::exception& e) {  // before the rendezvous: the others must not wait
+      fail(c.name, e.what());
+      throw;
+    }
     const std::string w = where(*this, c.name);
     group->posts[rank] = {c.kind, c.count, c.dtype, c.op, c.root, send, {}};
     group->barrier(w);
@@ -135,6 +147,7 @@ struct host_rank final : comm_impl {
   }
 
   void abandon(const std::string& why) override { group->abandon(why); }
+  void rejoin() override { group->rejoin(); }
 
   std::vector<char> compute(const call& c, std::size_t esize) const {
     const auto& p = group->posts;

@@ -17,8 +17,9 @@ struct wrapping {
 };
 template <class T>
 requires std::is_integral_v<T>
-struct wrapping<T> {
-  using type = std::make_unsigned_t<T>;
+struct wrapping<T> {  // at least unsigned int: narrower types would promote to (signed) int
+  using type =
+      std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
 };
 
 template <class T>

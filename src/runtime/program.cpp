@@ -137,7 +137,7 @@ program program::compile(const device& dev, std::string_view source, std::string
   std::string checked_options;
   if (checked) checked_options.append(options).append(detail::checked_key_suffix);
   const std::string_view key_options = checked ? std::string_view(checked_options) : options;
-  if (auto hit = d.programs().find(source, key_options)) {
+  if (auto hit = d.programs().find(source, key_options, gen)) {
     detail::stats().memory_hits++;
     if (detail::log_enabled(log_level::debug))
       detail::logf(log_level::debug, "program cache hit (memory) on {}: {}", d.id,
@@ -190,7 +190,7 @@ program program::compile(const device& dev, std::string_view source, std::string
                  from_disk ? "program cache hit (disk)" : "compiled program", d.id,
                  detail::ms_since(t0), detail::kernel_list(p->parsed));
   // Another thread may have compiled the same source meanwhile: both use the cached program.
-  return program(d.programs().insert(source, key_options, std::move(p)));
+  return program(d.programs().insert(source, key_options, gen, std::move(p)));
 }
 
 namespace {

@@ -1,5 +1,7 @@
 #include "runtime/program_cache.hpp"
 
+#include <utility>
+
 namespace kiln::detail {
 
 std::uint64_t program_cache::prehash(std::string_view s, std::string_view o) noexcept {
@@ -16,26 +18,33 @@ std::uint64_t program_cache::prehash(std::string_view s, std::string_view o) noe
   return h;
 }
 
-std::shared_ptr<program_impl> program_cache::find(std::string_view source,
-                                                  std::string_view options) {
+std::shared_ptr<program_impl> program_cache::find(std::string_view source, std::string_view options,
+                                                  std::uint32_t gen) {
   const std::uint64_t h = prehash(source, options);
   std::lock_guard lock(mu_);
   auto it = map_.find(h);
   if (it == map_.end()) return nullptr;
   for (const entry& e : it->second)
-    if (e.source == source && e.options == options) return e.program;
+    if (e.gen == gen && e.source == source && e.options == options) return e.program;
   return nullptr;
 }
 
 std::shared_ptr<program_impl> program_cache::insert(std::string_view source,
-                                                    std::string_view options,
+                                                    std::string_view options, std::uint32_t gen,
                                                     std::shared_ptr<program_impl> p) {
   const std::uint64_t h = prehash(source, options);
+  std::shared_ptr<program_impl> stale;  // released outside the lock
   std::lock_guard lock(mu_);
   auto& bucket = map_[h];
-  for (const entry& e : bucket)
-    if (e.source == source && e.options == options) return e.program;  // another thread won
-  bucket.push_back({std::string(source), std::string(options), p});
+  for (entry& e : bucket) {
+    if (e.source != source || e.options != options) continue;
+    if (e.gen == gen) return e.program;   // another thread won the race
+    if (e.gen > gen) return p;            // p is the stale one (compiled across a reset)
+    stale = std::exchange(e.program, p);  // compiled before a reset: replaced
+    e.gen = gen;
+    return p;
+  }
+  bucket.push_back({std::string(source), std::string(options), gen, p});
   return p;
 }
 

@@ -16,17 +16,20 @@ namespace kiln::detail {
 struct program_impl;
 
 struct program_cache {
-  std::shared_ptr<program_impl> find(std::string_view source, std::string_view options);
+  // Programs of device generation `gen` only: one compiled before a reset never comes back.
+  std::shared_ptr<program_impl> find(std::string_view source, std::string_view options,
+                                     std::uint32_t gen);
   // Returns the program the cache keeps: p, or the one another thread inserted first (so two
   // threads that compiled one source at once share a program, and neither is unloaded while
   // the other's launches may still use it).
   std::shared_ptr<program_impl> insert(std::string_view source, std::string_view options,
-                                       std::shared_ptr<program_impl> p);
+                                       std::uint32_t gen, std::shared_ptr<program_impl> p);
   void clear();  // after a device reset: every program belongs to the old generation
 
  private:
   struct entry {
     std::string source, options;
+    std::uint32_t gen;
     std::shared_ptr<program_impl> program;
   };
   static std::uint64_t prehash(std::string_view source, std::string_view options) noexcept;

@@ -209,6 +209,25 @@ TEST(Collective, ConcurrentRanksOneStoppingWakesTheRanksWaitingForIt) {
     EXPECT_NE(std::string(e.what()).find("rank 1 stopped: no more data"), std::string::npos)
         << e.what();
   }
+  // A rank that returns (fewer batches than the others, say) wakes them too.
+  try {
+    kiln::collective::run_per_rank(comms, [&](communicator& c) {
+      kiln::buffer<float> x(c.get_device(), data<float>(c.rank(), 4));
+      c.all_reduce(x);
+      if (c.rank() == 0) c.all_reduce(x);  // rank 1 has returned
+    });
+    ADD_FAILURE() << "run_per_rank returned";
+  } catch (const kiln::collective_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 1 returned"), std::string::npos) << e.what();
+  }
+  // Once every rank's thread has ended, the group works again.
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    kiln::buffer<float> x(c.get_device(), data<float>(c.rank(), 4));
+    c.all_reduce(x);
+    std::vector<double> want(4);
+    for (int i = 0; i < 4; ++i) want[i] = reduced<float>(reduce_op::sum, 2, i);
+    expect_near(x.to_vector(), want, "after the group was abandoned");
+  });
 }
 
 // The tensor forms on a queue of the caller's: the tensor is evaluated on the default queue,

@@ -125,7 +125,7 @@ int main(int argc, char** argv) {
                  "Data parallel over these devices (one rank each, kiln::nn::data_parallel); "
                  "each step's batch is split evenly over them")
       ->delimiter(',')
-      ->expected(2, INT_MAX)
+      ->allow_extra_args(false)
       ->type_name("SPEC,SPEC,...")
       ->excludes(one);
   tr->add_option("--epochs", to.epochs, "Epochs per model")

@@ -191,6 +191,10 @@ int train_data_parallel(const train_options& o, const std::string& dir) {
     where += devs.back().id();
   }
   const int n = static_cast<int>(devs.size());
+  if (n < 2) {
+    std::fprintf(stderr, "kiln train: --devices needs two or more devices (else --device)\n");
+    return 2;
+  }
   if (o.batch % n != 0) {
     std::fprintf(stderr, "kiln train: --batch %lld does not split evenly over %d devices\n",
                  (long long)o.batch, n);

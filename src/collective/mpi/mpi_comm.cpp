@@ -109,8 +109,13 @@ struct mpi_rank final : detail::comm_impl {
 
   void run(const detail::call& c) override {
     const std::string w = detail::where(*this, c.name);
-    kiln::detail::check(*c.q->dev->api, c.q->dev->api->queue_finish(c.q->handle),
-                        "kiln::collective: finishing the queue");
+    try {
+      kiln::detail::check(*c.q->dev->api, c.q->dev->api->queue_finish(c.q->handle),
+                          "kiln::collective: finishing the queue");
+    } catch (const std::exception& e) {  // before the agreement: the others must not wait
+      fail(c.name, e.what());
+      throw;
+    }
     agree(summary(c), w);
     if (c.count == 0) return;
     if (c.count > static_cast<std::uint64_t>(INT_MAX) / static_cast<std::uint64_t>(size))
