@@ -264,6 +264,10 @@ TEST(Collective, HostReductionsAtTheIntegerEdges) {
   const std::int64_t two[1] = {2};
   kiln::collective::detail::reduce_into(scalar_type::i64, reduce_op::prod, big, two, 1);
   EXPECT_EQ(big[0], -2);
+  std::uint16_t h[1] = {65535};
+  const std::uint16_t h2[1] = {65535};
+  kiln::collective::detail::reduce_into(scalar_type::u16, reduce_op::prod, h, h2, 1);
+  EXPECT_EQ(h[0], 1);  // 65535^2 mod 2^16 (in int, the product overflowed: UB)
   std::uint8_t u[1] = {255};
   kiln::collective::detail::finish_avg(scalar_type::u8, u, 1, 256);  // was a division by 0
   EXPECT_EQ(u[0], 0);

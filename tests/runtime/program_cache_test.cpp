@@ -44,6 +44,23 @@ TEST(ProgramCache, ThreadsCompilingOneSourceAtOnceShareOneProgram) {
   }
 }
 
+// Entries carry the device generation: a program compiled before a reset is never handed out
+// again, and one compiled across a reset (inserted late) never replaces a newer one.
+TEST(ProgramCache, EntriesOfAnotherDeviceGenerationAreNeverReturned) {
+  kiln::detail::program_cache cache;
+  auto old_program = std::make_shared<kiln::detail::program_impl>();
+  auto new_program = std::make_shared<kiln::detail::program_impl>();
+  EXPECT_EQ(cache.insert("src", "", 1, old_program), old_program);
+  EXPECT_EQ(cache.find("src", "", 1), old_program);
+  EXPECT_EQ(cache.find("src", "", 2), nullptr);
+  EXPECT_EQ(cache.insert("src", "", 2, new_program), new_program);  // replaces the stale one
+  EXPECT_EQ(cache.find("src", "", 2), new_program);
+  auto late = std::make_shared<kiln::detail::program_impl>();
+  EXPECT_EQ(cache.insert("src", "", 1, late), late);  // compiled before the reset: not kept
+  EXPECT_EQ(cache.find("src", "", 2), new_program);
+  EXPECT_EQ(cache.find("src", "", 1), nullptr);
+}
+
 // The queue of a CPU device runs launches on its own thread, after the call returns. Here the
 // launches wait behind a slow kernel on another queue while the last reference to their
 // program goes (the memory cache cleared, as a device reset does, and the handles dropped).
