@@ -24,6 +24,7 @@
 #include <kiln/nn/models.hpp>
 #include <kiln/optim.hpp>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -160,8 +161,9 @@ tensor labels(const kiln::device& dev, std::int64_t b, unsigned seed) {
   return (tensor::rand(dev, {b}, seed) * 10.f).to(kiln::scalar_type::i64).eval();
 }
 
-// images/s of LeNet training (SGD with momentum) with `comms` ranks, each at o.batch per step.
-double train_throughput(std::vector<communicator>& comms, const options& o) {
+// images/s of LeNet training (SGD with momentum) with `comms` ranks, each at o.batch per step;
+// through data_parallel, or (plain: one rank only) without it, the baseline of its cost.
+double train_throughput(std::vector<communicator>& comms, const options& o, bool plain = false) {
   const int n = static_cast<int>(comms.size());
   std::barrier sync(n);
   std::vector<double> ms(n);
@@ -170,7 +172,8 @@ double train_throughput(std::vector<communicator>& comms, const options& o) {
     kiln::nn::manual_seed(0);
     kiln::nn::sequential model = kiln::nn::models::lenet(dev);
     auto opt = kiln::optim::sgd(model.parameters(), {.lr = 0.01, .momentum = 0.9});
-    kiln::nn::data_parallel ddp(model, opt, c);
+    std::optional<kiln::nn::data_parallel> ddp;
+    if (!plain) ddp.emplace(model, opt, c);
     std::vector<std::pair<tensor, tensor>> batches;
     for (int k = 0; k < 8; ++k)
       batches.emplace_back(images(dev, o.batch, unsigned(10 + k + 100 * c.rank())),
@@ -178,8 +181,11 @@ double train_throughput(std::vector<communicator>& comms, const options& o) {
     auto step = [&](int k) {
       auto& [x, y] = batches[k % batches.size()];
       opt.zero_grad();
-      kiln::nn::cross_entropy(ddp(x), y).backward();
-      ddp.step();
+      kiln::nn::cross_entropy(ddp ? (*ddp)(x) : model(x), y).backward();
+      if (ddp)
+        ddp->step();
+      else
+        opt.step();
     };
     for (int k = 0; k < 3; ++k) step(k);
     dev.synchronize();
@@ -196,12 +202,16 @@ double train_throughput(std::vector<communicator>& comms, const options& o) {
 void run_train(const options& o) {
   const std::vector<kiln::device> devs = group_devices();
   auto one = communicator::create({devs.front()});
+  const double plain = train_throughput(one, o, true);
   const double single = train_throughput(one, o);
   auto all = communicator::create(devs);
   const double many = train_throughput(all, o);
   std::printf("\n| LeNet, batch %d per rank | images/s |\n| --- | ---: |\n", o.batch);
+  std::printf("| plain training, no data_parallel (%s) | %.0f |\n", devs.front().id().c_str(),
+              plain);
   std::printf("| 1 rank (%s) | %.0f |\n| %zu ranks | %.0f |\n", devs.front().id().c_str(), single,
               devs.size(), many);
+  std::printf("\ndata_parallel on one rank: %.3fx plain training\n", single / plain);
   std::printf("\nspeed-up %.2fx on %zu ranks (target >= 1.8x on 2 GPUs)\n", many / single,
               devs.size());
 }
