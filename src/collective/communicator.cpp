@@ -61,7 +61,46 @@ auto guarded(comm_impl& c, const char* name, F&& f) {
   }
 }
 
-call prepare(comm_impl& c, op_kind kind, const call_args& a, std::uint64_t count) {
+std::string count_text(std::uint64_t n) { return std::to_string(n) + " elements"; }
+
+// The queue a call runs on: q, else the device's default queue; it must be the rank's device's.
+const queue& rank_queue(const comm_impl& c, const queue* q, const char* name) {
+  const queue& r = q ? *q : c.dev.default_queue();
+  if (!r.impl()) kiln::detail::throw_empty_handle(name, "queue");
+  if (r.impl()->dev != c.dev.impl())
+    throw device_mismatch(where(c, name) + "the queue belongs to " + r.impl()->dev->id +
+                          ", not to " + c.dev.id());
+  return r;
+}
+
+// The per-rank element count of a call, after its size rule (see the table in collective.hpp).
+std::uint64_t checked_count(const comm_impl& c, op_kind kind, const call_args& a) {
+  const auto size = static_cast<std::uint64_t>(c.size);
+  switch (kind) {
+    case op_kind::all_reduce:
+    case op_kind::broadcast:
+      if (a.send_count != a.recv_count)
+        throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) +
+                               ", recv " + count_text(a.recv_count));
+      return a.send_count;
+    case op_kind::all_gather:
+      if (a.recv_count != a.send_count * size)
+        throw invalid_argument(where(c, a.name) + "recv has " + count_text(a.recv_count) +
+                               "; it needs size * send = " + std::to_string(c.size) + " * " +
+                               std::to_string(a.send_count));
+      return a.send_count;
+    case op_kind::reduce_scatter:
+      if (a.send_count != a.recv_count * size)
+        throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) +
+                               "; it needs size * recv = " + std::to_string(c.size) + " * " +
+                               std::to_string(a.recv_count));
+      return a.recv_count;
+  }
+  return 0;
+}
+
+call prepare(comm_impl& c, op_kind kind, const call_args& a) {
+  const std::uint64_t count = checked_count(c, kind, a);
   call k;
   k.kind = kind;
   k.name = a.name;
@@ -82,56 +121,21 @@ call prepare(comm_impl& c, op_kind kind, const call_args& a, std::uint64_t count
   if (kind == op_kind::broadcast && (a.root < 0 || a.root >= c.size))
     throw invalid_argument(where(c, a.name) + "root " + std::to_string(a.root) +
                            " is not a rank of a group of " + std::to_string(c.size));
-  const queue& q = a.q ? *a.q : c.dev.default_queue();
-  if (!q.impl()) kiln::detail::throw_empty_handle(a.name, "queue");
-  if (q.impl()->dev != c.dev.impl())
-    throw device_mismatch(where(c, a.name) + "the queue belongs to " + q.impl()->dev->id +
-                          ", not to " + c.dev.id());
-  k.q = q.impl().get();
+  k.q = rank_queue(c, a.q, a.name).impl().get();
   return k;
 }
 
-std::string count_text(std::uint64_t n) { return std::to_string(n) + " elements"; }
+// The rank's own checks (guarded: a failure reaches the group), then the transport.
+void run_call(comm_impl& c, op_kind kind, const call_args& a) {
+  c.run(guarded(c, a.name, [&] { return prepare(c, kind, a); }));
+}
 
 }  // namespace
 
-void all_reduce(comm_impl& c, call_args a) {
-  c.run(guarded(c, a.name, [&] {
-    if (a.send_count != a.recv_count)
-      throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
-                             count_text(a.recv_count));
-    return prepare(c, op_kind::all_reduce, a, a.send_count);
-  }));
-}
-
-void broadcast(comm_impl& c, call_args a) {
-  c.run(guarded(c, a.name, [&] {
-    if (a.send_count != a.recv_count)
-      throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) + ", recv " +
-                             count_text(a.recv_count));
-    return prepare(c, op_kind::broadcast, a, a.send_count);
-  }));
-}
-
-void all_gather(comm_impl& c, call_args a) {
-  c.run(guarded(c, a.name, [&] {
-    if (a.recv_count != a.send_count * static_cast<std::uint64_t>(c.size))
-      throw invalid_argument(where(c, a.name) + "recv has " + count_text(a.recv_count) +
-                             "; it needs size * send = " + std::to_string(c.size) + " * " +
-                             std::to_string(a.send_count));
-    return prepare(c, op_kind::all_gather, a, a.send_count);
-  }));
-}
-
-void reduce_scatter(comm_impl& c, call_args a) {
-  c.run(guarded(c, a.name, [&] {
-    if (a.send_count != a.recv_count * static_cast<std::uint64_t>(c.size))
-      throw invalid_argument(where(c, a.name) + "send has " + count_text(a.send_count) +
-                             "; it needs size * recv = " + std::to_string(c.size) + " * " +
-                             std::to_string(a.recv_count));
-    return prepare(c, op_kind::reduce_scatter, a, a.recv_count);
-  }));
-}
+void all_reduce(comm_impl& c, call_args a) { run_call(c, op_kind::all_reduce, a); }
+void broadcast(comm_impl& c, call_args a) { run_call(c, op_kind::broadcast, a); }
+void all_gather(comm_impl& c, call_args a) { run_call(c, op_kind::all_gather, a); }
+void reduce_scatter(comm_impl& c, call_args a) { run_call(c, op_kind::reduce_scatter, a); }
 
 }  // namespace detail
 
@@ -230,12 +234,10 @@ namespace {
 struct queue_join {
   queue def;
   std::optional<queue> other;
-  queue_join(const detail::comm_impl& c, const queue* q) : def(c.dev.default_queue()) {
+  queue_join(const detail::comm_impl& c, const queue* q, const char* name)
+      : def(c.dev.default_queue()) {
     if (!q) return;
-    if (!q->impl()) kiln::detail::throw_empty_handle("kiln::collective", "queue");
-    if (q->impl()->dev != c.dev.impl())
-      throw device_mismatch(detail::where(c, "collective") + "the queue belongs to " +
-                            q->impl()->dev->id + ", not to " + c.dev.id());
+    detail::rank_queue(c, q, name);  // checked here, before waiting on it
     if (q->impl() != def.impl()) {
       other.emplace(*q);
       other->wait(def.record());
@@ -253,7 +255,7 @@ void communicator::all_reduce(const tensor& t, reduce_op op, const queue* q) con
   std::optional<queue_join> join;
   auto& x = *detail::guarded(c, "all_reduce", [&] {
     auto* s = &stored(c, t, "all_reduce");
-    join.emplace(c, q);
+    join.emplace(c, q, "all_reduce");
     return s;
   });
   detail::all_reduce(c, tensor_args("all_reduce", x, x, op, 0, q));
@@ -265,7 +267,7 @@ void communicator::broadcast(const tensor& t, int root, const queue* q) const {
   std::optional<queue_join> join;
   auto& x = *detail::guarded(c, "broadcast", [&] {
     auto* s = &stored(c, t, "broadcast");
-    join.emplace(c, q);
+    join.emplace(c, q, "broadcast");
     return s;
   });
   detail::broadcast(c, tensor_args("broadcast", x, x, reduce_op::sum, root, q));
@@ -281,7 +283,7 @@ tensor communicator::all_gather(const tensor& t, const queue* q) const {
     shape_t shape = s->shape.empty() ? shape_t{1} : s->shape;
     shape[0] *= c.size;
     out = tensor::empty(c.dev, shape, s->dtype);
-    join.emplace(c, q);
+    join.emplace(c, q, "all_gather");
     return s;
   });
   detail::all_gather(c, tensor_args("all_gather", x, kiln::detail::impl_of(out, "all_gather"),
@@ -303,7 +305,7 @@ tensor communicator::reduce_scatter(const tensor& t, reduce_op op, const queue* 
     shape_t shape = s->shape;
     shape[0] /= c.size;
     out = tensor::empty(c.dev, shape, s->dtype);
-    join.emplace(c, q);
+    join.emplace(c, q, "reduce_scatter");
     return s;
   });
   detail::reduce_scatter(

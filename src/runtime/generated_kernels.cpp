@@ -112,9 +112,10 @@ generated_kernels get_generated(const device& dev, const char* generator, std::u
   if (r.compiled) c.stats.compiles++;
   auto [it, fresh] = c.entries.emplace(k, r.kernels);
   if (!fresh) {
-    // Another thread compiled the same kernels first: use its, which the cache keeps alive.
-    // Ours would be held by the caller alone and unloaded as soon as it returns, possibly while
-    // the launch it made is still queued (a CPU device runs it later, from the loaded library).
+    // Another thread compiled the same kernels first: every caller of one key gets the kernels
+    // the cache keeps. (Programs are no longer unloaded under queued launches either way:
+    // program::compile shares one program per source, and the CPU plugin keeps a library
+    // loaded while launches from it wait.)
     r.kernels = it->second;
     return r;
   }

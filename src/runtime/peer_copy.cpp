@@ -33,11 +33,10 @@ bool try_peer(queue_impl& q, memory_impl& dst, std::uint64_t dst_off, memory_imp
   const kiln_backend& api = *q.dev->api;
   if (dst.dev->api != src.dev->api || !KILN_BACKEND_HAS(&api, copy_peer)) return false;
   memory_impl& other = q.dev == src.dev ? dst : src;
-  if (!peer_access(*q.dev, *other.dev)) return false;  // no peer path: stage
-  finish_users(other);
+  finish_users(other);  // the staged path, if this falls back, finds them idle
   const kiln_status st = api.copy_peer(q.handle, dst.dev->handle(), {dst.handle, dst_off},
                                        src.dev->handle(), {src.handle, src_off}, bytes);
-  if (st == KILN_ERR_UNSUPPORTED) return false;
+  if (st == KILN_ERR_UNSUPPORTED) return false;  // no peer path: stage
   check(api, st, "copying between devices (peer to peer)");
   note_queue_use(dst, q);
   note_queue_use(src, q);
