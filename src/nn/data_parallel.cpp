@@ -119,7 +119,8 @@ data_parallel::data_parallel(module& model, optim::optimizer& opt, collective::c
     for (auto& [name, t] : model.named_buffers()) comm.broadcast(t, 0);
   }
 
-  // Buckets: per group, members in reverse order (backward's order), cut at bucket_bytes.
+  // Buckets: per group, members in reverse order (backward's order), cut at bucket_bytes (the
+  // very first at first_bucket_bytes: backward's first gradients start communicating early).
   d.bucket_of.assign(oi.params.size(), 0);
   for (std::size_t gi = 0; gi < oi.groups.size(); ++gi) {
     const auto& g = oi.groups[gi];
@@ -134,7 +135,9 @@ data_parallel::data_parallel(module& model, optim::optimizer& opt, collective::c
       if (!cur) cur = impl::bucket{gi, upper, upper, {}, 0};
       cur->lo = oi.slots[p].offset;
       cur->params.push_back(p);
-      if (static_cast<std::uint64_t>(cur->hi - cur->lo) * es >= o.bucket_bytes) {
+      const std::uint64_t cap =
+          d.buckets.empty() ? std::min(o.first_bucket_bytes, o.bucket_bytes) : o.bucket_bytes;
+      if (static_cast<std::uint64_t>(cur->hi - cur->lo) * es >= cap) {
         upper = cur->lo;
         d.buckets.push_back(*cur);
         cur.reset();

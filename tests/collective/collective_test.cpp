@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cmath>
 #include <mutex>
 #include <string>
 
@@ -13,6 +14,7 @@
 #include "collective/data_parallel_check.hpp"
 #include "collective/reference.hpp"
 #include "kiln/nn/data_parallel.hpp"
+#include "kiln/nn/models.hpp"
 #include "kiln/tensor.hpp"
 
 namespace {
@@ -327,6 +329,43 @@ TEST(DataParallel, ConstructionBroadcastsParametersAndBuffersFromRankZero) {
       }
     });
   }
+}
+
+// The wide MLP (bench_collective's and `kiln train`'s model where communication matters) builds
+// with its 10M parameters, cuts into more than one bucket, and trains a step on two CPU ranks
+// with identical parameters after it.
+TEST(DataParallel, WideMlpTrainsAStepOnTwoHostRanks) {
+  EXPECT_EQ(kiln::nn::models::sample_shape("mlp_wide"), kiln::shape_t{784});
+  EXPECT_THROW(kiln::nn::models::by_name("resnet", kiln::device::get("cpu")),
+               kiln::invalid_argument);
+  EXPECT_THROW(kiln::nn::models::sample_shape("resnet"), kiln::invalid_argument);
+  auto comms = cpu_group(2);
+  kiln::collective::run_per_rank(comms, [&](communicator& c) {
+    const kiln::device& dev = c.get_device();
+    kiln::nn::manual_seed(1);
+    kiln::nn::sequential model = kiln::nn::models::by_name("mlp_wide", dev);
+    EXPECT_EQ(model.parameter_count(), 10'020'874);
+    auto opt = kiln::optim::sgd(model.parameters(), {.lr = 0.1});
+    kiln::nn::data_parallel ddp(model, opt, c);
+    EXPECT_GE(ddp.bucket_count(), 2u);  // 40 MB of gradients, 25 MB buckets
+    const kiln::tensor before = (model.parameters().back().detach() * 1.f).eval();
+    const kiln::tensor x = kiln::tensor::randn(dev, {2, 784}, 10 + c.rank());
+    const kiln::tensor y =
+        (kiln::tensor::rand(dev, {2}, 20 + c.rank()) * 10.f).to(kiln::scalar_type::i64);
+    opt.zero_grad();
+    const kiln::tensor loss = kiln::nn::cross_entropy(ddp(x), y);
+    loss.backward();
+    ddp.step();
+    EXPECT_TRUE(std::isfinite(loss.item<float>()));
+    EXPECT_GT(kiln::abs(model.parameters().back().detach() - before).max().item<float>(), 0.f);
+    for (const kiln::tensor& p : model.parameters()) {
+      kiln::tensor p0 = (p.detach() * 1.f).eval();
+      c.broadcast(p0, 0);
+      kiln::tensor diff = kiln::abs(p.detach() - p0).max().contiguous();
+      c.all_reduce(diff, reduce_op::max);
+      EXPECT_EQ(diff.item<float>(), 0.f) << "rank " << c.rank();
+    }
+  });
 }
 
 // data_parallel through NCCL (its own communication queue, event waits) on every CUDA device.

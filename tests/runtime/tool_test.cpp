@@ -153,6 +153,9 @@ TEST(Tool, TrainDataParallelOverTwoRanksLearnsAndKeepsTheRanksIdentical) {
   in >> model >> params >> accuracy >> percent >> loss >> ips >> secs >> diff;
   EXPECT_GT(accuracy, 90.0) << r.output;
   EXPECT_EQ(diff, 0.0) << r.output;
+  // The epoch's mean loss, summed on the device (no read per step): below ln(10) of a guess.
+  EXPECT_GT(loss, 0.0) << r.output;
+  EXPECT_LT(loss, 2.3) << r.output;
 
   r = run("", "train mlp --devices cpu,cpu --batch 63 --data " + dir);
   EXPECT_EQ(r.status, 2);

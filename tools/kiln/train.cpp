@@ -1,4 +1,5 @@
-// `kiln train`: trains the reference MLP and LeNet (kiln::nn::models) on the MNIST digits that
+// `kiln train`: trains the reference MLP and LeNet (kiln::nn::models; or the wide MLP, named
+// alone: mlp_wide, 10M parameters) on the MNIST digits that
 // scripts/fetch_mnist.sh provides (8,000 train / 2,000 test, seeded split), with a progress
 // line per epoch (loss, accuracy, images/s) and a summary; optionally saves checkpoints.
 // With --devices A,B,... it trains data-parallel (kiln::nn::data_parallel), one rank per device:
@@ -14,7 +15,7 @@
 
 #include "commands.hpp"
 #include "kiln/collective.hpp"
-#include "kiln/data/loader.hpp"
+#include "kiln/data/dataset.hpp"
 #include "kiln/data/mnist.hpp"
 #include "kiln/nn.hpp"
 #include "kiln/nn/checkpoint.hpp"
@@ -91,6 +92,20 @@ data::dataset shard(const data::dataset& d, int rank, int n) {
   return data::select(d, rows);
 }
 
+// One epoch of a dataset on the device, in permutation(size, seed) order (data_loader's
+// shuffled order for that seed): images [n, sample...] and labels [n].
+struct epoch_data {
+  tensor x, y;
+};
+epoch_data upload_epoch(const data::dataset& d, std::uint64_t seed, const device& dev,
+                        const shape_t& sample) {
+  const data::dataset e = data::select(d, data::permutation(d.size(), seed));
+  shape_t shape{e.size()};
+  shape.insert(shape.end(), sample.begin(), sample.end());
+  return {tensor::from(dev, std::span<const float>(e.images), shape),
+          tensor::from(dev, std::span<const std::int64_t>(e.labels), shape_t{e.size()})};
+}
+
 // Trains one model on dev; with comm, as one rank of a data-parallel group (only rank 0
 // prints and evaluates).
 result train_one(const std::string& name, const train_options& o, const device& dev,
@@ -100,15 +115,14 @@ result train_one(const std::string& name, const train_options& o, const device& 
   const bool lead = !comm || comm->rank() == 0;
   nn::manual_seed(o.seed);
   nn::sequential model =
-      name == "mlp" ? nn::models::mlp(dev) : nn::models::lenet(dev, o.batch_norm);
-  const shape_t sample = name == "mlp" ? shape_t{784} : shape_t{1, 28, 28};
+      name == "lenet" ? nn::models::lenet(dev, o.batch_norm) : nn::models::by_name(name, dev);
+  const shape_t sample = nn::models::sample_shape(name);
   optim::optimizer opt = optim::adam(model.parameters(), {.lr = o.lr});
   std::unique_ptr<nn::data_parallel> ddp;
   if (comm) ddp = std::make_unique<nn::data_parallel>(model, opt, *comm);
-  const data::dataset mine = comm ? shard(train, comm->rank(), ranks) : data::dataset{};
-  data::data_loader loader(
-      comm ? mine : train, dev,
-      {.batch_size = o.batch / ranks, .shuffle = true, .seed = o.seed + 1, .sample_shape = sample});
+  const data::dataset mine = comm ? shard(train, comm->rank(), ranks) : train;
+  const std::int64_t batch = o.batch / ranks, n = mine.size();
+  const std::int64_t batches = (n + batch - 1) / batch;
   const bool tty = lead && isatty(fileno(stdout));
   result r{name, 0, 0, 0, 0, model.parameter_count()};
   if (lead && comm)
@@ -123,22 +137,32 @@ result train_one(const std::string& name, const train_options& o, const device& 
   for (int e = 0; e < o.epochs; ++e) {
     model.train();
     const auto t0 = clock_type::now();
-    double loss_sum = 0;
+    // The epoch's digits go to the device at once, in data_loader's shuffled order: a step then
+    // neither uploads (tensor::from waits for the device's queue) nor reads the loss (it sums
+    // on the device), so the host runs ahead and a rank never waits for the other's step.
+    const epoch_data ed = upload_epoch(mine, o.seed + 1 + std::uint64_t(e), dev, sample);
+    tensor loss_sum = tensor::zeros(dev, {});
     std::int64_t steps = 0, seen = 0;
-    for (data::batch& b : loader.epoch(e)) {
+    for (std::int64_t k = 0; k < batches; ++k) {
+      const std::int64_t lo = k * batch, hi = std::min(n, lo + batch);
+      const tensor x = ed.x.slice(0, lo, hi), y = ed.y.slice(0, lo, hi);
       opt.zero_grad();
-      const tensor loss = nn::cross_entropy(ddp ? (*ddp)(b.x) : model(b.x), b.y);
+      const tensor loss = nn::cross_entropy(ddp ? (*ddp)(x) : model(x), y);
       loss.backward();
       if (ddp)
         ddp->step();
       else
         opt.step();
-      const double l = loss.item<float>();
-      loss_sum += l;
+      {
+        no_grad off;
+        loss_sum = (loss_sum + loss.detach()).eval();
+      }
       ++steps;
-      seen += b.y.numel();
-      progress(name, e + 1, o.epochs, steps, loader.batches_per_epoch(), loss_sum / double(steps),
-               double(seen) / since(t0), tty);
+      seen += hi - lo;
+      // A terminal's progress bar reads the loss, a few times an epoch only.
+      if (tty && (steps % 32 == 0 || steps == batches))
+        progress(name, e + 1, o.epochs, steps, batches,
+                 double(loss_sum.item<float>()) / double(steps), double(seen) / since(t0), tty);
     }
     dev.synchronize();
     const double secs = since(t0);
@@ -147,7 +171,7 @@ result train_one(const std::string& name, const train_options& o, const device& 
     if (!lead) continue;
     model.eval();
     const double acc = accuracy(model, test, dev, sample);
-    r.final_loss = steps ? loss_sum / double(steps) : 0;
+    r.final_loss = steps ? double(loss_sum.item<float>()) / double(steps) : 0;
     r.test_accuracy = acc;
     if (tty) std::printf("\r%*s\r", 100, "");
     std::printf("%-5s epoch %2d/%d  loss %.4f  test accuracy %6.2f%%  %8.0f img/s  %.2f s\n",
@@ -181,6 +205,12 @@ void print_summary(const std::string& where, const train_options& o,
   }
 }
 
+// "both": the MLP and LeNet; else the one model named.
+std::vector<std::string> models_of(const train_options& o) {
+  if (o.model == "both") return {"mlp", "lenet"};
+  return {o.model};
+}
+
 // --devices: one rank per device, in this process (one thread per rank).
 int train_data_parallel(const train_options& o, const std::string& dir) {
   std::vector<device> devs;
@@ -204,8 +234,7 @@ int train_data_parallel(const train_options& o, const std::string& dir) {
   std::printf("MNIST: %lld train / %lld test digits from %s; data parallel on %s\n",
               (long long)train_set.size(), (long long)test_set.size(), dir.c_str(), where.c_str());
   std::vector<result> results;
-  for (const std::string m : {"mlp", "lenet"}) {
-    if (o.model != "both" && o.model != m) continue;
+  for (const std::string& m : models_of(o)) {
     auto comms = collective::communicator::create(devs);
     std::vector<result> per_rank(std::size_t(n), result{});
     collective::run_per_rank(comms, [&](collective::communicator& c) {
@@ -243,9 +272,8 @@ int train(const train_options& o) {
               (long long)train_set.size(), (long long)test_set.size(), dir.c_str(),
               dev.id().c_str(), dev.info().name.c_str());
   std::vector<result> results;
-  for (const std::string m : {"mlp", "lenet"})
-    if (o.model == "both" || o.model == m)
-      results.push_back(train_one(m, o, dev, train_set, test_set));
+  for (const std::string& m : models_of(o))
+    results.push_back(train_one(m, o, dev, train_set, test_set));
   print_summary(dev.id(), o, results, false);
   return 0;
 }

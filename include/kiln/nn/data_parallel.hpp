@@ -14,11 +14,11 @@
 //   }
 //
 // The optimizer's flat gradient buffers (kiln/optim.hpp) are cut into buckets of about
-// bucket_bytes, in reverse parameter order (the order backward produces them). A bucket's
-// all-reduce (avg) is launched as soon as backward has accumulated all its gradients (an
-// autograd post-accumulate hook), in bucket order on every rank; on GPUs it runs on a queue of
-// its own, overlapping the rest of backward. step() launches the buckets not started (a
-// parameter without a gradient), makes the device's default queue wait for them, and steps.
+// bucket_bytes (the first one first_bucket_bytes), in reverse parameter order (the order backward
+// produces them). A bucket's all-reduce (avg) is launched as soon as backward has accumulated all
+// its gradients (an autograd post-accumulate hook), in bucket order on every rank; on GPUs it runs
+// on a queue of its own, overlapping the rest of backward. step() launches the buckets not started
+// (a parameter without a gradient), makes the device's default queue wait for them, and steps.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +32,11 @@ namespace kiln::nn {
 
 struct data_parallel_options {
   std::uint64_t bucket_bytes = 25ull << 20;  // PyTorch's default bucket_cap_mb
-  bool broadcast_parameters = true;          // rank 0's parameters and buffers at construction
-  bool overlap = true;                       // launch buckets from backward; else all in step()
+  // The first bucket (the last layers' gradients, the first backward produces) is cut smaller,
+  // so communication starts early in backward (PyTorch's first bucket: 1 MB).
+  std::uint64_t first_bucket_bytes = 1ull << 20;
+  bool broadcast_parameters = true;  // rank 0's parameters and buffers at construction
+  bool overlap = true;               // launch buckets from backward; else all in step()
 };
 
 class data_parallel {
