@@ -136,8 +136,11 @@ if [ "${1:-}" != --no-sanitizers ]; then
   # -O1 with line tables only (-g1): what the sanitizers need for their reports (file:line in
   # every frame), at a fraction of -O2 -g's compile time. Debug paths relative to the clone, so
   # that ccache's objects are the same from any clone path.
+  # The kernels the plain suite compiled are the sanitizer suites' kernels too (tests/CMakeLists.txt
+  # says why): one kernel cache for the three trees.
   sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_EXAMPLES=OFF
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -fdebug-prefix-map=$PWD=.")
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -fdebug-prefix-map=$PWD=."
+    "-DKILN_TEST_CACHE_DIR=$PWD/build/test-cache")
   stage "ASan+UBSan build"
   configure build-asan "${sanitizer_flags[@]}" -DKILN_SANITIZE=address,undefined
   mapfile -t targets < <(test_targets build-asan .)
