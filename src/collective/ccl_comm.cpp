@@ -1,7 +1,11 @@
 // NCCL (or another vendor library) through a backend's "ccl" extension table: the plugin owns
 // the library and its communicators; calls are queued on the kiln queue's stream.
 #include <algorithm>
+#include <condition_variable>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <string>
 #include <vector>
 
 #include "ccl_abi.h"
@@ -40,9 +44,61 @@ kiln_ccl_op to_abi(reduce_op op) {
   return KILN_CCL_SUM;
 }
 
+// The ranks of one process (make_ccl_group) meet before and after every launch. An NCCL
+// kernel spins until every rank's matching kernel runs; meanwhile a driver call that loads
+// code (CUDA's lazy loading: cuDNN and cuBLAS kernels on their first use, a module load) may
+// wait for the device to go idle, under a driver lock that the other ranks' threads need to
+// launch their half: one process, two ranks, no progress (issue 23: LeNet through cuDNN on two
+// GPUs). Meeting first, no rank queues a collective while another still runs the work before
+// it; meeting after, no rank goes on (to code that may load kernels) before every rank has
+// queued it, so a queued collective never waits for a host thread.
+struct launch_gate {
+  explicit launch_gate(int n) : size(n) {}
+  const int size;
+  std::mutex mu;
+  std::condition_variable cv;
+  int arrived = 0;
+  std::uint64_t generation = 0;
+  std::string posted;     // this round: the first rank's failure, if any
+  std::string failed;     // the last finished round's
+  std::string abandoned;  // a rank left the group: every wait throws it
+
+  // Waits for every rank; returns why a rank could not go on this round (empty: all can).
+  // `mine`: this rank's own failure, told to the others.
+  std::string meet(const std::string& who, const std::string& mine = {}) {
+    std::unique_lock lock(mu);
+    if (!abandoned.empty()) throw collective_error(who + abandoned);
+    if (!mine.empty() && posted.empty()) posted = mine;
+    const std::uint64_t gen = generation;
+    if (++arrived == size) {
+      arrived = 0;
+      ++generation;
+      failed = std::move(posted);
+      posted.clear();
+      cv.notify_all();
+    } else {
+      cv.wait(lock, [&] { return generation != gen || !abandoned.empty(); });
+      if (generation == gen) throw collective_error(who + abandoned);
+    }
+    return failed;  // valid until the next round ends, which needs this rank
+  }
+  void abandon(const std::string& why) {
+    std::lock_guard lock(mu);
+    if (abandoned.empty()) abandoned = why;
+    cv.notify_all();
+  }
+  void rejoin() {
+    std::lock_guard lock(mu);
+    abandoned.clear();
+    posted.clear();
+    arrived = 0;
+  }
+};
+
 struct ccl_rank final : comm_impl {
   const kiln_ccl_v1* ccl = nullptr;
   kiln_ccl_comm_h comm = nullptr;
+  std::shared_ptr<launch_gate> gate;  // the ranks of this process (make_ccl_group), else null
 
   ~ccl_rank() override {
     if (comm) ccl->comm_destroy(comm);
@@ -63,10 +119,48 @@ struct ccl_rank final : comm_impl {
   }
 
   void run(const call& c) override {
+    if (!gate) {
+      checks(c);
+      return launch(c);
+    }
+    const std::string w = where(*this, c.name);
+    try {
+      checks(c);
+    } catch (const std::exception& e) {
+      gate->meet(w, e.what());  // the others throw instead of waiting
+      throw;
+    }
+    if (const std::string why = gate->meet(w); !why.empty())
+      throw collective_error(w + "another rank could not make the call: " + why);
+    try {
+      launch(c);
+    } catch (const std::exception& e) {
+      gate->meet(w, e.what());
+      throw;
+    }
+    if (const std::string why = gate->meet(w); !why.empty())
+      throw collective_error(w + "another rank could not queue the call: " + why);
+  }
+
+  // A rank failing its own checks before run() (communicator.cpp) meets the others once.
+  void fail(const char* name, const std::string& why) override {
+    if (gate) gate->meet(where(*this, name), why);
+  }
+  void abandon(const std::string& why) override {
+    if (gate) gate->abandon(why);
+  }
+  void rejoin() override {
+    if (gate) gate->rejoin();
+  }
+
+  void checks(const call& c) const {
     dev.impl()->check_alive(c.q->gen, c.name);
     // Buffers from before a device reset would reach NCCL as dangling pointers.
     if (c.send) dev.impl()->check_alive(c.send->gen, c.name);
     if (c.recv) dev.impl()->check_alive(c.recv->gen, c.name);
+  }
+
+  void launch(const call& c) {
     if (c.count == 0) return;
     kiln_mem_ref s{c.send ? c.send->handle : nullptr, c.send_off};
     kiln_mem_ref r{c.recv ? c.recv->handle : nullptr, c.recv_off};
@@ -127,8 +221,13 @@ std::vector<std::shared_ptr<comm_impl>> make_ccl_group(const std::vector<device>
       ccl->comm_init_all(handles.data(), static_cast<int>(handles.size()), comms.data());
   if (st != KILN_OK) init_failed(devices.front(), "ncclCommInitAll");
   std::vector<std::shared_ptr<comm_impl>> out;
+  // KILN_CCL_GATE=0 leaves the ranks unsynchronised (to show the hang the gate prevents).
+  const char* gate_env = std::getenv("KILN_CCL_GATE");
+  const bool gated = devices.size() > 1 && !(gate_env && std::strcmp(gate_env, "0") == 0);
+  auto gate = gated ? std::make_shared<launch_gate>(static_cast<int>(devices.size())) : nullptr;
   for (std::size_t i = 0; i < devices.size(); ++i) {
     auto r = std::make_shared<ccl_rank>();
+    r->gate = gate;
     r->rank = static_cast<int>(i);
     r->size = static_cast<int>(devices.size());
     r->dev = devices[i];

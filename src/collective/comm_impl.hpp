@@ -37,9 +37,10 @@ struct comm_impl {
   virtual bool reduces(scalar_type t) const = 0;
   virtual void run(const call& c) = 0;
   // This rank's call failed its own checks (`why`) before reaching the transport. Host and MPI
-  // groups take part in the call's rendezvous anyway, so the other ranks throw
-  // kiln::collective_error instead of waiting forever; NCCL cannot (its ranks would hang, as
-  // with NCCL itself). The caller then throws its own error.
+  // groups, and NCCL ranks of one process (they meet around every launch), take part in the
+  // call's rendezvous anyway, so the other ranks throw kiln::collective_error instead of
+  // waiting forever; NCCL ranks in other processes cannot (they would hang, as with NCCL
+  // itself). The caller then throws its own error.
   virtual void fail(const char* /*name*/, const std::string& /*why*/) {}
   // A rank's thread ended (run_per_rank): host groups wake the ranks still waiting for it, or
   // calling later, with kiln::collective_error.
