@@ -163,4 +163,9 @@ if [ "${1:-}" != --no-sanitizers ]; then
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "$tsan_tests" -E "_NOT_BUILT$"
 fi
 stage ""
-printf '%s\n' "== stage times:" "${times[@]}"
+printf '%s\n' "== stage times:" "${times[@]}" "$(printf '%-28s %5d s' total "$SECONDS")"
+# CI's budget is 30 minutes on 2 cores: say so when a run goes over it, so that the suite's
+# growth is noticed before it reaches CI's limit (docs/testing.md, "CI time").
+if [ "${1:-}" != --no-sanitizers ] && ((SECONDS > 1800)); then
+  echo "== over the 30-minute budget of the whole run (docs/testing.md, \"CI time\")" >&2
+fi
