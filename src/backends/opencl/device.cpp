@@ -1,4 +1,6 @@
 // Loading the ICD loader, enumerating every platform's devices, and per-device contexts.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -51,8 +53,7 @@ void copy_text(char* dst, size_t size, const std::string& s) {
 bool has_extension(const std::string& list, const char* ext) {
   const size_t n = std::strlen(ext);
   for (size_t p = list.find(ext); p != std::string::npos; p = list.find(ext, p + 1))
-    if ((p == 0 || list[p - 1] == ' ') && (p + n == list.size() || list[p + n] == ' '))
-      return true;
+    if ((p == 0 || list[p - 1] == ' ') && (p + n == list.size() || list[p + n] == ' ')) return true;
   return false;
 }
 
@@ -63,20 +64,19 @@ void query_info(kiln_device_s& d) {
   const std::string ext = device_string(id, CL_DEVICE_EXTENSIONS);
   copy_text(info.name, sizeof info.name, device_string(id, CL_DEVICE_NAME));
   copy_text(info.vendor, sizeof info.vendor, device_string(id, CL_DEVICE_VENDOR));
-  copy_text(info.driver_version, sizeof info.driver_version,
-            device_string(id, CL_DRIVER_VERSION));
+  copy_text(info.driver_version, sizeof info.driver_version, device_string(id, CL_DRIVER_VERSION));
   d.nvidia = d.platform_name.find("NVIDIA") != std::string::npos;
   if (d.nvidia && has_extension(ext, "cl_nv_device_attribute_query")) {
     info.compute_major = device_value<cl_uint>(id, kComputeCapabilityMajorNV);
     info.compute_minor = device_value<cl_uint>(id, kComputeCapabilityMinorNV);
-    std::snprintf(info.arch, sizeof info.arch, "sm_%u%u", info.compute_major,
-                  info.compute_minor);
+    std::snprintf(info.arch, sizeof info.arch, "sm_%u%u", info.compute_major, info.compute_minor);
     info.simd_width = device_value<cl_uint>(id, kWarpSizeNV, 32);
   } else {
     // The device name is the most specific architecture string OpenCL offers (PoCL:
     // "cpu-skylake-avx512-..."); the cache key adds platform, vendor and driver version.
     copy_text(info.arch, sizeof info.arch, device_string(id, CL_DEVICE_NAME));
-    info.simd_width = std::max<cl_uint>(1, device_value<cl_uint>(id, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT));
+    info.simd_width =
+        std::max<cl_uint>(1, device_value<cl_uint>(id, CL_DEVICE_NATIVE_VECTOR_WIDTH_FLOAT));
   }
   const cl_device_type type = device_value<cl_device_type>(id, CL_DEVICE_TYPE);
   info.type = (type & CL_DEVICE_TYPE_GPU)           ? KILN_DEVICE_GPU
@@ -90,7 +90,8 @@ void query_info(kiln_device_s& d) {
       static_cast<uint32_t>(device_value<size_t>(id, CL_DEVICE_MAX_WORK_GROUP_SIZE));
   size_t items[3] = {1, 1, 1};
   const cl_uint dims = device_value<cl_uint>(id, CL_DEVICE_MAX_WORK_ITEM_DIMENSIONS);
-  if (dims >= 3) g_cl.clGetDeviceInfo(id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, nullptr);
+  if (dims >= 3)
+    g_cl.clGetDeviceInfo(id, CL_DEVICE_MAX_WORK_ITEM_SIZES, sizeof items, items, nullptr);
   for (int k = 0; k < 3; ++k) {
     info.max_work_item_sizes[k] =
         static_cast<uint32_t>(std::min<size_t>(items[k], info.max_work_group_size));
@@ -189,10 +190,16 @@ void close_device(kiln_device_s* d) {
 }  // namespace
 
 // Kiln's registry (and with it the default queues) lives until the process ends, so work may
-// still be queued at exit. PoCL then builds its fill kernel on a worker thread while the
-// process's LLVM is being destroyed, and aborts ("Failed to create kernel compiler pass").
-// Registered after the driver is loaded, this runs before the driver's own exit handlers and
-// lets every queue finish.
+// still be queued when main() returns. PoCL compiles a kernel's work-group function with LLVM
+// on its worker thread when the command runs, so every queue must be finished before exit()
+// destroys anything LLVM or PoCL use. An atexit handler alone is too late: exit() runs the
+// handlers and static destructors in reverse order of registration, and LLVM registers
+// function-local statics at its first code generation, after init() registered this one;
+// those ran first while a worker still compiled the last launch (SIGSEGV in
+// SelectionDAG::LegalizeTypes after "[  PASSED  ]", issue 23). The main thread's
+// thread_local destructors run before every static destructor and atexit handler
+// ([basic.start.term]), so exit_guard (armed by each thread that enqueues) finishes the
+// queues there; the atexit handler stays for exit() called from another thread.
 void finish_queues_at_exit() {
   State& s = state();
   std::lock_guard<std::mutex> lock(s.mu);
@@ -201,6 +208,21 @@ void finish_queues_at_exit() {
   for (auto& d : s.devices)
     if (d->internal) g_cl.clFinish(d->internal);
 }
+
+namespace {
+
+struct exit_guard {
+  bool armed = false;
+  // Another thread ending is no exit: only the main thread's end finishes every queue.
+  ~exit_guard() {
+    if (armed && gettid() == getpid()) finish_queues_at_exit();
+  }
+};
+thread_local exit_guard t_exit_guard;
+
+}  // namespace
+
+void arm_exit_guard() noexcept { t_exit_guard.armed = true; }
 
 kiln_status init() {
   State& s = state();
@@ -216,6 +238,7 @@ kiln_status init() {
   } else {
     enumerate(s, &s.availability);
     if (!s.at_exit_registered) s.at_exit_registered = std::atexit(finish_queues_at_exit) == 0;
+    arm_exit_guard();
     // Loaded without devices is still "loaded": `kiln info` then shows the reason.
     s.init_status = KILN_OK;
   }

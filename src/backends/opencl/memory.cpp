@@ -52,7 +52,8 @@ kiln_status fill_kernel(kiln_device_s* d, uint32_t pattern_size, cl_kernel* out)
     for (int i = 0; i < 4; ++i) {
       d->fill_kernels[i] = g_cl.clCreateKernel(p, names[i], &e);
       if (e != CL_SUCCESS) {
-        for (int j = 0; j < i; ++j) g_cl.clReleaseKernel(d->fill_kernels[j]), d->fill_kernels[j] = nullptr;
+        for (int j = 0; j < i; ++j)
+          g_cl.clReleaseKernel(d->fill_kernels[j]), d->fill_kernels[j] = nullptr;
         g_cl.clReleaseProgram(p);
         return cl_fail(e, "clCreateKernel(fill)");
       }
@@ -163,6 +164,7 @@ kiln_status fill(kiln_queue_h queue, kiln_mem_ref dst, const void* pattern, uint
     return set_error(KILN_ERR_INVALID_ARGUMENT, "fill: pattern of %u bytes (1, 2, 4 or 8)",
                      pattern_size);
   if (count == 0) return KILN_OK;
+  arm_exit_guard();
   if (dst.offset % pattern_size != 0)
     return set_error(KILN_ERR_INVALID_ARGUMENT,
                      "fill: offset %llu is not a multiple of the %u-byte pattern (OpenCL)",

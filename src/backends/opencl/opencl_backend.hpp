@@ -79,6 +79,9 @@ State& state();
 
 kiln_status init();
 void shutdown();
+// Makes this thread's end finish every queue when it is the main thread's, i.e. exit()
+// (device.cpp): called by each thread that enqueues work.
+void arm_exit_guard() noexcept;
 const char* availability() noexcept;
 kiln_status compiler_id(char* out, size_t out_size);
 int device_count();

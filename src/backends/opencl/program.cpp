@@ -317,6 +317,7 @@ kiln_status launch(kiln_kernel_h kernel, kiln_queue_h queue, const kiln_launch_d
         "(CL_KERNEL_WORK_GROUP_SIZE)",
         threads, kernel->max_threads);
 
+  arm_exit_guard();
   std::lock_guard<std::mutex> lock(kernel->mu);
   cl_uint at = 0;
   for (uint32_t i = 0; i < num_args; ++i) {

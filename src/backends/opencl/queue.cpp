@@ -18,6 +18,7 @@ kiln_status queue_create(kiln_device_h dev, kiln_queue_h* out) {
   cl_command_queue q = g_cl.clCreateCommandQueue(dev->ctx, dev->id, CL_QUEUE_PROFILING_ENABLE, &e);
   if (e != CL_SUCCESS) return cl_fail(e, "clCreateCommandQueue");
   auto* queue = new kiln_queue_s{dev, q};
+  arm_exit_guard();
   {
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
