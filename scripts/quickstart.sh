@@ -92,6 +92,16 @@ test_targets() {  # test_targets <dir> <regex>
       for (i = 4; i <= NF; ++i) if (index($i, bin) == 1) print substr($i, length(bin) + 1) }' |
     sort -u | grep -Fx -f <(printf '%s\n' "$defined") || true
 }
+# ctest starts the longest tests first when it knows their times. A fresh sanitizer tree takes
+# the plain suite's (the same test names), so that a long test does not start last and run
+# alone on one core at the end.
+seed_test_times() {  # seed_test_times <dir>
+  local from=build/Testing/Temporary/CTestCostData.txt to=$1/Testing/Temporary/CTestCostData.txt
+  if [ -f "$from" ] && [ ! -f "$to" ]; then
+    mkdir -p "${to%/*}"
+    cp "$from" "$to"
+  fi
+}
 # Each stage's time, printed as it ends and again at the end (docs/testing.md, "CI time").
 times=()
 stage_name=
@@ -147,6 +157,7 @@ if [ "${1:-}" != --no-sanitizers ]; then
   ((${#targets[@]})) || { echo "$0: no test binaries for the ASan tree" >&2; exit 1; }
   build build-asan "${targets[@]}"
   stage "ASan+UBSan tests"
+  seed_test_times build-asan
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
     scripts/ctest_sanitized.sh --test-dir build-asan --output-on-failure -j "$jobs"
@@ -158,6 +169,7 @@ if [ "${1:-}" != --no-sanitizers ]; then
   ((${#targets[@]})) || { echo "$0: no test binaries hold tests matching $tsan_tests" >&2; exit 1; }
   build build-tsan "${targets[@]}"
   stage "TSan tests"
+  seed_test_times build-tsan
   # -E: the binaries not built here register "<binary>_NOT_BUILT" placeholders.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "$tsan_tests" -E "_NOT_BUILT$"
