@@ -92,15 +92,23 @@ test_targets() {  # test_targets <dir> <regex>
       for (i = 4; i <= NF; ++i) if (index($i, bin) == 1) print substr($i, length(bin) + 1) }' |
     sort -u | grep -Fx -f <(printf '%s\n' "$defined") || true
 }
-# ctest starts the longest tests first when it knows their times. A fresh sanitizer tree takes
-# the plain suite's (the same test names), so that a long test does not start last and run
-# alone on one core at the end.
+# ctest starts the longest tests first when it knows their times (Testing/Temporary/
+# CTestCostData.txt, test names and times). A fresh tree takes those of the last run on this
+# machine, kept beside ccache's cache outside the clone, else the plain suite's (the same test
+# names), so that a long test does not start last and run alone on one core at the end.
+times_dir=${XDG_CACHE_HOME:-$HOME/.cache}/kiln/ctest-times
 seed_test_times() {  # seed_test_times <dir>
-  local from=build/Testing/Temporary/CTestCostData.txt to=$1/Testing/Temporary/CTestCostData.txt
-  if [ -f "$from" ] && [ ! -f "$to" ]; then
-    mkdir -p "${to%/*}"
-    cp "$from" "$to"
-  fi
+  local to=$1/Testing/Temporary/CTestCostData.txt from
+  for from in "$times_dir/$1.txt" build/Testing/Temporary/CTestCostData.txt; do
+    if [ -f "$from" ] && [ ! -f "$to" ]; then
+      mkdir -p "${to%/*}"
+      cp "$from" "$to"
+    fi
+  done
+}
+keep_test_times() {  # keep_test_times <dir>
+  local from=$1/Testing/Temporary/CTestCostData.txt
+  if [ -f "$from" ]; then mkdir -p "$times_dir" && cp "$from" "$times_dir/$1.txt" || true; fi
 }
 # Each stage's time, printed as it ends and again at the end (docs/testing.md, "CI time").
 times=()
@@ -136,7 +144,9 @@ stage "plain build"
 configure build -DKILN_BUILD_TESTS=ON
 build build
 stage "plain tests"
+seed_test_times build
 ctest --test-dir build --output-on-failure -j "$jobs"
+keep_test_times build
 
 if [ "${1:-}" != --no-sanitizers ]; then
   # The sanitizer builds leave OpenCL out (the plugin still loads and reports no loader): PoCL
@@ -161,6 +171,7 @@ if [ "${1:-}" != --no-sanitizers ]; then
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
     LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp \
     scripts/ctest_sanitized.sh --test-dir build-asan --output-on-failure -j "$jobs"
+  keep_test_times build-asan
   # The concurrent code only: queues, caches, memory, kernels, rings, the stress tests.
   tsan_tests="Queue|Cache|Concurrent|Memory|Kernel|Ring|Stress"
   stage "TSan build"
@@ -173,6 +184,7 @@ if [ "${1:-}" != --no-sanitizers ]; then
   # -E: the binaries not built here register "<binary>_NOT_BUILT" placeholders.
   TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
     ctest --test-dir build-tsan --output-on-failure -j "$jobs" -R "$tsan_tests" -E "_NOT_BUILT$"
+  keep_test_times build-tsan
 fi
 stage ""
 printf '%s\n' "== stage times:" "${times[@]}" "$(printf '%-28s %5d s' total "$SECONDS")"
