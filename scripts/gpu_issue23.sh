@@ -1,0 +1,86 @@
+#!/bin/bash
+# On the 2-GPU machine (device tool, kind nvidia-h100-x2), from the repository root, with the build
+# folder carried along and the MNIST digits in data/mnist:
+#   bash scripts/gpu_issue23.sh <build-folder> <step...>
+# Steps (issue 23; logs in $OUT, one summary line each):
+#   stress    the mixed-work stress test on cuda:0, whole and with subsets of its operations
+#   ordering  the randomised queue-ordering test on every device, for $ORDERING_SECONDS each
+#   hang      kiln train lenet on both GPUs; thread backtraces if it is still running at 45 s
+#   suite     ctest -j 4 over the whole suite (both GPUs), twice
+#   train     one GPU against two, lenet and mlp_wide, plus bench_collective's train rows
+build=${1:-build}
+shift
+OUT=${OUT:-/tmp/kiln-issue23}
+mkdir -p "$OUT"
+. scripts/gpu_env.sh "$build" >/dev/null
+nccl=$(python3 -c 'import site,glob; print(next(iter(sorted(sum([glob.glob(s+"/nvidia/nccl/lib/libnccl.so*") for s in site.getsitepackages()],[]))),""))' 2>/dev/null)
+[ -n "$nccl" ] && export KILN_NCCL_LIBRARY=$nccl
+export LD_LIBRARY_PATH=$PWD/$build/lib:$LD_LIBRARY_PATH
+B=$build/bin
+t0=$(date +%s)
+note() { echo "$* at $(($(date +%s) - t0))s" | tee -a "$OUT/summary.txt"; }
+step() {  # step <name> <limit-seconds> <command...>
+  local name=$1 limit=$2
+  shift 2
+  timeout -k 5 "$limit" "$@" > "$OUT/$name.log" 2>&1
+  note "$name rc=$?"
+}
+
+for s in "$@"; do
+  case $s in
+    stress)
+      for ops in all 4 34 04 14 24 45 0123; do
+        o=$ops; [ "$ops" = all ] && o=
+        KILN_STRESS_OPS=$o step "stress_$ops" 120 $B/stress_test \
+          --gtest_filter='stress/MixedWorkStressTest.*cuda_0'
+        grep -E "differs|expected|wrong|grew|exception" "$OUT/stress_$ops.log" | sort | uniq -c |
+          head -5 | tee -a "$OUT/summary.txt"
+      done
+      ;;
+    ordering)
+      KILN_ORDERING_SECONDS=${ORDERING_SECONDS:-20} KILN_ORDERING_MAX_N=1048576 \
+        KILN_ORDERING_THREADS=16 step ordering 300 $B/stress_test \
+        --gtest_filter='stress/QueueOrderingTest.*'
+      grep -E "OK \]|FAILED \]|thread [0-9]+|Which is" "$OUT/ordering.log" | head -20 |
+        tee -a "$OUT/summary.txt"
+      ;;
+    hang)
+      timeout -k 5 90 $B/kiln train lenet --devices cuda:0,cuda:1 --epochs 1 --data data/mnist \
+        > "$OUT/hang.log" 2>&1 &
+      pid=$!
+      for _ in $(seq 45); do kill -0 $pid 2>/dev/null || break; sleep 1; done
+      if kill -0 $pid 2>/dev/null; then
+        kpid=$(pgrep -P $pid -f "kiln train" || echo $pid)
+        note "hang: still running at 45 s"
+        if command -v gdb >/dev/null; then
+          gdb -p "$kpid" -batch -ex "thread apply all bt 25" > "$OUT/hang_bt.log" 2>&1
+        else
+          for t in /proc/$kpid/task/*; do echo "$t $(cat $t/comm) $(cat $t/wchan)"; done \
+            > "$OUT/hang_bt.log"
+        fi
+        kill $pid
+      fi
+      wait $pid
+      note "hang rc=$?"
+      tail -4 "$OUT/hang.log" | tee -a "$OUT/summary.txt"
+      ;;
+    suite)
+      for round in 1 2; do
+        step "suite_$round" 280 ctest --test-dir "$build" -j 4 --timeout 200
+        grep -E "tests passed|\(Failed\)|\(Timeout\)|\(SEGFAULT\)|Exception" "$OUT/suite_$round.log" |
+          head -20 | tee -a "$OUT/summary.txt"
+      done
+      ;;
+    train)
+      step train_bench 200 $B/bench_collective --only train --steps 30
+      grep -E "^\||speed-up|plain" "$OUT/train_bench.log" | tee -a "$OUT/summary.txt"
+      for m in lenet; do
+        step "train_${m}_one" 60 $B/kiln train $m --device cuda:0 --epochs 3 --data data/mnist
+        step "train_${m}_two" 60 $B/kiln train $m --devices cuda:0,cuda:1 --epochs 3 --data data/mnist
+        tail -2 "$OUT/train_${m}_one.log" "$OUT/train_${m}_two.log" | tee -a "$OUT/summary.txt"
+      done
+      ;;
+    *) echo "unknown step $s" >&2 ;;
+  esac
+done
+cat "$OUT/summary.txt"
