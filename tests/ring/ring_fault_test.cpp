@@ -41,9 +41,12 @@ KILN_FUNC void hang_on_5(const ping* in, pong* out, kiln_ring_ctx* ctx) {
 )";
 
 // Runs one fault case; returns "" when the ring reported it as expected, else what went wrong.
+// The hang case needs a short handler timeout (its verdict); the trap case a long one: on a
+// GPU other processes share, the ring can wait its turn on the card for longer than 300 ms,
+// and the hang verdict then came first and hid the trap.
 std::string run_fault_case(const kiln::device& dev, const std::string& which) {
   kiln::ring_options o;
-  o.handler_timeout = std::chrono::milliseconds(300);
+  o.handler_timeout = std::chrono::milliseconds(which == "trap" ? 15000 : 300);
   o.with_state(std::uint64_t(dev.backend() == "cuda" ? ~0ull : 3000000000ull));
   kiln::ring<ping, pong> r(dev, fault_src, which == "trap" ? "trap_on_5" : "hang_on_5", o);
   r.activate();
