@@ -69,6 +69,11 @@ TEST(ProcessExitChild, UseEveryBackendAndReturnWithWorkQueued) {
 
 TEST(ProcessExit, ManyShortProcessesUnderLoad) {
   if (std::getenv(child_env)) GTEST_SKIP() << "in a child";
+#if defined(__SANITIZE_ADDRESS__)
+  // LeakSanitizer's own tracer sometimes crashes at exit (google/sanitizers#1353), and
+  // sanitizer builds run without the OpenCL driver: the plain build tests the exit.
+  GTEST_SKIP() << "exit is tested in the plain build";
+#endif
   int children = 4;
   if (const char* v = std::getenv("KILN_EXIT_TEST_CHILDREN"); v && std::atoi(v) > 0)
     children = std::atoi(v);
