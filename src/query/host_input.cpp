@@ -1,9 +1,16 @@
 #include "query/host_input.hpp"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <system_error>
+#include <thread>
 
 #include "query/host_staging.hpp"
 #include "runtime/disk_cache.hpp"
@@ -120,6 +127,38 @@ bool parse_line(const std::string& line, std::string& key, std::string& name,
   return true;
 }
 
+// An exclusive flock on `path` (created if missing) for the object's lifetime: it orders
+// writers in this process and in others; the lock ends with the descriptor, also on a crash.
+class file_lock {
+ public:
+  explicit file_lock(const std::string& path)
+      : fd_(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0)
+      throw std::filesystem::filesystem_error("kiln: cannot open the placement store's lock", path,
+                                              std::error_code(errno, std::generic_category()));
+    while (::flock(fd_, LOCK_EX) != 0)
+      if (errno != EINTR) {
+        const int e = errno;
+        ::close(fd_);
+        throw std::filesystem::filesystem_error("kiln: cannot lock the placement store", path,
+                                                std::error_code(e, std::generic_category()));
+      }
+  }
+  ~file_lock() { ::close(fd_); }
+  file_lock(const file_lock&) = delete;
+  file_lock& operator=(const file_lock&) = delete;
+
+ private:
+  int fd_;
+};
+
+// "<file>.<pid>.<thread>.tmp": no two live writers share it.
+std::string unique_temp_name(const std::filesystem::path& file) {
+  std::ostringstream s;
+  s << file.string() << '.' << ::getpid() << '.' << std::this_thread::get_id() << ".tmp";
+  return s.str();
+}
+
 }  // namespace
 
 std::optional<std::uint64_t> stored_placement(const device& dev, const std::string& name) {
@@ -142,6 +181,9 @@ std::string store_placement(const device& dev, const std::string& name, std::uin
     throw invalid_argument("kiln: a placement name may not hold white space: '" + name + "'");
   std::filesystem::create_directories(file.parent_path());
   const std::string want = placement_key(dev);
+  // Read, edit and replace under the lock: concurrent writers (threads, `kiln calibrate` runs,
+  // test processes sharing a cache directory) would otherwise drop each other's lines.
+  const file_lock lock(file.string() + ".lock");
   std::string kept, line, key, n;
   std::uint64_t v = 0;
   {
@@ -149,8 +191,19 @@ std::string store_placement(const device& dev, const std::string& name, std::uin
     while (std::getline(in, line))
       if (!(parse_line(line, key, n, v) && key == want && n == name)) kept += line + "\n";
   }
-  const auto tmp = file.string() + ".tmp";
-  std::ofstream(tmp) << kept << want << " " << (name.empty() ? "" : name + " ") << value << "\n";
+  // A temporary of this writer's own, so that no other writer truncates it under us.
+  const std::string tmp = unique_temp_name(file);
+  {
+    std::ofstream out(tmp);
+    out << kept << want << " " << (name.empty() ? "" : name + " ") << value << "\n";
+    out.close();
+    if (!out) {
+      std::error_code ec;
+      std::filesystem::remove(tmp, ec);
+      throw std::filesystem::filesystem_error("kiln: cannot write the placement store", tmp,
+                                              std::make_error_code(std::errc::io_error));
+    }
+  }
   std::filesystem::rename(tmp, file);
   return file.string();
 }

@@ -5,14 +5,18 @@
 // bad input: unknown classes, malformed settings, fixed operands on two devices.
 #include "tensor/placement.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
 #include <sstream>
+#include <thread>
+#include <vector>
 
 #include "query/host_input.hpp"
 #include "tensor/tensor_fixture.hpp"
@@ -431,6 +435,63 @@ TEST_F(PlacementTest, StoredThresholdsRoundTrip) {
   kiln::detail::q::store_crossover(d, 54321);
   EXPECT_EQ(kiln::detail::q::gpu_crossover_bytes(d), 54321u);
   EXPECT_EQ(kiln::detail::calibrated_threshold(op_class::gemm, d), 888u);
+  std::filesystem::remove_all(dir);
+}
+
+// Writers of one store at once, as `ctest -j` and concurrent `kiln calibrate` runs are: threads
+// of this process and forked processes, each storing lines of its own names. Every line must
+// survive, and no temporary may be left (one shared temporary name lost lines and made
+// rename() fail with ENOENT).
+TEST_F(PlacementTest, ConcurrentWritersKeepEveryLine) {
+  const auto dir = std::filesystem::temp_directory_path() /
+                   ("kiln_placement_race_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(dir);
+  scoped_env cache_dir("KILN_CACHE_DIR", dir.c_str());
+  scoped_env cache_on("KILN_CACHE", nullptr);
+  const kiln::device d = cpu();
+  constexpr int writers = 4, stores = 20;
+  // Writer w's i-th line: name "w<w>_<i>", value w * 1000 + i.
+  auto name = [](int w, int i) {
+    char s[32];
+    std::snprintf(s, sizeof s, "w%d_%d", w, i);
+    return std::string(s);
+  };
+  auto write = [&](int w) {  // returns the stores that threw
+    int failed = 0;
+    for (int i = 0; i < stores; ++i) try {
+        kiln::detail::q::store_placement(d, name(w, i), std::uint64_t(w) * 1000 + i);
+      } catch (const std::exception&) {
+        ++failed;
+      }
+    return failed;
+  };
+  std::vector<pid_t> children;
+  for (int w = writers; w < 2 * writers; ++w) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0) << "fork failed";
+    if (pid == 0) ::_exit(write(w) == 0 ? 0 : 1);  // file work only, no test assertions
+    children.push_back(pid);
+  }
+  std::vector<int> failed(writers, 0);
+  {
+    std::vector<std::thread> threads;
+    for (int w = 0; w < writers; ++w) threads.emplace_back([&, w] { failed[w] = write(w); });
+    for (auto& t : threads) t.join();
+  }
+  for (int w = 0; w < writers; ++w) EXPECT_EQ(failed[w], 0) << "thread " << w << "'s stores threw";
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "a child's stores threw";
+  }
+  int lost = 0;
+  for (int w = 0; w < 2 * writers; ++w)
+    for (int i = 0; i < stores; ++i)
+      lost += kiln::detail::q::stored_placement(d, name(w, i)) !=
+              std::optional<std::uint64_t>(std::uint64_t(w) * 1000 + i);
+  EXPECT_EQ(lost, 0) << "of " << 2 * writers * stores << " stored lines";
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    EXPECT_NE(e.path().extension(), ".tmp") << "left behind: " << e.path();
   std::filesystem::remove_all(dir);
 }
 
