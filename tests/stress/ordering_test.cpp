@@ -7,8 +7,8 @@
 // the reuse of that memory by other queues and threads, staging and pinned pools, scratch.
 //
 // KILN_ORDERING_SECONDS (default 1), KILN_ORDERING_THREADS (default 6, 3 under TSan),
-// KILN_ORDERING_MAX_N (default 64Ki elements), KILN_ORDERING_OPS (a subset, below). The GPU run
-// uses minutes and 1M elements.
+// KILN_ORDERING_MAX_N (default 512Ki elements: 2 MiB, pooled sizes on the CPU), KILN_ORDERING_OPS
+// (a subset, below). The GPU run uses minutes and 1M elements.
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -313,7 +313,7 @@ class worker {
 TEST_P(QueueOrderingTest, RandomWorkOnSeveralQueuesMatchesTheHostShadow) {
   const double seconds = env_seconds("KILN_ORDERING_SECONDS", 1.0);
   const std::uint64_t threads = env_u64("KILN_ORDERING_THREADS", thread_sanitized ? 3 : 6);
-  const std::uint64_t max_n = std::max<std::uint64_t>(env_u64("KILN_ORDERING_MAX_N", 1 << 16), 1);
+  const std::uint64_t max_n = std::max<std::uint64_t>(env_u64("KILN_ORDERING_MAX_N", 1 << 19), 1);
   const kiln::kernel mix = compile(mix_source).get_kernel("shuffle_mix");
   watchdog dog(
       "ordering on " + dev().id(),

@@ -156,6 +156,9 @@ kiln_status device_info(int index, kiln_device_info* out);
 kiln_status device_open(int index, kiln_device_h* out);
 void device_close(kiln_device_h dev);
 kiln_status mem_alloc(kiln_device_h, uint64_t bytes, kiln_queue_h, void** out);
+// Idle large blocks the allocator keeps for reuse (memory.cpp), and their release.
+uint64_t pooled_bytes();
+void trim_pool();
 void mem_free(kiln_device_h, void* mem, kiln_queue_h queue);
 kiln_status host_alloc(kiln_device_h, uint64_t bytes, void** out);
 void host_free(kiln_device_h, void* p);

@@ -80,6 +80,20 @@ class block_pool {
     std::lock_guard lock(mu_);
     sizes_[p] = bytes;
   }
+  uint64_t cached() {
+    std::lock_guard lock(mu_);
+    return cached_;
+  }
+  // Frees every idle block (kiln's out-of-memory retry, device::trim).
+  void trim() {
+    std::lock_guard lock(mu_);
+    for (auto& [bytes, p] : free_) {
+      sizes_.erase(p);
+      std::free(p);
+    }
+    free_.clear();
+    cached_ = 0;
+  }
   // True when p was pooled (the pool keeps or frees it).
   bool give(void* p) {
     std::lock_guard lock(mu_);
@@ -112,6 +126,9 @@ void release(void* mem) {
   if (!pool_of_blocks().give(mem)) std::free(mem);
 }
 }  // namespace
+
+uint64_t pooled_bytes() { return pool_of_blocks().cached(); }
+void trim_pool() { pool_of_blocks().trim(); }
 
 kiln_status mem_alloc(kiln_device_h, uint64_t bytes, kiln_queue_h, void** out) {
   if (bytes == 0) return fail(KILN_ERR_INVALID_ARGUMENT, "zero-byte allocation");
@@ -151,7 +168,11 @@ kiln_status host_alloc(kiln_device_h d, uint64_t bytes, void** out) {
   return mem_alloc(d, bytes, nullptr, out);
 }
 
-void host_free(kiln_device_h, void* p) { std::free(p); }
+// host_alloc's memory comes from mem_alloc, whose large blocks the pool tracks by address: it
+// must go back through release(). Freed straight to libc, the pool kept the block's size under
+// an address libc then handed out again, and a later release of a smaller buffer there filed
+// it under the larger size class: the next allocation of that class overran it (issue 23).
+void host_free(kiln_device_h, void* p) { release(p); }
 
 kiln_status mem_address(kiln_device_h, kiln_mem_ref mem, void** out) {
   *out = at(mem);

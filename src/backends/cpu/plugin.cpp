@@ -65,16 +65,19 @@ int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
          (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype));
 }
 
-// Host memory: free is what the kernel reports available; nothing is cached (malloc).
+// Host memory: free is what the kernel reports available; cached, the idle blocks kept for reuse.
 kiln_status mem_info(kiln_device_h, uint64_t* free_bytes, uint64_t* total_bytes,
                      uint64_t* cached_bytes) noexcept {
   const auto page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (free_bytes) *free_bytes = static_cast<uint64_t>(sysconf(_SC_AVPHYS_PAGES)) * page;
   if (total_bytes) *total_bytes = static_cast<uint64_t>(sysconf(_SC_PHYS_PAGES)) * page;
-  if (cached_bytes) *cached_bytes = 0;
+  if (cached_bytes) *cached_bytes = pooled_bytes();
   return KILN_OK;
 }
-kiln_status mem_trim(kiln_device_h) noexcept { return KILN_OK; }
+kiln_status mem_trim(kiln_device_h) noexcept {
+  trim_pool();
+  return KILN_OK;
+}
 // The host cannot be lost; a reset only retires the core's handles, which still free their
 // memory (KILN_OP_RESET_KEEPS_OBJECTS).
 kiln_status device_status(kiln_device_h) noexcept { return KILN_OK; }
