@@ -36,11 +36,17 @@ void reallocate(std::shared_ptr<memory_impl>& m, queue& q, std::uint64_t bytes) 
 // Device reset: every set and slot belongs to the old generation; forget them (their memory
 // went with the reset; the core never frees stale memory).
 void drop_sets(device_scratch& ds, bool reset, bool destroyed) {
-  std::vector<std::unique_ptr<scratch>> dropped;
+  // Each dropped set with the queue it must wait for (locked here: once `last` has expired, only
+  // `last_drained` tells whether the queue's destructor still waits for its kernels).
+  std::vector<std::pair<std::unique_ptr<scratch>, std::shared_ptr<queue_impl>>> dropped;
   {
     std::lock_guard lock(ds.mu);
-    for (auto& s : ds.sets)
-      if (reset || !s->leased) dropped.push_back(std::move(s));
+    for (auto& s : ds.sets) {
+      if (!reset && s->leased) continue;
+      std::shared_ptr<queue_impl> last = s->last.lock();
+      if (!reset && !last && !s->last_drained.expired()) continue;  // still draining
+      dropped.emplace_back(std::move(s), std::move(last));
+    }
     std::erase(ds.sets, nullptr);
     if (reset && destroyed) {  // pinned slots died with the context; else they stay usable
       ds.free_slots.clear();
@@ -48,8 +54,8 @@ void drop_sets(device_scratch& ds, bool reset, bool destroyed) {
     }
   }
   if (reset) return;
-  for (auto& s : dropped)
-    if (auto last = s->last.lock()) try {
+  for (auto& [s, last] : dropped)
+    if (last) try {
         queue(last).finish();
       } catch (...) {  // a failed queue ran nothing more: the memory is free to go
       }
@@ -138,7 +144,8 @@ scratch_lease::scratch_lease(queue& q) : q_(q), s_(nullptr) {
   queue_impl* const qi = q.impl().get();
   device_scratch& ds = scratch_of(qi->dev.get());
   ds_ = &ds;
-  std::shared_ptr<queue_impl> wait_for;
+  std::shared_ptr<queue_impl> wait_for;  // released after the lock: it may be the last owner
+  bool waits = false;
   {
     std::lock_guard lock(ds.mu);
     scratch* spare = nullptr;  // a free set last used by another queue
@@ -150,8 +157,12 @@ scratch_lease::scratch_lease(queue& q) : q_(q), s_(nullptr) {
         s_ = s.get();
         break;
       }
+      if (!last && !s->last_drained.expired()) continue;  // its queue is still draining
       if (!last && !idle) idle = s.get();
-      if (last && !spare) spare = s.get();
+      if (last && !spare) {
+        spare = s.get();
+        wait_for = last;  // held: it cannot expire before q waits for it
+      }
     }
     if (!s_) s_ = idle;
     if (!s_ && (ds.sets.size() < preferred_sets || !spare)) {
@@ -160,12 +171,12 @@ scratch_lease::scratch_lease(queue& q) : q_(q), s_(nullptr) {
     }
     if (!s_) {
       s_ = spare;
-      wait_for = spare->last.lock();
+      waits = true;
     }
     s_->leased = true;
   }
   // The set's last queue may still be using it: q waits for that work on the device.
-  if (wait_for && wait_for.get() != qi) {
+  if (waits && wait_for.get() != qi) {
     try {
       q.wait(queue(wait_for).record());
     } catch (...) {
@@ -187,6 +198,7 @@ scratch_lease::~scratch_lease() {
   }
   std::lock_guard lock(ds_->mu);
   s_->last = q_.impl();
+  s_->last_drained = q_.impl()->drained;
   s_->leased = false;
 }
 

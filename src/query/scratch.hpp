@@ -27,6 +27,9 @@ struct scratch {
   std::uint64_t tiles = 0, parts = 0;
   std::uint32_t epoch = 0;
   std::weak_ptr<queue_impl> last;  // the queue of the last query that used this set
+  // Expires once that queue is gone *and* its work done (queue_impl::drained). Between the two,
+  // `last` has expired while the queue's destructor still waits for its kernels: not idle.
+  std::weak_ptr<const void> last_drained;
   bool leased = false;
 
   static constexpr std::uint64_t result_offset = 64, count_offset = 128, lb_value_bytes = 16;

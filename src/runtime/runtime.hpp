@@ -109,6 +109,10 @@ struct queue_impl : std::enable_shared_from_this<queue_impl> {
   std::uint32_t gen = 0;  // device generation at creation
   kiln::device public_device{nullptr};
   bool resident = false;  // runs a ring kernel: device::synchronize() does not wait for it
+  // Expires only after the destructor has waited for the queue's work, unlike a weak_ptr to
+  // the queue, which expires before: a holder of a weak_ptr to `drained` knows when memory the
+  // queue used is idle although the queue itself is gone (query scratch sets).
+  std::shared_ptr<const void> drained = std::make_shared<char>();
   ~queue_impl();
 };
 
