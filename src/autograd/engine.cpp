@@ -95,7 +95,6 @@ void run_backward(const tensor& root, const tensor& gradient, bool retain_graph)
   std::unordered_map<tensor_impl*, tensor> pending;
   pending[&r] = seed;
   std::vector<impl_ptr> ready{root.impl()};
-  std::vector<std::pair<impl_ptr, tensor>> leaves;
   no_grad off;  // the backward formulas are not recorded (no higher-order gradients)
   while (!ready.empty()) {
     impl_ptr t = std::move(ready.back());
@@ -106,7 +105,18 @@ void run_backward(const tensor& root, const tensor& gradient, bool retain_graph)
     grad_meta& m = *t->ag;
     const std::shared_ptr<grad_node> fn = m.fn;
     if (!fn) {
-      if (g.defined()) leaves.emplace_back(t, g);
+      // Every consumer of the leaf ran: its gradient is complete. Accumulated now, not after the
+      // whole graph, so post-accumulate hooks (data_parallel's bucket all-reduces) start while
+      // the rest of backward is still being queued (PyTorch's AccumulateGrad does the same). The
+      // order stays the engine's, the same on every run of the same graph.
+      if (g.defined()) {
+        accumulate_leaf(m, g, *t);
+        // A copy: a hook may register or remove hooks.
+        if (!m.post_accumulate.empty()) {
+          const auto hooks = m.post_accumulate;
+          for (const auto& h : hooks) h.second(tensor(t));
+        }
+      }
       continue;
     }
     std::size_t readers = 0;
@@ -140,14 +150,6 @@ void run_backward(const tensor& root, const tensor& gradient, bool retain_graph)
     if (!retain_graph) {
       fn->released = true;
       fn->backward = nullptr;  // frees the saved tensors
-    }
-  }
-  for (auto& [t, g] : leaves) {
-    accumulate_leaf(*t->ag, g, *t);
-    // A copy: a hook may register or remove hooks.
-    if (!t->ag->post_accumulate.empty()) {
-      const auto hooks = t->ag->post_accumulate;
-      for (const auto& h : hooks) h.second(tensor(t));
     }
   }
   if (!retain_graph)

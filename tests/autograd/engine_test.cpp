@@ -136,6 +136,28 @@ TEST_P(AutogradEngineTest, CustomFunctions) {
   }
 }
 
+// A leaf's post-accumulate hook runs as soon as its gradient is complete, while the rest of
+// backward is still to come (data_parallel's buckets start their all-reduces from it): the hook
+// on the weight runs before the backward of the graph's first operation.
+TEST_P(AutogradEngineTest, PostAccumulateHooksRunBeforeBackwardEnds) {
+  auto x = tensor::randn(dev(), {2, 3}, 1).requires_grad_();
+  auto w = tensor::randn(dev(), {3, 4}, 2).requires_grad_();
+  bool first_done = false, hook_ran = false, hook_early = false;
+  const tensor h = kiln::autograd::record(
+      "first", (x * 1.f).eval(), {x}, [&](const tensor& g, const tensor&) {
+        first_done = true;
+        return std::vector<tensor>{g};
+      });
+  kiln::autograd::register_post_accumulate_hook(w, [&](const tensor&) {
+    hook_ran = true;
+    hook_early = !first_done;
+  });
+  kiln::matmul(h, w).sum().backward();
+  EXPECT_TRUE(hook_ran);
+  EXPECT_TRUE(first_done);
+  EXPECT_TRUE(hook_early) << "the hook waited for the whole backward";
+}
+
 TEST_P(AutogradEngineTest, Errors) {
   auto i = tensor::from(dev(), std::vector<int>{1, 2});
   EXPECT_THROW(i.requires_grad_(), kiln::dtype_error);

@@ -115,8 +115,8 @@ int main(int argc, char** argv) {
   CLI::App* tr = command("train", "Train the MLP and LeNet on MNIST (scripts/fetch_mnist.sh)",
                          [&] { return train(to); });
   tr->footer("Trains on the MNIST digits of scripts/fetch_mnist.sh (8,000 train / 2,000 test).");
-  tr->add_option("model", to.model, "mlp, lenet or both")
-      ->check(CLI::IsMember({"mlp", "lenet", "both"}))
+  tr->add_option("model", to.model, "mlp, lenet, both, or mlp_wide (10M parameters)")
+      ->check(CLI::IsMember({"mlp", "lenet", "both", "mlp_wide"}))
       ->capture_default_str();
   CLI::Option* one = tr->add_option("--device", to.device_spec,
                                     "The device; default KILN_DEVICE, else the best one")
