@@ -33,8 +33,9 @@ constexpr const char* waited_source = R"(
 // On a driver, a source no cache has seen: the driver compiles it (PoCL: on its worker
 // thread when the launch runs, which is during exit()). Kiln's host backend compiles in
 // program::compile, so its cached source saves a compiler run per child.
-std::string queued_source(const kiln::device& dev, const std::string& seed) {
-  const std::string salt = dev == kiln::device::host() ? "0" : seed;
+std::string queued_source(const kiln::device& dev, const char* seed) {
+  const std::string salt =
+      dev == kiln::device::host() ? "0" : std::to_string(std::strtoull(seed, nullptr, 10));
   return "KILN_KERNEL void queued(KILN_GLOBAL float* y, KILN_GLOBAL const float* x) {\n"
          "  y[kiln_global_id(0)] = x[kiln_global_id(0)] + (float)(" +
          salt + "ull % 7ull);\n}\n";
