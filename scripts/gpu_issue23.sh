@@ -5,13 +5,16 @@
 # Steps (issue 23; logs in $OUT, one summary line each):
 #   stress    the mixed-work stress test on cuda:0, whole and with subsets of its operations
 #   ordering  the randomised queue-ordering test on every device, for $ORDERING_SECONDS each
+#   twodev    cuda_two_devices_test without and with the NCCL launch gate
 #   hang      kiln train lenet on both GPUs; thread backtraces if it is still running at 45 s
 #   suite     ctest -j 4 over the whole suite (both GPUs), twice
 #   train     one GPU against two, lenet and mlp_wide, plus bench_collective's train rows
 build=${1:-build}
 shift
-OUT=${OUT:-/tmp/kiln-issue23}
-mkdir -p "$OUT"
+# Logs go to a scratch folder; $OUT (the device tool's) gets the summary and one tarball of them.
+final=${OUT:-/tmp/kiln-issue23}
+OUT=$(mktemp -d)
+mkdir -p "$final"
 . scripts/gpu_env.sh "$build" >/dev/null
 nccl=$(python3 -c 'import site,glob; print(next(iter(sorted(sum([glob.glob(s+"/nvidia/nccl/lib/libnccl.so*") for s in site.getsitepackages()],[]))),""))' 2>/dev/null)
 [ -n "$nccl" ] && export KILN_NCCL_LIBRARY=$nccl
@@ -40,8 +43,14 @@ for s in "$@"; do
     ordering)
       KILN_ORDERING_SECONDS=${ORDERING_SECONDS:-20} KILN_ORDERING_MAX_N=1048576 \
         KILN_ORDERING_THREADS=16 step ordering 300 $B/stress_test \
-        --gtest_filter='stress/QueueOrderingTest.*'
+        --gtest_filter="stress/QueueOrderingTest.*${ORDERING_DEVICES:-}*"
       grep -E "OK \]|FAILED \]|thread [0-9]+|Which is" "$OUT/ordering.log" | head -20 |
+        tee -a "$OUT/summary.txt"
+      ;;
+    twodev)  # the cuDNN + NCCL hang: without the launch gate (expected to hang) and with it
+      KILN_CCL_GATE=0 step twodev_nogate 150 $B/cuda_two_devices_test
+      step twodev 150 $B/cuda_two_devices_test
+      grep -hE "OK \]|FAILED \]|SKIPPED|hung" "$OUT/twodev_nogate.log" "$OUT/twodev.log" |
         tee -a "$OUT/summary.txt"
       ;;
     hang)
@@ -72,15 +81,26 @@ for s in "$@"; do
       done
       ;;
     train)
-      step train_bench 200 $B/bench_collective --only train --steps 30
-      grep -E "^\||speed-up|plain" "$OUT/train_bench.log" | tee -a "$OUT/summary.txt"
-      for m in lenet; do
-        step "train_${m}_one" 60 $B/kiln train $m --device cuda:0 --epochs 3 --data data/mnist
-        step "train_${m}_two" 60 $B/kiln train $m --devices cuda:0,cuda:1 --epochs 3 --data data/mnist
-        tail -2 "$OUT/train_${m}_one.log" "$OUT/train_${m}_two.log" | tee -a "$OUT/summary.txt"
+      step train_bench 300 $B/bench_collective --only train --model lenet,mlp_wide --batch 256 \
+        --steps 100 --warmup 10
+      grep -E "^\||speed-up|plain|rank" "$OUT/train_bench.log" | tail -16 | tee -a "$OUT/summary.txt"
+      for m in lenet mlp_wide; do
+        step "train_${m}_one" 90 $B/kiln train $m --device cuda:0 --batch 256 --epochs 3 --data data/mnist
+        step "train_${m}_two" 90 $B/kiln train $m --devices cuda:0,cuda:1 --batch 256 --epochs 3 \
+          --data data/mnist
+        tail -n 2 "$OUT/train_${m}_one.log" "$OUT/train_${m}_two.log" | tee -a "$OUT/summary.txt"
+      done
+      ;;
+    longstress)  # the corruption hunt: longer mixed-work runs on both GPUs
+      for d in cuda_0 cuda_1; do
+        KILN_STRESS_SECONDS=${STRESS_SECONDS:-20} step "longstress_$d" 200 $B/stress_test \
+          --gtest_filter="stress/MixedWorkStressTest.*$d"
+        grep -hE "differs|expected|wrong|grew|exception|stress   \]" "$OUT/longstress_$d.log" |
+          sort | uniq -c | head -6 | cut -c1-300 | tee -a "$OUT/summary.txt"
       done
       ;;
     *) echo "unknown step $s" >&2 ;;
   esac
 done
 cat "$OUT/summary.txt"
+cp "$OUT/summary.txt" "$final/" && tar czf "$final/logs.tgz" -C "$OUT" .

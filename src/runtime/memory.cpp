@@ -90,8 +90,12 @@ std::shared_ptr<memory_impl> allocate_impl(const device& dev, std::uint64_t byte
   kiln_status s = try_alloc();
   if (s == KILN_ERR_OUT_OF_MEMORY) {
     // Give back what is cached (the driver's pool, Kiln's idle scratch) and try once more.
+    // Every device's: another backend's device on the same card (CUDA and OpenCL on one GPU)
+    // holds that card's memory in its own pool.
     m->handle = nullptr;
     release_cached_memory(*m->dev);
+    for (const device& other : device::all())
+      if (other.impl() && other.impl() != m->dev) release_cached_memory(*other.impl());
     s = try_alloc();
     if (s == KILN_ERR_OUT_OF_MEMORY) {
       m->handle = nullptr;

@@ -312,7 +312,11 @@ class worker {
 
 TEST_P(QueueOrderingTest, RandomWorkOnSeveralQueuesMatchesTheHostShadow) {
   const double seconds = env_seconds("KILN_ORDERING_SECONDS", 1.0);
-  const std::uint64_t threads = env_u64("KILN_ORDERING_THREADS", thread_sanitized ? 3 : 6);
+  std::uint64_t threads = env_u64("KILN_ORDERING_THREADS", thread_sanitized ? 3 : 6);
+  // PoCL (OpenCL on the CPU) asserts in its own kernel cache with 16 threads on a 32-core host
+  // ("pocl_release_dlhandle_cache: found->ref_count > 0"); its queues are CPU threads anyway.
+  if (dev().id().rfind("opencl", 0) == 0 && dev().info().type == kiln::device_type::cpu)
+    threads = std::min<std::uint64_t>(threads, 6);
   const std::uint64_t max_n = std::max<std::uint64_t>(env_u64("KILN_ORDERING_MAX_N", 1 << 19), 1);
   const kiln::kernel mix = compile(mix_source).get_kernel("shuffle_mix");
   watchdog dog(
