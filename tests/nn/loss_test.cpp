@@ -72,8 +72,18 @@ TEST_P(NnLossTest, Gradients) {
 TEST_P(NnLossTest, BadInput) {
   const tensor logits = tensor::randn(dev(), {3, 4}, 1);
   const auto labels = [&](std::vector<std::int64_t> l) { return tensor::from(dev(), l); };
-  EXPECT_THROW(nn::cross_entropy(logits, labels({0, 4, 1})), kiln::invalid_argument);
-  EXPECT_THROW(nn::cross_entropy(logits, labels({0, -1, 1})), kiln::invalid_argument);
+  // On accelerators the label check is reported by a later call (within two): three calls.
+  const auto bad_then_good = [&](std::vector<std::int64_t> bad) {
+    nn::cross_entropy(logits, labels(bad));
+    for (int i = 0; i < 2; ++i) nn::cross_entropy(logits, labels({0, 1, 2}));
+  };
+  EXPECT_THROW(bad_then_good({0, 4, 1}), kiln::invalid_argument);
+  EXPECT_THROW(bad_then_good({0, -1, 1}), kiln::invalid_argument);
+  if (dev().info().type == kiln::device_type::cpu) {  // at once
+    EXPECT_THROW(nn::cross_entropy(logits, labels({0, 4, 1})), kiln::invalid_argument);
+  }
+  for (int i = 0; i < 3; ++i)  // nothing left over: good labels never throw
+    EXPECT_NO_THROW(nn::cross_entropy(logits, labels({0, 1, 2})));
   EXPECT_THROW(nn::cross_entropy(logits, labels({0, 1})), kiln::shape_error);
   EXPECT_THROW(nn::cross_entropy(logits, tensor::zeros(dev(), {3})), kiln::dtype_error);
   EXPECT_THROW(nn::cross_entropy(logits, labels({0, 1, 2}), "avg"), kiln::invalid_argument);

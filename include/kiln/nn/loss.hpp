@@ -20,8 +20,9 @@ namespace kiln::nn {
 tensor mse_loss(const tensor& input, const tensor& target, const std::string& reduction = "mean");
 
 // logits [N, C] (f32/f64), labels [N] of any integer dtype in [0, C): mean over N of
-// logsumexp(logits_i) - logits_i[label_i]. A label outside [0, C) is kiln::invalid_argument
-// (checked on the device: one small reduction, read back).
+// logsumexp(logits_i) - logits_i[label_i]. A label outside [0, C) is kiln::invalid_argument:
+// at once on the CPU; on accelerators the check runs on the device without a host wait and a
+// later cross_entropy call on that device throws it (within two calls), as a device-side assert.
 tensor cross_entropy(const tensor& logits, const tensor& labels,
                      const std::string& reduction = "mean");
 
