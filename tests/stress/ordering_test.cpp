@@ -313,10 +313,12 @@ class worker {
 TEST_P(QueueOrderingTest, RandomWorkOnSeveralQueuesMatchesTheHostShadow) {
   const double seconds = env_seconds("KILN_ORDERING_SECONDS", 1.0);
   std::uint64_t threads = env_u64("KILN_ORDERING_THREADS", thread_sanitized ? 3 : 6);
-  // PoCL (OpenCL on the CPU) asserts in its own kernel cache with 16 threads on a 32-core host
-  // ("pocl_release_dlhandle_cache: found->ref_count > 0"); its queues are CPU threads anyway.
+  // PoCL (OpenCL on the CPU) of the GPU host asserts in its own kernel cache when threads launch
+  // one kernel concurrently ("pocl_release_dlhandle_cache: found->ref_count > 0", at 6 and 16
+  // threads on 32 cores; Kiln serialises each cl_kernel's arguments and enqueue): one thread,
+  // still three queues. Debian's PoCL here passes with 16.
   if (dev().id().rfind("opencl", 0) == 0 && dev().info().type == kiln::device_type::cpu)
-    threads = std::min<std::uint64_t>(threads, 6);
+    threads = 1;
   const std::uint64_t max_n = std::max<std::uint64_t>(env_u64("KILN_ORDERING_MAX_N", 1 << 19), 1);
   const kiln::kernel mix = compile(mix_source).get_kernel("shuffle_mix");
   watchdog dog(
