@@ -7,6 +7,7 @@
 #   ordering  the randomised queue-ordering test on every device, for $ORDERING_SECONDS each
 #   twodev    cuda_two_devices_test without and with the NCCL launch gate
 #   hang      kiln train lenet on both GPUs; thread backtraces if it is still running at 45 s
+#   tests     the changed GPU paths (loss check, exits, collectives, MPI if present)
 #   suite     ctest -j 4 over the whole suite (both GPUs), twice
 #   train     one GPU against two, lenet and mlp_wide, plus bench_collective's train rows
 build=${1:-build}
@@ -90,6 +91,22 @@ for s in "$@"; do
           --data data/mnist
         tail -n 2 "$OUT/train_${m}_one.log" "$OUT/train_${m}_two.log" | tee -a "$OUT/summary.txt"
       done
+      ;;
+    tests)  # the GPU paths changed for issue 23, on every device
+      step nn_loss 200 $B/nn_test --gtest_filter='*Loss*'
+      step exits 300 env KILN_EXIT_TEST_CHILDREN=24 $B/runtime_test --gtest_filter='ProcessExit*'
+      step collective 200 $B/collective_test
+      step cpu_pool 60 $B/cpu_backend_test --gtest_filter='CpuMemory.*'
+      for l in nn_loss exits collective cpu_pool; do
+        grep -hE "tests? ran|PASSED|FAILED \]" "$OUT/$l.log" | tee -a "$OUT/summary.txt"
+      done
+      if command -v mpirun >/dev/null; then
+        step mpi 200 mpirun -np 2 --allow-run-as-root --bind-to none -x KILN_DEVICE=cuda \
+          $B/collective_mpi_test
+        grep -hE "PASSED|FAILED \]" "$OUT/mpi.log" | tee -a "$OUT/summary.txt"
+      else
+        note "mpi: no mpirun on this machine"
+      fi
       ;;
     longstress)  # the corruption hunt: longer mixed-work runs on both GPUs
       for d in cuda_0 cuda_1; do

@@ -111,7 +111,7 @@ bool peer_access(const device& a, const device& b);
 struct memory_statistics {
   std::uint64_t in_use = 0;  // bytes Kiln's live allocations hold (device::memory_usage)
   std::uint64_t peak = 0;    // most in use since the last reset_peak_memory
-  std::uint64_t cached = 0;  // held by the driver's pool for reuse, not in use (CUDA)
+  std::uint64_t cached = 0;  // held by a pool for reuse, not in use (CUDA's, the CPU's)
   std::uint64_t free = 0;    // free device memory; UINT64_MAX where the driver cannot say
   std::uint64_t total = 0;   // device memory
 };

@@ -37,6 +37,9 @@ class event {
 // Milliseconds between two events recorded on queues of one device.
 float elapsed_ms(const event& start, const event& stop);
 
+// Dropping a queue neither waits for nor cancels the work on it: the work runs, and memory it
+// uses is freed only after it. To order later work on other queues after it, record an event
+// before dropping the queue (other.wait(q.record())).
 class queue {
  public:
   explicit queue(const device& dev);
