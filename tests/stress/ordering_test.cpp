@@ -9,6 +9,7 @@
 // KILN_ORDERING_SECONDS (default 1), KILN_ORDERING_THREADS (default 6, 3 under TSan),
 // KILN_ORDERING_MAX_N (default 512Ki elements: 2 MiB, pooled sizes on the CPU), KILN_ORDERING_OPS
 // (a subset, below). The GPU run uses minutes and 1M elements.
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstring>
@@ -340,6 +341,35 @@ TEST_P(QueueOrderingTest, RandomWorkOnSeveralQueuesMatchesTheHostShadow) {
     });
   for (auto& th : pool) th.join();
   for (std::uint64_t t = 0; t < threads; ++t) EXPECT_EQ(failures[t], "") << "thread " << t;
+}
+
+// A read into host memory, then a write from that memory, on one queue behind slow kernels: the
+// write must send what the read brought. NVIDIA's OpenCL read the source of a non-blocking write
+// when it was enqueued, before the queued read had filled it (issue 23: the stress test's
+// device -> host -> device round trip on opencl:0/1 under load).
+TEST_P(QueueOrderingTest, AWriteFromHostMemorySendsWhatAnEarlierQueuedReadBrought) {
+  const kiln::kernel mix = compile(mix_source).get_kernel("shuffle_mix");
+  const std::uint64_t n = size_for(1 << 16, 1 << 22);
+  kiln::queue q(dev());
+  kiln::buffer<u32> slow(dev(), n), a(dev(), n), b(dev(), n);
+  q.fill(slow, 1u);
+  std::vector<u32> pageable(n);
+  kiln::pinned_buffer<u32> pinned(dev(), n);
+  for (u32 round = 0; round < 8; ++round) {
+    const bool use_pinned = round % 2;
+    std::span<u32> host = use_pinned ? pinned.span() : std::span<u32>(pageable);
+    std::fill(host.begin(), host.end(), 0xdeadbeefu);
+    q.fill(a, round + 7);
+    q.fill(b, 0u);
+    for (int i = 0; i < 8; ++i) mix.launch(q, kiln::range(n), slow, a, 3u);  // keeps q busy
+    q.copy(a, host);  // queued behind the kernels
+    q.copy(std::span<const u32>(host.data(), host.size()), b);
+    q.finish();
+    const std::vector<u32> got = b.to_vector();
+    const auto bad = std::count_if(got.begin(), got.end(), [&](u32 v) { return v != round + 7; });
+    EXPECT_EQ(bad, 0) << "round " << round << (use_pinned ? " (pinned)" : " (pageable)")
+                      << ": the write sent bytes the read had not brought yet";
+  }
 }
 
 // "stress/QueueOrderingTest.*/<device>": CI's TSan stage selects "Queue" and "Stress".

@@ -171,6 +171,7 @@ kiln_status open_device(kiln_device_s* d) {
 }
 
 void close_device(kiln_device_s* d) {
+  forget_host_reads(d);
   for (cl_kernel& k : d->fill_kernels) {
     if (k) g_cl.clReleaseKernel(k);
     k = nullptr;

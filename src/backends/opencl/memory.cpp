@@ -85,7 +85,52 @@ kiln_status fill_by_kernel(kiln_queue_h queue, cl_mem mem, uint64_t offset, cons
   return e == CL_SUCCESS ? KILN_OK : cl_fail(e, "clEnqueueNDRangeKernel(fill)");
 }
 
+// A non-blocking write may read its host memory as soon as it is enqueued: NVIDIA's driver
+// stages pageable memory then, not when the in-order queue reaches the write. A write from
+// host memory that an earlier read, still queued on any queue of the device, is to fill would
+// then send stale bytes (issue 23: the stress test's device -> host -> device round trip on
+// opencl:0/1 under load). Reads into host memory are remembered with their events; a write
+// from an overlapping range first waits for them on the host.
+void note_host_read(kiln_device_s* d, void* dst, uint64_t bytes, cl_event ev) {
+  const auto lo = reinterpret_cast<uintptr_t>(dst);
+  std::lock_guard<std::mutex> lock(d->reads_mu);
+  // Forget finished reads first, so the list holds only what is in flight.
+  std::erase_if(d->host_reads, [](const kiln_device_s::host_read& r) {
+    cl_int st = CL_QUEUED;
+    if (g_cl.clGetEventInfo(r.ev, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof st, &st, nullptr) !=
+            CL_SUCCESS ||
+        st == CL_COMPLETE || st < 0) {
+      g_cl.clReleaseEvent(r.ev);
+      return true;
+    }
+    return false;
+  });
+  d->host_reads.push_back({lo, lo + bytes, ev});
+}
+
+cl_int wait_for_host_reads(kiln_device_s* d, const void* src, uint64_t bytes) {
+  const auto lo = reinterpret_cast<uintptr_t>(src), hi = lo + bytes;
+  std::vector<cl_event> wait;
+  {
+    std::lock_guard<std::mutex> lock(d->reads_mu);
+    std::erase_if(d->host_reads, [&](const kiln_device_s::host_read& r) {
+      if (r.hi <= lo || hi <= r.lo) return false;
+      wait.push_back(r.ev);
+      return true;
+    });
+  }
+  cl_int e = wait.empty() ? CL_SUCCESS : g_cl.clWaitForEvents(cl_uint(wait.size()), wait.data());
+  for (cl_event ev : wait) g_cl.clReleaseEvent(ev);
+  return e;
+}
+
 }  // namespace
+
+void forget_host_reads(kiln_device_s* d) noexcept {
+  std::lock_guard<std::mutex> lock(d->reads_mu);
+  for (auto& r : d->host_reads) g_cl.clReleaseEvent(r.ev);
+  d->host_reads.clear();
+}
 
 kiln_status mem_alloc(kiln_device_h dev, uint64_t bytes, kiln_queue_h, void** out) {
   if (!dev || !out || bytes == 0)
@@ -130,6 +175,8 @@ kiln_status mem_address(kiln_device_h, kiln_mem_ref, void**) {
 kiln_status copy_h2d(kiln_queue_h queue, kiln_mem_ref dst, const void* src, uint64_t bytes) {
   if (!queue || !src) return set_error(KILN_ERR_INVALID_ARGUMENT, "copy_h2d: NULL argument");
   if (bytes == 0) return KILN_OK;
+  if (cl_int e = wait_for_host_reads(queue->dev, src, bytes); e != CL_SUCCESS)
+    return cl_fail(e, "clWaitForEvents(reads into the source)");
   cl_int e = chunked(bytes, 1, [&](uint64_t at, uint64_t n) {
     return g_cl.clEnqueueWriteBuffer(queue->q, mem_of(dst), CL_FALSE, dst.offset + at, n,
                                      static_cast<const char*>(src) + at, 0, nullptr, nullptr);
@@ -140,11 +187,18 @@ kiln_status copy_h2d(kiln_queue_h queue, kiln_mem_ref dst, const void* src, uint
 kiln_status copy_d2h(kiln_queue_h queue, void* dst, kiln_mem_ref src, uint64_t bytes) {
   if (!queue || !dst) return set_error(KILN_ERR_INVALID_ARGUMENT, "copy_d2h: NULL argument");
   if (bytes == 0) return KILN_OK;
+  cl_event last = nullptr;
   cl_int e = chunked(bytes, 1, [&](uint64_t at, uint64_t n) {
+    if (last) g_cl.clReleaseEvent(last), last = nullptr;
     return g_cl.clEnqueueReadBuffer(queue->q, mem_of(src), CL_FALSE, src.offset + at, n,
-                                    static_cast<char*>(dst) + at, 0, nullptr, nullptr);
+                                    static_cast<char*>(dst) + at, 0, nullptr, &last);
   });
-  return e == CL_SUCCESS ? KILN_OK : cl_fail(e, "clEnqueueReadBuffer");
+  if (e != CL_SUCCESS) {
+    if (last) g_cl.clReleaseEvent(last);
+    return cl_fail(e, "clEnqueueReadBuffer");
+  }
+  note_host_read(queue->dev, dst, bytes, last);  // in-order: the last piece ends the read
+  return KILN_OK;
 }
 
 kiln_status copy_d2d(kiln_queue_h queue, kiln_mem_ref dst, kiln_mem_ref src, uint64_t bytes) {

@@ -32,6 +32,13 @@ struct kiln_device_s {
   std::mutex fill_mu;
   cl_program fill_program = nullptr;
   cl_kernel fill_kernels[4] = {};  // 1, 2, 4 and 8-byte patterns
+  // Non-blocking reads into host memory still queued: [lo, hi) and their events (memory.cpp).
+  struct host_read {
+    uintptr_t lo, hi;
+    cl_event ev;
+  };
+  std::mutex reads_mu;
+  std::vector<host_read> host_reads;
 };
 
 struct kiln_queue_s {
@@ -90,6 +97,8 @@ kiln_status device_open(int index, kiln_device_h* out);
 void device_close(kiln_device_h dev);
 
 kiln_status mem_alloc(kiln_device_h dev, uint64_t bytes, kiln_queue_h queue, void** out);
+// Releases the events of the device's queued host reads (memory.cpp), at close.
+void forget_host_reads(kiln_device_s* d) noexcept;
 void mem_free(kiln_device_h dev, void* mem, kiln_queue_h queue);
 kiln_status host_alloc(kiln_device_h dev, uint64_t bytes, void** out);
 void host_free(kiln_device_h dev, void* ptr);
