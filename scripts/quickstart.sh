@@ -22,10 +22,13 @@ case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no
 # OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg). fmt formats Kiln's log
 # messages (header-only, private to libkiln). CLI11 (header-only) parses the `kiln` tool's
 # command line. Open MPI (libopenmpi-dev, openmpi-bin) builds kiln::mpi, collectives across
-# processes, and runs its 2-rank test with mpirun. (The benchmark chart's matplotlib is not here: no mode draws charts;
-# docs/benchmarks.md says how to install it.)
+# processes, and runs its 2-rank test with mpirun. python3-dev, pybind11-dev and libdlpack-dev
+# build the Python module kiln (docs/python.md); python3-numpy and python3-pytest run its tests
+# (the CTest entry python_tests). (The benchmark chart's matplotlib is not here: no mode draws
+# charts; docs/benchmarks.md says how to install it.)
 packages=(libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev pocl-opencl-icd
-          libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev libopenmpi-dev openmpi-bin)
+          libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev libopenmpi-dev openmpi-bin
+          python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest)
 # Tools, as "command:Debian package". A tool counts as present when its command is on the PATH,
 # wherever it came from (a newer CMake from pip or Kitware, Node.js from NodeSource or nvm):
 # asking apt for Debian's package then would conflict with that install ("held broken
@@ -70,10 +73,14 @@ if command -v ccache >/dev/null; then
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 jobs=$(nproc)
+# The Python module is built for, and its tests run by, Debian's interpreter, which has the
+# packages above: a python3 earlier on the PATH (pyenv, conda) may lack NumPy and pytest.
+# KILN_PYTHON names another one (it needs its own numpy and pytest).
+python=${KILN_PYTHON:-/usr/bin/python3}
 configure() {  # configure <dir> [cmake args...]
   local dir=$1
   shift
-  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "$@" >/dev/null
+  cmake -S . -B "$dir" -G Ninja "${launcher[@]}" "-DPython3_EXECUTABLE=$python" "$@" >/dev/null
 }
 build() {  # build <dir> [targets...]: all of the tree when no target is named
   local dir=$1
@@ -158,7 +165,9 @@ if [ "${1:-}" != --no-sanitizers ]; then
   # that ccache's objects are the same from any clone path.
   # The kernels the plain suite compiled are the sanitizer suites' kernels too (tests/CMakeLists.txt
   # says why): one kernel cache for the three trees.
-  sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_EXAMPLES=OFF
+  # No Python module: the interpreter is not instrumented (python/CMakeLists.txt; the plain
+  # suite runs the Python tests).
+  sanitizer_flags=(-DCMAKE_BUILD_TYPE=RelWithDebInfo -DKILN_BUILD_EXAMPLES=OFF -DKILN_BUILD_PYTHON=OFF
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG -fdebug-prefix-map=$PWD=."
     "-DKILN_TEST_CACHE_DIR=$PWD/build/test-cache")
   stage "ASan+UBSan build"

@@ -1,0 +1,13 @@
+"""Kiln from Python: tensors, fused queries, nn and raw kernels on GPUs and CPUs.
+
+A thin layer over Kiln's C++ API (docs/python.md). Every kiln::error is raised as the Python
+exception of the same name (kiln.shape_error, kiln.compile_error, ...).
+"""
+
+from . import _kiln
+from ._kiln import *  # noqa: F401,F403
+from ._kiln import __version__, nn, optim  # noqa: F401
+from .query import _1, _2, _3, _4, _i, query, zip  # noqa: F401
+
+__all__ = [name for name in dir(_kiln) if not name.startswith("_")] + [
+    "_1", "_2", "_3", "_4", "_i", "query", "zip", "__version__"]

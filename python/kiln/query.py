@@ -1,0 +1,216 @@
+"""Placeholder expressions over tensors and arrays, as kiln::placeholders in C++.
+
+    kiln.query(x).map(kiln._1 * 2 + 1).filter(kiln._1 > 3).sum()
+    kiln.zip(a, b).map(kiln._1 * kiln._2).sum()
+
+C++'s kiln::query types its expressions at compile time, so Python cannot build them at run time.
+Here an expression is applied to kiln.tensor operands instead: its elementwise work and the
+terminal's reduction are lazy tensor operations, which Kiln fuses into one kernel per
+evaluation (a filter becomes a mask: kiln.where for reductions, a count of the mask for count).
+"""
+
+import builtins as _builtins
+
+import numpy as _np
+
+from . import _kiln
+
+
+class _expr:
+    """A placeholder expression: _1 (the element, or a zip's first component), _2 ..., _i
+    (the element's index), and arithmetic, comparisons and kiln.* math over them."""
+
+    __array_priority__ = 1000  # NumPy scalars on the left defer to these operators
+
+    def __init__(self, fn, text):
+        self._fn = fn
+        self._text = text
+
+    def __call__(self, *components):
+        return self._fn(components)
+
+    def __repr__(self):
+        return self._text
+
+    def _bin(self, other, op, sym, reflected=False):
+        o = _lift(other)
+        if reflected:
+            return _expr(lambda c: op(o._fn(c), self._fn(c)), f"({o} {sym} {self})")
+        return _expr(lambda c: op(self._fn(c), o._fn(c)), f"({self} {sym} {o})")
+
+    def __add__(self, o): return self._bin(o, lambda a, b: a + b, "+")
+    def __radd__(self, o): return self._bin(o, lambda a, b: a + b, "+", True)
+    def __sub__(self, o): return self._bin(o, lambda a, b: a - b, "-")
+    def __rsub__(self, o): return self._bin(o, lambda a, b: a - b, "-", True)
+    def __mul__(self, o): return self._bin(o, lambda a, b: a * b, "*")
+    def __rmul__(self, o): return self._bin(o, lambda a, b: a * b, "*", True)
+    def __truediv__(self, o): return self._bin(o, lambda a, b: a / b, "/")
+    def __rtruediv__(self, o): return self._bin(o, lambda a, b: a / b, "/", True)
+    def __pow__(self, o): return self._bin(o, lambda a, b: a ** b, "**")
+    def __lt__(self, o): return self._bin(o, lambda a, b: a < b, "<")
+    def __le__(self, o): return self._bin(o, lambda a, b: a <= b, "<=")
+    def __gt__(self, o): return self._bin(o, lambda a, b: a > b, ">")
+    def __ge__(self, o): return self._bin(o, lambda a, b: a >= b, ">=")
+    def __eq__(self, o): return self._bin(o, lambda a, b: a == b, "==")  # type: ignore[override]
+    def __ne__(self, o): return self._bin(o, lambda a, b: a != b, "!=")  # type: ignore[override]
+    def __neg__(self): return _expr(lambda c: -self._fn(c), f"-{self}")
+    def __abs__(self): return _expr(lambda c: abs(self._fn(c)), f"abs({self})")
+    __hash__ = None
+
+    def __bool__(self):
+        raise TypeError("a kiln placeholder expression has no truth value: use it in "
+                        "map/filter (and & | ~ are not Kiln operators; use * for 'and')")
+
+
+def _lift(x):
+    if isinstance(x, _expr):
+        return x
+    return _expr(lambda c: x, repr(x))
+
+
+def _component(k):
+    def pick(c):
+        if k >= len(c):
+            raise _kiln.invalid_argument(
+                f"kiln query: _{k + 1} names component {k + 1} of elements of {len(c)}")
+        return c[k]
+    return _expr(pick, f"_{k + 1}")
+
+
+_1, _2, _3, _4 = (_component(k) for k in range(4))
+
+
+def _index_fn(c):
+    first = c[0]
+    return _kiln.arange(len(first), dtype=_kiln.int64, device=first.device)
+
+
+_i = _expr(_index_fn, "_i")
+
+
+def _math(name):
+    f = getattr(_kiln, name)
+
+    def apply(x):
+        if isinstance(x, _expr):
+            return _expr(lambda c: f(x._fn(c)), f"{name}({x})")
+        return f(x)
+    apply.__name__ = name
+    apply.__doc__ = f.__doc__
+    return apply
+
+
+class query:
+    """A lazy pipeline over one or more equally long 1-D inputs (kiln.tensor, NumPy arrays,
+    lists); nothing runs until a terminal (sum, count, max, min, mean, to_numpy, tensor)."""
+
+    def __init__(self, *inputs, device=None):
+        if not inputs:
+            raise _kiln.invalid_argument("kiln.query: needs at least one input")
+        dev = device if device is not None else next(
+            (x.device for x in inputs if isinstance(x, _kiln.tensor)), None)
+        self._inputs = [x if isinstance(x, _kiln.tensor) and (device is None or x.device == dev)
+                        else _kiln.tensor(x, device=dev) for x in inputs]
+        lens = {len(x) for x in self._inputs}
+        if len(lens) != 1:
+            raise _kiln.invalid_argument(f"kiln.zip: inputs differ in length {sorted(lens)}")
+        if _builtins.any(x.ndim != 1 for x in self._inputs):
+            raise _kiln.shape_error("kiln.query: inputs must be 1-D")
+        self._components = tuple(self._inputs)
+        self._mask = None
+
+    def _copy(self):
+        q = object.__new__(query)
+        q._inputs, q._components, q._mask = self._inputs, self._components, self._mask
+        return q
+
+    def map(self, f):
+        """Each element becomes f(element) (f: a placeholder expression or a function of
+        kiln.tensor components)."""
+        q = self._copy()
+        q._components = (_apply(f, self._components),)
+        return q
+
+    transform = map
+
+    def filter(self, pred):
+        """Keeps the elements for which pred holds."""
+        q = self._copy()
+        m = _apply(pred, self._components)
+        q._mask = m if self._mask is None else _kiln.where(self._mask, m, False)
+        return q
+
+    def _value(self):
+        if len(self._components) != 1:
+            raise _kiln.invalid_argument(
+                "kiln.query: this step needs a single-valued element; map the components of a "
+                "zip to one value first")
+        return self._components[0]
+
+    def _masked(self, fill):
+        v = self._value()
+        return v if self._mask is None else _kiln.where(self._mask, v, fill)
+
+    def sum(self):
+        """The sum (int64 for integers) as a Python number; one kernel."""
+        return self._masked(0).sum().item()
+
+    def count(self):
+        if self._mask is None:
+            return len(self._components[0])
+        return self._mask.sum().item()
+
+    def _extreme(self, which):
+        v = self._value()
+        if self._mask is None:
+            return getattr(v, which)().item() if len(v) else None
+        if self.count() == 0:
+            return None
+        dt = v.dtype.numpy
+        info = _np.finfo(dt) if v.dtype.is_floating_point else _np.iinfo(dt)
+        fill = info.min if which == "max" else info.max
+        return getattr(_kiln.where(self._mask, v, fill.item()), which)().item()
+
+    def max(self):
+        """The largest element, or None when there is none (C++: std::optional)."""
+        return self._extreme("max")
+
+    def min(self):
+        return self._extreme("min")
+
+    def mean(self):
+        n = self.count()
+        return None if n == 0 else self.sum() / n
+
+    def tensor(self):
+        """The elements as a kiln.tensor (evaluated, on the inputs' device); after a filter
+        the kept elements, compacted on the host (kiln::query's device compaction has no
+        run-time API yet)."""
+        v = self._value()
+        if self._mask is None:
+            return v.eval()
+        kept = v.numpy()[self._mask.numpy().astype(bool)]
+        return _kiln.tensor(kept, device=v.device)
+
+    def to_numpy(self):
+        return self.tensor().numpy()
+
+    def __iter__(self):
+        return iter(self.to_numpy().tolist())
+
+
+def _apply(f, components):
+    out = f(*components)
+    if not isinstance(out, _kiln.tensor):
+        out = _kiln.full(list(components[0].shape), out, device=components[0].device)
+    return out
+
+
+def zip(*inputs, device=None):  # noqa: A001 (kiln.zip, as in C++)
+    """A query over several inputs of one length: elements are (_1, _2, ...)."""
+    return query(*inputs, device=device)
+
+
+for _name in ("sqrt", "exp", "log", "sin", "cos", "tanh", "abs", "relu", "sigmoid", "square",
+              "floor", "ceil", "rsqrt", "tan"):
+    globals()[_name] = _math(_name)

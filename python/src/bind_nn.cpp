@@ -1,0 +1,218 @@
+// kiln.nn (modules, losses, models) and kiln.optim (optimizers, schedulers).
+#include <pybind11/stl.h>
+
+#include <memory>
+#include <string>
+
+#include "bindings.hpp"
+#include "dtype.hpp"
+#include "kiln/nn.hpp"
+#include "kiln/nn/models.hpp"
+#include "kiln/optim.hpp"
+
+namespace kiln::python {
+namespace {
+
+using module_class = py::class_<nn::module, std::shared_ptr<nn::module>>;
+
+py::dict to_dict(const nn::named_tensors& xs) {
+  py::dict d;
+  for (const auto& [name, t] : xs) d[py::str(name)] = t;
+  return d;
+}
+
+nn::named_tensors from_dict(const py::dict& d) {
+  nn::named_tensors out;
+  for (auto [k, v] : d) out.emplace_back(k.cast<std::string>(), v.cast<tensor>());
+  return out;
+}
+
+nn::layer_options layer_options(bool bias, py::handle dtype, std::uint64_t seed) {
+  return nn::layer_options{.bias = bias,
+                           .dtype = dtype.is_none() ? scalar_type::f32 : to_scalar_type(dtype),
+                           .seed = seed};
+}
+
+template <class M>
+py::class_<M, nn::module, std::shared_ptr<M>> layer(py::module_& m, const char* name,
+                                                    const char* doc) {
+  return py::class_<M, nn::module, std::shared_ptr<M>>(m, name, doc);
+}
+
+void bind_modules(py::module_& nn_m) {
+  module_class(nn_m, "module", "Base of Kiln's layers: parameters, buffers, children, forward.")
+      .def("forward", &nn::module::forward, py::arg("x"))
+      .def("__call__", &nn::module::forward, py::arg("x"))
+      .def("parameters", &nn::module::parameters)
+      .def("named_parameters", &nn::module::named_parameters)
+      .def("named_buffers", &nn::module::named_buffers)
+      .def("state_dict", [](const nn::module& mod) { return to_dict(mod.state_dict()); })
+      .def(
+          "load_state_dict",
+          [](nn::module& mod, const py::dict& d, bool strict) {
+            mod.load_state_dict(from_dict(d), strict);
+          },
+          py::arg("state"), py::arg("strict") = true)
+      .def("parameter_count", &nn::module::parameter_count)
+      .def(
+          "train", [](nn::module& mod, bool on) { mod.train(on); }, py::arg("mode") = true)
+      .def("eval", [](nn::module& mod) { mod.eval(); })
+      .def_property_readonly("training", &nn::module::is_training)
+      .def("__repr__", &nn::module::to_string);
+
+  py::class_<nn::sequential, nn::module, std::shared_ptr<nn::sequential>>(
+      nn_m, "sequential", "Modules applied in order: kiln.nn.sequential(linear, relu(), ...).")
+      .def(py::init([](py::args mods) {
+        auto s = std::make_shared<nn::sequential>();
+        for (py::handle h : mods) s->push_back(h.cast<std::shared_ptr<nn::module>>());
+        return s;
+      }))
+      .def("append", &nn::sequential::push_back, py::arg("module"))
+      .def("__len__", &nn::sequential::size)
+      .def("__getitem__", [](const nn::sequential& s, std::size_t i) {
+        if (i >= s.size()) throw py::index_error("kiln.nn.sequential: index out of range");
+        return s.children()[i].second;
+      });
+
+  layer<nn::linear>(nn_m, "linear", "y = x @ weight.T + bias.")
+      .def(py::init([](std::int64_t in, std::int64_t out, bool bias, py::handle dtype,
+                       std::uint64_t seed, py::handle dev) {
+             return std::make_shared<nn::linear>(to_device(dev), in, out,
+                                                 layer_options(bias, dtype, seed));
+           }),
+           py::arg("in_features"), py::arg("out_features"), py::arg("bias") = true, py::kw_only(),
+           py::arg("dtype") = py::none(), py::arg("seed") = 0, py::arg("device") = py::none())
+      .def_readwrite("weight", &nn::linear::weight)
+      .def_readwrite("bias", &nn::linear::bias);
+  layer<nn::conv2d>(nn_m, "conv2d", "2-D convolution over [N, C, H, W].")
+      .def(py::init([](std::int64_t in, std::int64_t out, std::int64_t kernel, std::int64_t stride,
+                       std::int64_t padding, bool bias, py::handle dtype, std::uint64_t seed,
+                       py::handle dev) {
+             conv2d_options c;
+             c.stride = {stride, stride};
+             c.padding = {padding, padding};
+             return std::make_shared<nn::conv2d>(to_device(dev), in, out, kernel, c,
+                                                 layer_options(bias, dtype, seed));
+           }),
+           py::arg("in_channels"), py::arg("out_channels"), py::arg("kernel_size"),
+           py::arg("stride") = 1, py::arg("padding") = 0, py::arg("bias") = true, py::kw_only(),
+           py::arg("dtype") = py::none(), py::arg("seed") = 0, py::arg("device") = py::none())
+      .def_readwrite("weight", &nn::conv2d::weight)
+      .def_readwrite("bias", &nn::conv2d::bias);
+  layer<nn::max_pool2d>(nn_m, "max_pool2d", "Max pooling with a square window.")
+      .def(py::init<std::int64_t>(), py::arg("kernel_size"));
+  layer<nn::avg_pool2d>(nn_m, "avg_pool2d", "Average pooling with a square window.")
+      .def(py::init<std::int64_t>(), py::arg("kernel_size"));
+  layer<nn::dropout>(nn_m, "dropout", "Zeroes elements with probability p while training.")
+      .def(py::init<double, std::uint64_t>(), py::arg("p") = 0.5, py::arg("seed") = 0);
+  layer<nn::flatten>(nn_m, "flatten", "Flattens dimensions start_dim..end_dim.")
+      .def(py::init<int, int>(), py::arg("start_dim") = 1, py::arg("end_dim") = -1);
+  layer<nn::relu>(nn_m, "relu", "max(x, 0).").def(py::init<>());
+  layer<nn::sigmoid>(nn_m, "sigmoid", "1 / (1 + exp(-x)).").def(py::init<>());
+  layer<nn::tanh>(nn_m, "tanh", "tanh(x).").def(py::init<>());
+  layer<nn::gelu>(nn_m, "gelu", "x * Phi(x).").def(py::init<>());
+  layer<nn::softmax>(nn_m, "softmax", "softmax along dim.")
+      .def(py::init<int>(), py::arg("dim") = -1);
+  layer<nn::log_softmax>(nn_m, "log_softmax", "log(softmax) along dim, stably.")
+      .def(py::init<int>(), py::arg("dim") = -1);
+
+  nn_m.def("mse_loss", &nn::mse_loss, py::arg("input"), py::arg("target"),
+           py::arg("reduction") = "mean");
+  nn_m.def("cross_entropy", &nn::cross_entropy, py::arg("logits"), py::arg("labels"),
+           py::arg("reduction") = "mean",
+           "Softmax cross entropy of logits [N, C], int labels [N].");
+  nn_m.def("binary_cross_entropy_with_logits", &nn::binary_cross_entropy_with_logits,
+           py::arg("logits"), py::arg("targets"), py::arg("reduction") = "mean");
+  nn_m.def("manual_seed", &nn::manual_seed, py::arg("seed"),
+           "Restarts the sequence of seeds that layers' initialisation draws from.");
+
+  py::module_ models = nn_m.def_submodule("models", "Kiln's reference models.");
+  auto model = [&models](const char* name, nn::sequential (*f)(const device&, scalar_type)) {
+    models.def(
+        name,
+        [f](py::handle dev, py::handle dtype) {
+          return std::make_shared<nn::sequential>(
+              f(to_device(dev), dtype.is_none() ? scalar_type::f32 : to_scalar_type(dtype)));
+        },
+        py::arg("device") = py::none(), py::arg("dtype") = py::none());
+  };
+  model("mlp", &nn::models::mlp);
+  model("mlp_wide", &nn::models::mlp_wide);
+  models.def("sample_shape", &nn::models::sample_shape, py::arg("name"),
+             "The shape of one input sample of the model (without the batch dimension).");
+}
+
+void bind_optim(py::module_& om) {
+  py::class_<optim::optimizer>(om, "optimizer", "step() updates every parameter in one kernel.")
+      .def("step", &optim::optimizer::step, py::call_guard<py::gil_scoped_release>())
+      .def("zero_grad", &optim::optimizer::zero_grad, py::call_guard<py::gil_scoped_release>())
+      .def_property("lr", &optim::optimizer::lr, &optim::optimizer::set_lr)
+      .def_property_readonly("step_count", &optim::optimizer::step_count)
+      .def_property_readonly("name", &optim::optimizer::name)
+      .def("parameters", &optim::optimizer::parameters)
+      .def("state_dict", [](const optim::optimizer& o) { return to_dict(o.state_dict()); })
+      .def("load_state_dict",
+           [](optim::optimizer& o, const py::dict& d) { o.load_state_dict(from_dict(d)); });
+  om.def(
+      "sgd",
+      [](const std::vector<tensor>& params, double lr, double momentum, double dampening,
+         double weight_decay, bool nesterov) {
+        return optim::sgd(params, {lr, momentum, dampening, weight_decay, nesterov});
+      },
+      py::arg("params"), py::arg("lr") = 1e-3, py::arg("momentum") = 0.0,
+      py::arg("dampening") = 0.0, py::arg("weight_decay") = 0.0, py::arg("nesterov") = false);
+  om.def(
+      "adam",
+      [](const std::vector<tensor>& params, double lr, std::pair<double, double> betas, double eps,
+         double weight_decay, bool amsgrad) {
+        return optim::adam(params, {lr, betas.first, betas.second, eps, weight_decay, amsgrad});
+      },
+      py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::pair{0.9, 0.999},
+      py::arg("eps") = 1e-8, py::arg("weight_decay") = 0.0, py::arg("amsgrad") = false);
+  om.def(
+      "adamw",
+      [](const std::vector<tensor>& params, double lr, std::pair<double, double> betas, double eps,
+         double weight_decay, bool amsgrad) {
+        return optim::adamw(params, {lr, betas.first, betas.second, eps, weight_decay, amsgrad});
+      },
+      py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::pair{0.9, 0.999},
+      py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2, py::arg("amsgrad") = false);
+  om.def(
+      "rmsprop",
+      [](const std::vector<tensor>& params, double lr, double alpha, double eps,
+         double weight_decay, double momentum, bool centered) {
+        return optim::rmsprop(params, {lr, alpha, eps, weight_decay, momentum, centered});
+      },
+      py::arg("params"), py::arg("lr") = 1e-2, py::arg("alpha") = 0.99, py::arg("eps") = 1e-8,
+      py::arg("weight_decay") = 0.0, py::arg("momentum") = 0.0, py::arg("centered") = false);
+  om.def(
+      "adagrad",
+      [](const std::vector<tensor>& params, double lr, double lr_decay, double weight_decay,
+         double initial_accumulator_value, double eps) {
+        return optim::adagrad(params, {lr, lr_decay, weight_decay, initial_accumulator_value, eps});
+      },
+      py::arg("params"), py::arg("lr") = 1e-2, py::arg("lr_decay") = 0.0,
+      py::arg("weight_decay") = 0.0, py::arg("initial_accumulator_value") = 0.0,
+      py::arg("eps") = 1e-10);
+  py::class_<optim::step_lr>(om, "step_lr", "lr *= gamma every step_size epochs.")
+      .def(py::init<optim::optimizer, std::int64_t, double>(), py::arg("optimizer"),
+           py::arg("step_size"), py::arg("gamma") = 0.1)
+      .def("step", &optim::step_lr::step)
+      .def_property_readonly("last_lr", &optim::step_lr::last_lr);
+  py::class_<optim::cosine_annealing_lr>(om, "cosine_annealing_lr", "Cosine from lr to eta_min.")
+      .def(py::init<optim::optimizer, std::int64_t, double>(), py::arg("optimizer"),
+           py::arg("t_max"), py::arg("eta_min") = 0.0)
+      .def("step", &optim::cosine_annealing_lr::step)
+      .def_property_readonly("last_lr", &optim::cosine_annealing_lr::last_lr);
+}
+
+}  // namespace
+
+void bind_nn(py::module_& m) {
+  py::module_ nn_m = m.def_submodule("nn", "Layers, losses and models.");
+  bind_modules(nn_m);
+  py::module_ om = m.def_submodule("optim", "Optimizers and learning-rate schedules.");
+  bind_optim(om);
+}
+
+}  // namespace kiln::python
