@@ -119,7 +119,21 @@ tensor index(const tensor& x, py::handle key) {
   return r;
 }
 
-py::object item(const tensor& x) { return to_numpy(x).attr("item")(); }
+// The one element (kiln.shape_error unless numel is 1) as a Python number.
+py::object item(const tensor& x) {
+  return dispatch(x.dtype(), [&](auto z) -> py::object {
+    using T = decltype(z);
+    T v;
+    {
+      py::gil_scoped_release release;
+      v = x.item<T>();
+    }
+    if constexpr (std::is_arithmetic_v<T>)
+      return py::cast(v);
+    else
+      return py::cast(static_cast<float>(v));
+  });
+}
 
 std::string repr(const tensor& x) {
   py::module_ np = py::module_::import("numpy");

@@ -111,7 +111,9 @@ void bind_dtype(py::module_& m) {
   e.def_property_readonly(
       "numpy", [](scalar_type t) { return to_numpy_dtype(t); },
       "NumPy's dtype of this type (kiln.dtype_error where NumPy has none).");
-  e.def("__str__", [](scalar_type t) { return std::string(row_of(t).name); });
+  // Assigned, not def'd: def would overload enum_'s own __str__ (and clobber .name with it).
+  e.attr("__str__") =
+      py::cpp_function([](scalar_type t) { return std::string(row_of(t).name); }, py::is_method(e));
   m.def("as_dtype", &to_scalar_type, py::arg("dtype"),
         "The kiln.dtype of a name, a NumPy dtype or type, or a torch.dtype.");
 }
