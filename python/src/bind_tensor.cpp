@@ -167,11 +167,14 @@ accepts (lists, scalars, arrays); dtype None keeps NumPy's; device None is kiln.
                       const char* doc) {
     m.def(
         name,
-        [f](py::args shape, py::handle dtype, py::handle dev) {
-          return f(to_device(dev), to_shape(shape),
-                   dtype.is_none() ? scalar_type::f32 : to_scalar_type(dtype));
+        [f](py::args shape, py::handle dtype, py::handle dev, bool requires_grad) {
+          tensor t = f(to_device(dev), to_shape(shape),
+                       dtype.is_none() ? scalar_type::f32 : to_scalar_type(dtype));
+          if (requires_grad) t.requires_grad_(true);
+          return t;
         },
-        py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(), doc);
+        py::kw_only(), py::arg("dtype") = py::none(), py::arg("device") = py::none(),
+        py::arg("requires_grad") = false, doc);
   };
   creator("empty", &tensor::empty, "An uninitialised tensor: kiln.empty(2, 3) or empty((2, 3)).");
   creator("zeros", &tensor::zeros, "Zeros of the shape (float32 unless dtype says).");
