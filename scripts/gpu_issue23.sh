@@ -10,6 +10,8 @@
 #   tests     the changed GPU paths (loss check, exits, collectives, MPI if present)
 #   suite     ctest -j 4 over the whole suite (both GPUs), twice
 #   train     one GPU against two, lenet and mlp_wide, plus bench_collective's train rows
+#   reduced   (issue 24) the f16/bf16 tests and GEMMs on every device
+#   gemm      (issue 24) bench_gemm on cuda:0 beside PyTorch's matmul, f32/TF32/bf16/f16
 build=${1:-build}
 shift
 # Logs go to a scratch folder; $OUT (the device tool's) gets the summary and one tarball of them.
@@ -22,7 +24,7 @@ nccl=$(python3 -c 'import site,glob; print(next(iter(sorted(sum([glob.glob(s+"/n
 export LD_LIBRARY_PATH=$PWD/$build/lib:$LD_LIBRARY_PATH
 B=$build/bin
 t0=$(date +%s)
-note() { echo "$* at $(($(date +%s) - t0))s" | tee -a "$OUT/summary.txt"; }
+note() { echo "$* at $(($(date +%s) - t0))s" | tee -a "$OUT/summary.txt" "$final/progress.txt"; }
 step() {  # step <name> <limit-seconds> <command...>
   local name=$1 limit=$2
   shift 2
@@ -123,6 +125,19 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
         grep -hE "differs|expected|wrong|grew|exception|stress   \]" "$OUT/longstress_$d.log" |
           sort | uniq -c | head -6 | cut -c1-300 | tee -a "$OUT/summary.txt"
       done
+      ;;
+    reduced)
+      export KILN_CONFORMANCE_REQUIRE=cuda,opencl
+      step reduced 300 $B/tensor_test --gtest_filter='*Reduced*:*Linalg*:*Promote*'
+      step reduced_codegen 200 $B/codegen_test
+      for l in reduced reduced_codegen; do
+        grep -hE "tests? ran|PASSED|FAILED \]" "$OUT/$l.log" | head -20 | tee -a "$OUT/summary.txt"
+      done
+      ;;
+    gemm)
+      step gemm_kiln 200 $B/bench_gemm --device cuda:0 --runs 20
+      step gemm_torch 200 python3 bench/torch_gemm.py --runs 20 --csv "$OUT/torch_gemm.csv"
+      grep -hE "gemm|gemv|device" "$OUT/gemm_kiln.log" "$OUT/gemm_torch.log" | tee -a "$OUT/summary.txt"
       ;;
     *) echo "unknown step $s" >&2 ;;
   esac
