@@ -1,5 +1,6 @@
-// kiln::linalg throughput: SGEMM 4096^3 and 8192^3 (full f32 and TF32), a strided batch of
-// 64 x 256^3, and SGEMV 8192^2, on one device (default: the best). Event-timed median after a
+// kiln::linalg throughput: SGEMM 4096^3 and 8192^3 (full f32 and TF32), the same in bf16 and
+// f16 (f32 accumulation), a strided batch of 64 x 256^3, and SGEMV 8192^2, on one device
+// (default: the best). Event-timed median after a
 // warm-up; prints TFLOP/s (2 m n k per product) and the path that ran (vendor / tiled /
 // simple). KILN_LINALG_PORTABLE=1 times the portable kernels instead of the vendor library.
 // On a device that is not a GPU every size is divided by 4 (a CPU would take minutes).
@@ -42,16 +43,18 @@ void row(const char* name, double flops, double bytes, double ms) {
               bytes / ms * 1e-6);
 }
 
+template <class T = float>
 void gemm_case(kiln::queue& q, const options& o, const char* name, std::uint64_t s,
                std::uint64_t batch, bool tf32) {
   const std::uint64_t n = s * s * batch;
-  kiln::buffer<float> a(q.get_device(), std::vector<float>(n, 0.5f)),
-      b(q.get_device(), std::vector<float>(n, 0.25f)), c(q.get_device(), n);
+  kiln::buffer<T> a(q.get_device(), std::vector<T>(n, T(0.5f))),
+      b(q.get_device(), std::vector<T>(n, T(0.25f))), c(q.get_device(), n);
   const kiln::linalg::gemm_shape shape{.m = s, .n = s, .k = s, .batch = batch};
   const double ms = median_ms(q, o, [&] { kiln::linalg::gemm(q, a, b, c, shape, {.tf32 = tf32}); });
-  const float want = 0.125f * float(s), got = c.to_vector()[n - 1];
+  const float want = 0.125f * float(s), got = float(c.to_vector()[n - 1]);
   if (std::abs(got - want) > 1e-2f * want) std::printf("  WRONG: %g, expected %g\n", got, want);
-  row(name, 2.0 * double(s) * double(s) * double(s) * double(batch), 4.0 * 3.0 * double(n), ms);
+  row(name, 2.0 * double(s) * double(s) * double(s) * double(batch),
+      double(sizeof(T)) * 3.0 * double(n), ms);
 }
 
 void gemv_case(kiln::queue& q, const options& o, std::uint64_t s) {
@@ -87,6 +90,9 @@ int main(int argc, char** argv) {
       const std::string name = "sgemm " + std::to_string(s) + "^3";
       gemm_case(q, o, name.c_str(), s, 1, false);
       gemm_case(q, o, (name + " tf32").c_str(), s, 1, true);
+      const std::string h = std::to_string(s) + "^3";
+      gemm_case<kiln::bfloat16>(q, o, ("bf16 gemm " + h).c_str(), s, 1, false);
+      gemm_case<kiln::half>(q, o, ("f16 gemm " + h).c_str(), s, 1, false);
     }
     const std::string batched = "sgemm 64 x " + std::to_string(256 / div) + "^3 batched";
     gemm_case(q, o, batched.c_str(), 256 / div, 64, false);

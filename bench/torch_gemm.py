@@ -36,12 +36,12 @@ def main():
     dev = torch.device("cuda")
     rows = []
 
-    def gemm(name, m, n, k, batch=1, tf32=False):
+    def gemm(name, m, n, k, batch=1, tf32=False, dtype=torch.float32):
         torch.backends.cuda.matmul.allow_tf32 = tf32
         shape_a = (batch, m, k) if batch > 1 else (m, k)
         shape_b = (batch, k, n) if batch > 1 else (k, n)
-        x = torch.rand(shape_a, device=dev)
-        y = torch.rand(shape_b, device=dev)
+        x = torch.rand(shape_a, device=dev, dtype=dtype)
+        y = torch.rand(shape_b, device=dev, dtype=dtype)
         ms = timed(lambda: torch.matmul(x, y), a.runs)
         tflops = 2.0 * m * n * k * batch / (ms * 1e-3) / 1e12
         rows.append((name, "torch", ms, tflops, "TFLOP/s"))
@@ -51,6 +51,9 @@ def main():
     gemm("sgemm_8192", 8192, 8192, 8192)
     gemm("sgemm_4096_tf32", 4096, 4096, 4096, tf32=True)
     gemm("sgemm_8192_tf32", 8192, 8192, 8192, tf32=True)
+    for s in (4096, 8192):
+        gemm(f"bf16_gemm_{s}", s, s, s, dtype=torch.bfloat16)
+        gemm(f"f16_gemm_{s}", s, s, s, dtype=torch.float16)
     gemm("sgemm_batched_64x256", 256, 256, 256, batch=64)
     torch.backends.cuda.matmul.allow_tf32 = False
     m = torch.rand((8192, 8192), device=dev)

@@ -75,8 +75,9 @@ constexpr void check_types() {
                 "kiln::linalg: operands must be kiln::buffer or kiln::buffer_view");
   static_assert(std::is_same_v<elem_t<A>, elem_t<B>> && std::is_same_v<elem_t<A>, elem_t<C>>,
                 "kiln::linalg: all operands must have one element type");
-  static_assert(std::is_same_v<elem_t<A>, float> || std::is_same_v<elem_t<A>, double>,
-                "kiln::linalg: only float and double are supported");
+  static_assert(std::is_same_v<elem_t<A>, float> || std::is_same_v<elem_t<A>, double> ||
+                    std::is_same_v<elem_t<A>, half> || std::is_same_v<elem_t<A>, bfloat16>,
+                "kiln::linalg: only float, double, half and bfloat16 are supported");
   static_assert(!std::is_const_v<typename kiln::detail::device_side<std::remove_cvref_t<C>>::elem>,
                 "kiln::linalg: the output (C, y) must be writable, not a view of const");
 }
@@ -86,7 +87,9 @@ void gemv(queue& q, scalar_type t, operand a, operand x, operand y, const gemv_s
           const gemv_options& o);
 }  // namespace detail
 
-// A, B: buffers or views of float or double; C: a writable one of the same type.
+// A, B: buffers or views of float, double, half or bfloat16; C: a writable one of the same
+// type. half and bfloat16 accumulate in float (tensor cores through cuBLAS on CUDA); alpha and
+// beta are applied in float.
 template <class A, class B, class C>
 void gemm(queue& q, const A& a, const B& b, const C& c, const gemm_shape& s,
           const gemm_options& o = {}) {

@@ -37,7 +37,7 @@ typedef enum kiln_blas_op {
  * op(A) is m x k, op(B) is k x n, C is m x n. A is stored m x k (trans_a N) or k x m (T),
  * B is stored k x n (N) or n x k (T). Every count is in elements, not bytes. */
 typedef struct kiln_blas_gemm_desc {
-  kiln_dtype dtype; /* KILN_DTYPE_F32 or KILN_DTYPE_F64 */
+  kiln_dtype dtype; /* KILN_DTYPE_F32, F64, or F16/BF16 (f32 accumulation, f32 alpha and beta) */
   kiln_blas_op trans_a, trans_b;
   uint64_t m, n, k;
   uint64_t lda, ldb, ldc;                /* row pitch of each stored matrix (>= its columns) */

@@ -1,14 +1,13 @@
 #include "codegen/expr_render.hpp"
 
-#include "codegen/text.hpp"
-
 #include <algorithm>
 #include <stdexcept>
 #include <string_view>
 
+#include "codegen/text.hpp"
+
 namespace kiln::codegen {
 namespace {
-
 
 using ir::op;
 using ir::op_class;
@@ -68,7 +67,7 @@ std::string leaf(const ir::node& n) {
   switch (n.o) {
     case op::component: return value_name(n.slot);
     case op::index: return "((int64_t)kq_i)";
-    case op::capture: return capture_name(n.slot);
+    case op::capture: return load_value(n.dtype, capture_name(n.slot));
     case op::combine_a: return "kq_a";
     case op::combine_b: return "kq_b";
     case op::load: return load_name(n.slot);
@@ -77,6 +76,16 @@ std::string leaf(const ir::node& n) {
 }
 
 }  // namespace
+
+std::string value_type(scalar_type t) { return is_reduced_float(t) ? "float" : type_name(t); }
+
+std::string load_value(scalar_type t, const std::string& elem) {
+  return is_reduced_float(t) ? cat("kiln_", type_name(t), "_to_float(", elem, ")") : elem;
+}
+
+std::string store_value(scalar_type t, const std::string& v) {
+  return is_reduced_float(t) ? cat("kiln_float_to_", type_name(t), "(", v, ")") : v;
+}
 
 std::string value_name(int var) { return cat("v", std::to_string(var)); }
 std::string capture_name(int slot) { return cat("kq_c", std::to_string(slot)); }
@@ -91,7 +100,7 @@ std::string render_node(const ir::graph& g, ir::node_id id,
                         const std::function<std::string(ir::node_id)>& operand) {
   const ir::node& n = g[id];
   const auto sub = [&](int k) { return operand(n.operands[k]); };
-  const std::string t = type_name(n.dtype);
+  const std::string t = value_type(n.dtype);
   switch (ir::info(n.o).cls) {
     case op_class::leaf: return leaf(n);
     case op_class::arithmetic:
@@ -102,7 +111,10 @@ std::string render_node(const ir::graph& g, ir::node_id id,
       if (n.o == op::lnot) return cat("(!(bool)", sub(0), ")");
       return cat("((", t, ")(", spelling(n.o), sub(0), "))");
     case op_class::select: return cat("((bool)", sub(0), " ? ", sub(1), " : ", sub(2), ")");
-    case op_class::cast: return cat("((", t, ")(", sub(0), "))");
+    case op_class::cast:  // to f16/bf16: the value rounded to the type, kept in float
+      if (is_reduced_float(n.dtype))
+        return cat("kiln_round_", type_name(n.dtype), "((float)(", sub(0), "))");
+      return cat("((", t, ")(", sub(0), "))");
     case op_class::math: {
       std::string s = is_helper(n.o) ? helper_name({n.o, n.dtype}) : ir::info(n.o).name;
       s.append("(");
@@ -120,8 +132,8 @@ std::string helper_name(const helper& h) {
 }
 
 std::string helper_def(const helper& h) {
-  const std::string t = type_name(h.t), name = helper_name(h);
-  const bool is_float = h.t == scalar_type::f32 || h.t == scalar_type::f64;
+  const std::string t = value_type(h.t), name = helper_name(h);
+  const bool is_float = h.t == scalar_type::f32 || h.t == scalar_type::f64 || is_reduced_float(h.t);
   const std::string s = cat("KILN_FUNC ", t, " ", name);
   switch (h.o) {
     case op::abs:

@@ -16,6 +16,14 @@ std::string value_name(int var);     // a component leaf's value: "v3"
 std::string capture_name(int slot);  // a captured scalar's kernel parameter: "kq_c3"
 std::string load_name(int slot);     // the value a load leaf read, declared by the kernel: "kl3"
 
+// f16 and bf16 are stored in 16 bits and computed in float (DESIGN 12). value_type: the type a
+// kernel declares a value of type t with ("float" for both, type_name otherwise); load_value:
+// stored element `elem` (an lvalue such as "p[i]") read as that type; store_value: value v
+// converted for storing into an element of type t (rounded to nearest even).
+std::string value_type(scalar_type t);
+std::string load_value(scalar_type t, const std::string& elem);
+std::string store_value(scalar_type t, const std::string& v);
+
 std::string render_expr(const ir::graph& g, ir::node_id root);
 // One node, its operands spelled by `operand` (a name a kernel declared earlier, say), so a
 // DAG renders each shared node once instead of once per use.

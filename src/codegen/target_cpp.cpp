@@ -2,13 +2,14 @@
 // over the work-groups one call is given; the item's indices travel as the body's hidden
 // kiln_item parameter, so after inlining they live in registers and the loop vectorises.
 // Barriers and local memory are not supported here (the core refuses them before compiling).
+#include "codegen/reduced_float.hpp"
 #include "codegen/target.hpp"
 
 namespace kiln::codegen {
 using kernel_lang::kernel_decl;
 namespace {
 
-const char* prelude = R"KILN(
+const char* prelude_base = R"KILN(
 #include <stddef.h>
 #include <stdint.h>
 #define KILN_BACKEND_CPU 1
@@ -95,6 +96,11 @@ template <class T, class V> static inline T kiln_atomic_max(T* p, V w) { const T
   }
 KILN__ATOMIC_FLOAT(float, uint32_t)
 KILN__ATOMIC_FLOAT(double, uint64_t)
+static inline uint32_t kiln__as_uint(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
+static inline float kiln__as_float(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
+)KILN";
+// The part after the 16-bit float types (reduced_float.hpp), which use the definitions above.
+const char* prelude_tail = R"KILN(
 // Runs every work-item of groups [g0, g1) (linear group index) that lies inside the range.
 template <class F>
 static inline void kiln__run(const kiln_cpu_launch* L, const kiln_range_t& r, uint64_t g0, uint64_t g1, F f) {
@@ -129,6 +135,7 @@ static inline void kiln__run(const kiln_cpu_launch* L, const kiln_range_t& r, ui
   }
 }
 )KILN";
+const std::string prelude_text = std::string(prelude_base) + reduced_float_text + prelude_tail;
 
 void emit_entry(std::string& out, const kernel_decl& k, bool checked) {
   out += "extern \"C\" __attribute__((visibility(\"default\"))) void " + cpu_entry_name(k.name) +
@@ -215,7 +222,7 @@ const ring_ops ring = {1, ring_primitives, open_ring_entry, true};
 }  // namespace
 
 const target cpp_target = {.name = "cpp",
-                           .prelude = prelude,
+                           .prelude = prelude_text.c_str(),
                            .body_param = "const kiln_item& kiln__it",
                            .emit_entry = emit_entry,
                            .checked_prelude = checked_prelude,

@@ -1,12 +1,13 @@
 // CUDA C++ for NVRTC. Index builtins read the hardware registers; the launch range travels as
 // the entry's last parameter so kiln_global_size() and the range guard see the exact range.
+#include "codegen/reduced_float.hpp"
 #include "codegen/target.hpp"
 
 namespace kiln::codegen {
 using kernel_lang::kernel_decl;
 namespace {
 
-const char* prelude = R"KILN(
+const char* prelude_base = R"KILN(
 typedef signed char int8_t;
 typedef short int16_t;
 typedef int int32_t;
@@ -54,7 +55,25 @@ __device__ __forceinline__ uint64_t kiln_atomic_min(uint64_t* p, uint64_t v) { r
 __device__ __forceinline__ uint64_t kiln_atomic_max(uint64_t* p, uint64_t v) { return atomicMax(p, v); }
 __device__ __forceinline__ float kiln_atomic_add(float* p, float v) { return atomicAdd(p, v); }
 __device__ __forceinline__ double kiln_atomic_add(double* p, double v) { return atomicAdd(p, v); }
+#define kiln__as_uint(f) __float_as_uint(f)
+#define kiln__as_float(u) __uint_as_float(u)
+__device__ __forceinline__ float kiln__hw_f16_to_f32(uint16_t h) {
+  float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
+__device__ __forceinline__ uint16_t kiln__hw_f32_to_f16(float f) {
+  uint16_t h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#define KILN__F16_TO_F32 kiln__hw_f16_to_f32
+#define KILN__F32_TO_F16 kiln__hw_f32_to_f16
+#if __CUDA_ARCH__ >= 800
+__device__ __forceinline__ float kiln__hw_bf16_to_f32(uint16_t b) {
+  return __uint_as_float((uint32_t)b << 16); }
+__device__ __forceinline__ uint16_t kiln__hw_f32_to_bf16(float f) {
+  uint16_t h; asm("cvt.rn.bf16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
+#define KILN__BF16_TO_F32 kiln__hw_bf16_to_f32
+#define KILN__F32_TO_BF16 kiln__hw_f32_to_bf16
+#endif
 )KILN";
+// The base, then the 16-bit float types (reduced_float.hpp), which use its definitions.
+const std::string prelude_text = std::string(prelude_base) + reduced_float_text;
 
 void emit_entry(std::string& out, const kernel_decl& k, bool checked) {
   out += "extern \"C\" __global__ void " + k.name + "(";
@@ -153,7 +172,7 @@ const ring_ops ring = {32, ring_primitives, open_ring_entry, false};  // NVRTC: 
 }  // namespace
 
 const target cuda_target = {.name = "cuda",
-                            .prelude = prelude,
+                            .prelude = prelude_text.c_str(),
                             .body_param = "const kiln_range_t& kiln__range",
                             .emit_entry = emit_entry,
                             .checked_prelude = checked_prelude,

@@ -7,6 +7,7 @@
 #include <cctype>
 #include <string>
 
+#include "codegen/reduced_float.hpp"
 #include "codegen/target.hpp"
 #include "kiln/scalar_type.hpp"
 
@@ -14,7 +15,7 @@ namespace kiln::codegen {
 using kernel_lang::kernel_decl;
 namespace {
 
-const char* prelude = R"KILN(
+const char* prelude_base = R"KILN(
 #ifdef cl_khr_fp64
 #pragma OPENCL EXTENSION cl_khr_fp64 : enable
 #endif
@@ -96,12 +97,26 @@ KILN__ATOMICS(__local)
 KILN__ATOMIC_FLOAT(__global, double, uint64_t, atom_cmpxchg, as_double, as_ulong)
 KILN__ATOMIC_FLOAT(__local, double, uint64_t, atom_cmpxchg, as_double, as_ulong)
 #endif
+/* half: core OpenCL's vload_half/vstore_half_rte convert (no cl_khr_fp16 needed), then the
+   name becomes Kiln's 16-bit struct, as in the other dialects. */
+#define kiln__as_uint(f) as_uint(f)
+#define kiln__as_float(u) as_float(u)
+static inline float kiln__hw_f16_to_f32(ushort b) { return vload_half(0, (const __private half*)&b); }
+static inline ushort kiln__hw_f32_to_f16(float f) {
+  ushort b; vstore_half_rte(f, 0, (__private half*)&b); return b; }
+#define KILN__F16_TO_F32 kiln__hw_f16_to_f32
+#define KILN__F32_TO_F16 kiln__hw_f32_to_f16
+#define KILN__HALF_IS_KEYWORD 1
 )KILN";
+// The base, then the 16-bit float types (reduced_float.hpp), which use its definitions.
+const std::string prelude_text = std::string(prelude_base) + reduced_float_text;
 
 // The type OpenCL accepts as a kernel argument for a scalar parameter.
 const char* arg_type(scalar_type t) {
   switch (t) {
     case scalar_type::boolean: return "uchar";
+    case scalar_type::f16:
+    case scalar_type::bf16: return "ushort";  // the struct's bits; the prologue rebuilds it
     default: return type_name(t);
   }
 }
@@ -134,6 +149,9 @@ void emit_prologue(std::string& out, const kernel_decl& k, bool checked) {
                             type_name(p.type) + "*" + (restricted ? " restrict" : "");
       out += " " + t + " " + p.name + " = (" + t + ")((__global char*)kiln__b" + n + " + kiln__o" +
              n + ");";
+    } else if (is_reduced_float(p.type)) {
+      out += std::string(" ") + type_name(p.type) + " " + p.name + "; " + p.name + ".bits = kiln__p" +
+             n + ";";
     } else {
       out += std::string(" ") + type_name(p.type) + " " + p.name + " = (" + type_name(p.type) +
              ")kiln__p" + n + ";";
@@ -170,7 +188,8 @@ static inline void kiln__ck_record(__global ulong* err, ulong i, uint arg, uint 
     return (__global const T*)(err + 6);                                                        \
   }
 KILN__CK(char) KILN__CK(uchar) KILN__CK(short) KILN__CK(ushort) KILN__CK(int) KILN__CK(uint)
-KILN__CK(long) KILN__CK(ulong) KILN__CK(float) KILN__CK(bool)
+KILN__CK(long) KILN__CK(ulong) KILN__CK(float) KILN__CK(bool) KILN__CK(kiln_half_t)
+KILN__CK(kiln_bfloat16_t)
 #ifdef cl_khr_fp64
 KILN__CK(double)
 #endif
@@ -247,7 +266,7 @@ static inline uint kiln__warp_ballot(int p) {
 }  // namespace
 
 const target opencl_target = {.name = "opencl",
-                              .prelude = prelude,
+                              .prelude = prelude_text.c_str(),
                               .body_param = "",
                               .emit_entry = nullptr,
                               .emit_params = emit_params,

@@ -29,6 +29,8 @@ kiln_dtype to_abi(scalar_type t) {
     case scalar_type::u64: return KILN_DTYPE_U64;
     case scalar_type::f32: return KILN_DTYPE_F32;
     case scalar_type::f64: return KILN_DTYPE_F64;
+    case scalar_type::f16: return KILN_DTYPE_F16;
+    case scalar_type::bf16: return KILN_DTYPE_BF16;
     default: return KILN_DTYPE_NONE;  // bool, 16-bit integers: moved as bytes, never reduced
   }
 }

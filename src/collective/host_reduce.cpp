@@ -57,6 +57,8 @@ void dispatch(scalar_type t, F&& f) {
     case scalar_type::u64: return f(std::uint64_t{});
     case scalar_type::f32: return f(float{});
     case scalar_type::f64: return f(double{});
+    case scalar_type::f16: return f(half{});  // each pair summed in float, rounded once
+    case scalar_type::bf16: return f(bfloat16{});
     case scalar_type::boolean: break;  // refused before: no arithmetic on bool
   }
 }
@@ -75,7 +77,9 @@ void finish_avg(scalar_type t, void* acc, std::uint64_t n, int ranks) {
     using T = decltype(v);
     T* a = static_cast<T*>(acc);
     // The divisor in a wide type: ranks need not fit T (256 ranks in a u8 would divide by 0).
-    if constexpr (std::is_floating_point_v<T>) {
+    if constexpr (std::is_same_v<T, half> || std::is_same_v<T, bfloat16>) {
+      for (std::uint64_t i = 0; i < n; ++i) a[i] = static_cast<T>(float(a[i]) / float(ranks));
+    } else if constexpr (std::is_floating_point_v<T>) {
       for (std::uint64_t i = 0; i < n; ++i) a[i] = static_cast<T>(a[i] / static_cast<T>(ranks));
     } else if constexpr (std::is_signed_v<T>) {
       for (std::uint64_t i = 0; i < n; ++i)

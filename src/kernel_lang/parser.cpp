@@ -57,6 +57,8 @@ const std::map<std::string, scalar_type>& type_table() {
       {"size_t", scalar_type::u64},
       {"float", scalar_type::f32},
       {"double", scalar_type::f64},
+      {"half", scalar_type::f16},
+      {"bfloat16", scalar_type::bf16},
       {"char", scalar_type::i8},
       {"signed char", scalar_type::i8},
       {"unsigned char", scalar_type::u8},

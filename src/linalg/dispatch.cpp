@@ -61,7 +61,12 @@ void check_size(const operand& x, std::uint64_t need, const char* fn, const char
 }
 
 kiln_dtype dtype_of(scalar_type t) {
-  return t == scalar_type::f64 ? KILN_DTYPE_F64 : KILN_DTYPE_F32;
+  switch (t) {
+    case scalar_type::f64: return KILN_DTYPE_F64;
+    case scalar_type::f16: return KILN_DTYPE_F16;
+    case scalar_type::bf16: return KILN_DTYPE_BF16;
+    default: return KILN_DTYPE_F32;
+  }
 }
 
 // KILN_LINALG_PORTABLE=1 skips the vendor library (to compare with it, and to test the

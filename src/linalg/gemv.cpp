@@ -25,7 +25,8 @@ void gemv(queue& q, scalar_type ty, operand a, operand x, operand y, const gemv_
   if (out == 0) return set_path(path::none);
 
   // An empty A is y = beta y, which vendor libraries disagree on: the portable kernel does it.
-  const kiln_blas_v1* vendor = in ? vendor_table(*qi.dev, ty) : nullptr;
+  // The blas table's gemv is f32/f64 only: the 16-bit floats take the portable kernel.
+  const kiln_blas_v1* vendor = in && !is_reduced_float(ty) ? vendor_table(*qi.dev, ty) : nullptr;
   if (vendor) {
     const float af = float(o.alpha), bf = float(o.beta);
     const bool f64 = ty == scalar_type::f64;

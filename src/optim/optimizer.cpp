@@ -37,6 +37,10 @@ void check_params(const std::string& fn, const std::vector<tensor>& params) {
       throw invalid_argument(what +
                              " is kiln::automatic: its storage may move, so it cannot live in "
                              "the optimizer's buffer (create it on a device)");
+    if (is_reduced_float(p.dtype()))
+      throw dtype_error(what + " is " + type_name(p.dtype()) +
+                        ": optimizers step f32 or f64 parameters (keep f32 master weights and "
+                        "compute in 16 bits)");
     if (!seen.insert(p.impl().get()).second) throw invalid_argument(what + " is given twice");
   }
 }

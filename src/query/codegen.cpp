@@ -15,7 +15,12 @@ using codegen::helper;
 using codegen::render_expr;
 using codegen::value_name;
 
-const char* c_type(scalar_type t) { return type_name(t); }
+const char* c_type(scalar_type t) {
+  if (is_reduced_float(t))
+    throw unsupported(std::string("kiln::query: ") + type_name(t) +
+                      " elements are not supported yet; convert them to float first");
+  return type_name(t);
+}
 
 namespace {
 

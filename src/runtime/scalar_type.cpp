@@ -15,6 +15,8 @@ const char* type_name(scalar_type t) noexcept {
     case scalar_type::u64: return "uint64_t";
     case scalar_type::f32: return "float";
     case scalar_type::f64: return "double";
+    case scalar_type::f16: return "half";
+    case scalar_type::bf16: return "bfloat16";
   }
   return "?";
 }
@@ -25,7 +27,9 @@ std::size_t size_of(scalar_type t) noexcept {
     case scalar_type::i8:
     case scalar_type::u8: return 1;
     case scalar_type::i16:
-    case scalar_type::u16: return 2;
+    case scalar_type::u16:
+    case scalar_type::f16:
+    case scalar_type::bf16: return 2;
     case scalar_type::i32:
     case scalar_type::u32:
     case scalar_type::f32: return 4;

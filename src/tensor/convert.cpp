@@ -34,6 +34,8 @@ std::uint64_t store_as(scalar_type to, V v) {
     case scalar_type::u64: return store<std::uint64_t>(v);
     case scalar_type::f32: return store<float>(v);
     case scalar_type::f64: return store<double>(v);
+    case scalar_type::f16: return store<half>(v);
+    case scalar_type::bf16: return store<bfloat16>(v);
   }
   return 0;
 }
@@ -53,6 +55,8 @@ std::uint64_t convert_bits(scalar_type from, std::uint64_t bits, scalar_type to)
     case scalar_type::u64: return store_as(to, as<std::uint64_t>(bits));
     case scalar_type::f32: return store_as(to, as<float>(bits));
     case scalar_type::f64: return store_as(to, as<double>(bits));
+    case scalar_type::f16: return store_as(to, as<half>(bits));
+    case scalar_type::bf16: return store_as(to, as<bfloat16>(bits));
   }
   return 0;
 }

@@ -81,6 +81,8 @@ namespace detail {
 
 impl_ptr random_expr(const device& dev, const shape_t& shape, std::uint64_t seed, scalar_type dtype,
                      bool normal) {
+  if (is_reduced_float(dtype))  // f16, bf16: the f32 numbers, rounded (as PyTorch's)
+    return cast_to(random_expr(dev, shape, seed, scalar_type::f32, normal), dtype);
   const auto [lo, hi] = philox(dev, shape, seed, dtype, normal ? "randn" : "rand");
   if (!normal) return uniform(lo, dtype, false);
   const bool f32 = dtype == scalar_type::f32;

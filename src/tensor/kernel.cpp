@@ -130,8 +130,9 @@ std::string render_kernel(const lowered& l, std::uint32_t items) {
       }
       if (at.empty()) at.append("0");
     }
-    s += cat("  const ", type_name(g.inputs[k].type), " ", codegen::load_name(static_cast<int>(k)),
-             " = kt_in", num(k), "[", at, "];\n");
+    s += cat("  const ", codegen::value_type(g.inputs[k].type), " ",
+             codegen::load_name(static_cast<int>(k)), " = ",
+             codegen::load_value(g.inputs[k].type, cat("kt_in", num(k), "[", at, "]")), ";\n");
   }
   // One statement per operation node: a shared subexpression is computed once.
   const auto name = [&](ir::node_id x) {
@@ -141,10 +142,10 @@ std::string render_kernel(const lowered& l, std::uint32_t items) {
   for (std::size_t i = 0; i < g.nodes.size(); ++i) {
     const auto id = static_cast<ir::node_id>(i);
     if (ir::info(g[id].o).cls == ir::op_class::leaf) continue;
-    s += cat("  const ", type_name(g[id].dtype), " ", name(id), " = ",
+    s += cat("  const ", codegen::value_type(g[id].dtype), " ", name(id), " = ",
              codegen::render_node(g, id, name), ";\n");
   }
-  s += cat("  kt_out[kq_i] = ", name(root), ";\n");
+  s += cat("  kt_out[kq_i] = ", codegen::store_value(g[root].dtype, name(root)), ";\n");
   return s += items > 1 ? "  }\n}\n" : "}\n";
 }
 

@@ -169,7 +169,7 @@ void gemm_into(const tensor& a, const tensor& b, const tensor& c, double alpha, 
 
 tensor matmul_forward(const tensor& a, const tensor& b, const matmul_options& o) {
   detail::reset_stats();
-  detail::check_float_operands("matmul", {{"a", &a}, {"b", &b}});
+  detail::check_float_operands("matmul", {{"a", &a}, {"b", &b}}, true);
   const shape_t as = a.shape(), bs = b.shape();
   if (as.empty() || bs.empty())
     shapes_fail("matmul", "both operands need at least 1 dimension", as, bs);
@@ -229,7 +229,7 @@ tensor matmul(const tensor& a, const tensor& b, const matmul_options& o) {
 tensor gemm(const tensor& a, const tensor& b, const tensor& c, double alpha, double beta,
             bool trans_a, bool trans_b, const matmul_options& o) {
   detail::reset_stats();
-  detail::check_float_operands("gemm", {{"a", &a}, {"b", &b}, {"c", &c}});
+  detail::check_float_operands("gemm", {{"a", &a}, {"b", &b}, {"c", &c}}, true);
   detail::refuse_in_place("gemm", {&a, &b, &c});
   for (const auto& [name, t] : {std::pair{"a", &a}, {"b", &b}, {"c", &c}})
     if (t->dim() < 2)
@@ -264,7 +264,7 @@ tensor gemm(const tensor& a, const tensor& b, const tensor& c, double alpha, dou
 tensor gemv(const tensor& a, const tensor& x, const tensor& y, double alpha, double beta,
             bool trans) {
   detail::reset_stats();
-  detail::check_float_operands("gemv", {{"a", &a}, {"x", &x}, {"y", &y}});
+  detail::check_float_operands("gemv", {{"a", &a}, {"x", &x}, {"y", &y}}, true);
   detail::refuse_in_place("gemv", {&a, &x, &y});
   if (a.dim() != 2 || x.dim() != 1 || y.dim() != 1)
     throw shape_error("kiln::gemv: expects a 2-D a and 1-D x and y, got shapes " +

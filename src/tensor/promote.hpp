@@ -8,7 +8,14 @@
 
 namespace kiln::detail {
 
-constexpr bool is_floating(scalar_type t) { return t == scalar_type::f32 || t == scalar_type::f64; }
+constexpr bool is_floating(scalar_type t) {
+  return t == scalar_type::f32 || t == scalar_type::f64 || is_reduced_float(t);
+}
+
+// The type a kernel computes and accumulates a value of type t in: f16 and bf16 in float.
+constexpr scalar_type compute_type(scalar_type t) {
+  return is_reduced_float(t) ? scalar_type::f32 : t;
+}
 
 constexpr bool is_unsigned(scalar_type t) {
   return t == scalar_type::u8 || t == scalar_type::u16 || t == scalar_type::u32 ||
@@ -39,6 +46,11 @@ constexpr scalar_type to_unsigned(scalar_type t) {
 constexpr scalar_type promote(scalar_type a, scalar_type b) {
   if (a == scalar_type::f64 || b == scalar_type::f64) return scalar_type::f64;
   if (a == scalar_type::f32 || b == scalar_type::f32) return scalar_type::f32;
+  // PyTorch's rules for the 16-bit floats: f16 with bf16 gives f32 (neither holds the other),
+  // either with an integer or bool keeps the float type.
+  if (is_reduced_float(a) && is_reduced_float(b)) return a == b ? a : scalar_type::f32;
+  if (is_reduced_float(a)) return a;
+  if (is_reduced_float(b)) return b;
   a = integral_promote(a);
   b = integral_promote(b);
   if (a == b) return a;
@@ -49,7 +61,7 @@ constexpr scalar_type promote(scalar_type a, scalar_type b) {
   return s;
 }
 
-// Type of a <cmath> function's result on t: float and double keep theirs, integers give double.
+// Type of a <cmath> function's result on t: the float types keep theirs, integers give double.
 constexpr scalar_type math_type(scalar_type t) { return is_floating(t) ? t : scalar_type::f64; }
 
 }  // namespace kiln::detail

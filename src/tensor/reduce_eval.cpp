@@ -5,6 +5,7 @@
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
 #include "tensor/kernel_args.hpp"
+#include "tensor/promote.hpp"
 #include "tensor/reduce_kernel.hpp"
 
 namespace kiln::detail {
@@ -23,7 +24,7 @@ std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_im
   if (k.compiled) stats_now().programs_compiled++;
 
   const ir::node& R = l.g[l.red];
-  const scalar_type acc = l.g[R.operands[0]].dtype;
+  const scalar_type acc = compute_type(l.g[R.operands[0]].dtype);  // f16, bf16: f32
   const bool arg = R.o == ir::op::argmax || R.o == ir::op::argmin;
   const auto parts = static_cast<std::uint64_t>(outs * p.chunks);
   std::shared_ptr<memory_impl> pv, pi;

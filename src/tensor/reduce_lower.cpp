@@ -182,6 +182,7 @@ std::uint64_t reduce_key(const reduce_lowered& l, const reduce_plan& p) {
 }
 
 ir::capture reduce_init(ir::op o, scalar_type t) {
+  t = compute_type(t);  // f16 and bf16 accumulate in float
   const bool high = o == ir::op::reduce_min || o == ir::op::argmin;
   if (o == ir::op::reduce_sum) return {t, 0};
   auto bits = [](auto v) {
@@ -208,6 +209,8 @@ ir::capture reduce_init(ir::op o, scalar_type t) {
     case scalar_type::u64: return {t, pick(std::uint64_t{})};
     case scalar_type::f32: return {t, pick(float{})};
     case scalar_type::f64: return {t, pick(double{})};
+    case scalar_type::f16:
+    case scalar_type::bf16: break;  // accumulated in float: compute_type(t)
   }
   return {t, 0};
 }

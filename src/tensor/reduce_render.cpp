@@ -25,7 +25,7 @@ struct renderer {
   const bool arg = is_arg(R.o), split = p.chunks > 1;
   const bool group = p.strategy == reduce_strategy::group;
   const std::size_t K = l.kept.size(), M = l.reduced.size();
-  const std::string A = type_name(g[R.operands[0]].dtype);
+  const std::string A = codegen::value_type(g[R.operands[0]].dtype);  // f16, bf16: float
 
   std::string name(ir::node_id x) const {
     if (x == l.red) return arg ? "kt_acci" : "kt_acc";
@@ -72,7 +72,7 @@ struct renderer {
       const ir::op_class c = ir::info(g[id].o).cls;
       if (c == ir::op_class::leaf || c == ir::op_class::reduce) continue;
       if (bool(l.in_epilogue[i]) != epilogue) continue;
-      s += cat(indent, "const ", type_name(g[id].dtype), " ", name(id), " = ",
+      s += cat(indent, "const ", codegen::value_type(g[id].dtype), " ", name(id), " = ",
                codegen::render_node(g, id, [&](ir::node_id x) { return name(x); }), ";\n");
     }
     return s;
@@ -88,8 +88,9 @@ struct renderer {
       if (!epilogue)
         if (const std::string r = input_offset(g, k, K, K + M, "kt_y"); !r.empty())
           at += cat(" + ", r);
-      s += cat(indent, "const ", type_name(g.inputs[k].type), " ", codegen::load_name(n.slot),
-               " = kt_in", num(k), "[", at, "];\n");
+      s += cat(indent, "const ", codegen::value_type(g.inputs[k].type), " ",
+               codegen::load_name(n.slot), " = ",
+               codegen::load_value(g.inputs[k].type, cat("kt_in", num(k), "[", at, "]")), ";\n");
     }
     return s;
   }
@@ -146,10 +147,13 @@ struct renderer {
       return cat(indent, "kt_pv[kt_c * kt_on + kt_oi] = kt_acc;\n",
                  arg ? cat(indent, "kt_pi[kt_c * kt_on + kt_oi] = kt_acci;\n") : std::string());
     return loads(true, indent) + nodes(true, indent) +
-           cat(indent, "kt_out[kt_oi] = ", name(g.roots[0]), ";\n");
+           cat(indent, "kt_out[kt_oi] = ", out_value(), ";\n");
   }
 
   std::string lanes() const { return num(p.lanes); }
+  std::string out_value() const {
+    return codegen::store_value(g[g.roots[0]].dtype, name(g.roots[0]));
+  }
 
   // Group strategy: G / lanes outputs per group, `lanes` items each; kt_w is this item's work
   // (an output, or an output's chunk), kt_live whether it has one (the last group's tail
@@ -213,11 +217,11 @@ struct renderer {
               "    if (kt_take(kt_acc, kt_acci, kt_v, kt_vi)) { kt_acc = kt_v; kt_acci = kt_vi; }\n"
             : "    kt_acc = kt_fold(kt_acc, kt_v);\n";
     s += "  }\n";
-    const std::string done = loads(true, "    ") + nodes(true, "    ") +
-                             cat("    kt_out[kt_oi] = ", name(g.roots[0]), ";\n");
+    const std::string done =
+        loads(true, "    ") + nodes(true, "    ") + cat("    kt_out[kt_oi] = ", out_value(), ";\n");
     if (group) return s + tree(done) + "}\n";
     return s + loads(true, "  ") + nodes(true, "  ") +
-           cat("  kt_out[kt_oi] = ", name(g.roots[0]), ";\n}\n");
+           cat("  kt_out[kt_oi] = ", out_value(), ";\n}\n");
   }
 };
 

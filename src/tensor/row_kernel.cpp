@@ -73,7 +73,7 @@ struct renderer {
     return std::size_t(std::find(r.reds.begin(), r.reds.end(), x) - r.reds.begin());
   }
   bool is_red(ir::node_id x) const { return ir::info(g[x].o).cls == ir::op_class::reduce; }
-  std::string acc_type(std::size_t j) const { return type_name(g[r.reds[j]].dtype); }
+  std::string acc_type(std::size_t j) const { return codegen::value_type(g[r.reds[j]].dtype); }
   std::string name(ir::node_id x) const {
     // In a group, read from local memory where used: a private copy would live across the
     // later passes' barriers, which PoCL's work-group loops mishandle (it crashed).
@@ -111,10 +111,11 @@ struct renderer {
         std::string at = cat("kt_b", num(k));
         if (const std::string r = input_offset(g, k, K, K + M, "kt_y"); !r.empty())
           at += cat(" + ", r);
-        s += cat("    const ", type_name(g.inputs[k].type), " ", codegen::load_name(n.slot),
-                 " = kt_in", num(k), "[", at, "];\n");
+        s += cat("    const ", codegen::value_type(g.inputs[k].type), " ",
+                 codegen::load_name(n.slot), " = ",
+                 codegen::load_value(g.inputs[k].type, cat("kt_in", num(k), "[", at, "]")), ";\n");
       } else if (ir::info(n.o).cls != ir::op_class::leaf) {
-        s += cat("    const ", type_name(n.dtype), " ", name(x), " = ",
+        s += cat("    const ", codegen::value_type(n.dtype), " ", name(x), " = ",
                  codegen::render_node(g, x, [&](ir::node_id y) { return name(y); }), ";\n");
       }
     }
@@ -196,7 +197,8 @@ struct renderer {
     // crashed on a per-item one after the barriers).
     return s + cat("  for (int64_t kt_rb = 0; kt_rb < kt_rn; kt_rb += kt_st) {\n",
                    "    const int64_t kt_r = kt_rb + kt_lane;\n    if (kt_r >= kt_r1) continue;\n",
-                   element(root), "    kt_out[kt_oi * kt_rn + kt_r] = ", name(root), ";\n  }\n}\n");
+                   element(root), "    kt_out[kt_oi * kt_rn + kt_r] = ",
+                   codegen::store_value(g[root].dtype, name(root)), ";\n  }\n}\n");
   }
 };
 

@@ -35,10 +35,11 @@ constexpr dtype_name dtype_names[] = {
     {"BOOL", scalar_type::boolean}, {"U8", scalar_type::u8},   {"I8", scalar_type::i8},
     {"U16", scalar_type::u16},      {"I16", scalar_type::i16}, {"U32", scalar_type::u32},
     {"I32", scalar_type::i32},      {"U64", scalar_type::u64}, {"I64", scalar_type::i64},
-    {"F32", scalar_type::f32},      {"F64", scalar_type::f64}};
+    {"F32", scalar_type::f32},      {"F64", scalar_type::f64}, {"F16", scalar_type::f16},
+    {"BF16", scalar_type::bf16}};
 // Valid in the format, but with no kiln::scalar_type to hold them.
-constexpr const char* unsupported_dtypes[] = {"F16",     "BF16",    "F8_E4M3", "F8_E5M2", "F8_E8M0",
-                                              "F6_E2M3", "F6_E3M2", "F4",      "C64"};
+constexpr const char* unsupported_dtypes[] = {"F8_E4M3", "F8_E5M2", "F8_E8M0", "F6_E2M3",
+                                              "F6_E3M2", "F4",      "C64"};
 
 [[noreturn]] void malformed(const std::string& path, const std::string& why) {
   throw invalid_argument("kiln::load_safetensors: " + path + ": " + why);

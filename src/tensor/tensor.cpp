@@ -48,7 +48,8 @@ tensor_impl& impl_of(const tensor& t, const char* what) {
 }
 
 void check_float_operands(const char* fn,
-                          std::initializer_list<std::pair<const char*, const tensor*>> xs) {
+                          std::initializer_list<std::pair<const char*, const tensor*>> xs,
+                          bool reduced) {
   const tensor_impl* first = nullptr;
   const char* first_name = nullptr;
   const tensor_impl* pinned = nullptr;  // the first fixed operand (automatic ones follow it)
@@ -73,9 +74,10 @@ void check_float_operands(const char* fn,
   }
   for (const auto& [name, t] : xs) {
     const scalar_type d = t->impl()->dtype;
-    if (d != scalar_type::f32 && d != scalar_type::f64)
+    if (d != scalar_type::f32 && d != scalar_type::f64 && !(reduced && is_reduced_float(d)))
       throw dtype_error(std::string("kiln::") + fn + ": " + name + " has dtype " + type_name(d) +
-                        "; only float and double are supported");
+                        (reduced ? "; only float, double, half and bfloat16 are supported"
+                                 : "; only float and double are supported"));
     if (d != first->dtype)
       throw dtype_error(std::string("kiln::") + fn + ": operands have different dtypes: " +
                         first_name + " is " + type_name(first->dtype) + ", " + name + " is " +

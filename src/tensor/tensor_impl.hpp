@@ -57,9 +57,10 @@ shape_t contiguous_strides(const shape_t& s);
 tensor_impl& impl_of(const tensor& t, const char* what);
 // Checks the operands of a float-only operation (linalg, conv2d) named fn: each defined
 // (kiln::invalid_argument), all on one device (kiln::device_mismatch), each f32 or f64 and all
-// the same (kiln::dtype_error); errors name the operands.
+// the same (kiln::dtype_error); errors name the operands. reduced: f16 and bf16 are accepted too.
 void check_float_operands(const char* fn,
-                          std::initializer_list<std::pair<const char*, const tensor*>> xs);
+                          std::initializer_list<std::pair<const char*, const tensor*>> xs,
+                          bool reduced = false);
 // A new stored tensor of the shape, contiguous, uninitialised.
 std::shared_ptr<tensor_impl> allocate_tensor(const device& dev, const shape_t& shape,
                                              scalar_type dtype);

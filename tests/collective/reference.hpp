@@ -19,8 +19,13 @@ using kiln::collective::reduce_op;
 inline constexpr reduce_op all_ops[] = {reduce_op::sum, reduce_op::prod, reduce_op::min,
                                         reduce_op::max, reduce_op::avg};
 
+// The floating-point types, the 16-bit ones included.
+template <class T>
+constexpr bool is_float_type =
+    std::is_floating_point_v<T> || std::is_same_v<T, kiln::half> || std::is_same_v<T, kiln::bfloat16>;
+
 // Small magnitudes, never zero, both signs where the type has them: prod over a few ranks
-// stays exact in every type.
+// stays exact in every type wider than 16 bits.
 template <class T>
 T value(int rank, std::uint64_t i) {
   std::uint64_t h =
@@ -28,7 +33,7 @@ T value(int rank, std::uint64_t i) {
   h ^= h >> 29;
   const int mag = 1 + static_cast<int>(h % 5);
   const bool neg = (h >> 8) & 1;
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_float_type<T>) {
     const double frac = 0.25 * static_cast<double>((h >> 12) % 4);  // exact in binary
     return static_cast<T>((neg ? -1.0 : 1.0) * (mag + frac));
   } else if constexpr (std::is_same_v<T, bool>) {
@@ -49,8 +54,8 @@ std::vector<T> data(int rank, std::uint64_t n) {
 
 template <class T>
 T poison() {
-  if constexpr (std::is_floating_point_v<T>)
-    return std::numeric_limits<T>::quiet_NaN();
+  if constexpr (is_float_type<T>)
+    return T(std::numeric_limits<float>::quiet_NaN());
   else
     return static_cast<T>(0x5A);
 }
@@ -77,7 +82,12 @@ double reduced(reduce_op op, int size, std::uint64_t i) {
 template <class T>
 void expect_near(const std::vector<T>& got, const std::vector<double>& want, const char* what) {
   ASSERT_EQ(got.size(), want.size()) << what;
-  const double tol = std::is_same_v<T, float> ? 1e-5 : std::is_same_v<T, double> ? 1e-12 : 0.0;
+  // The 16-bit floats: each result rounded once (products and averages are inexact there).
+  const double tol = std::is_same_v<T, float>          ? 1e-5
+                     : std::is_same_v<T, double>         ? 1e-12
+                     : std::is_same_v<T, kiln::half>     ? 1.0 / 1024
+                     : std::is_same_v<T, kiln::bfloat16> ? 1.0 / 128
+                                                         : 0.0;
   for (std::size_t i = 0; i < got.size(); ++i) {
     const double g = static_cast<double>(got[i]);
     ASSERT_LE(std::fabs(g - want[i]), tol * std::max(1.0, std::fabs(want[i])))
@@ -92,8 +102,10 @@ void check_rank(const kiln::collective::communicator& c, std::uint64_t n) {
   const int r = c.rank(), s = c.size();
   const kiln::device& dev = c.get_device();
   const std::vector<T> mine = data<T>(r, n);
-  // NCCL has no 16-bit integer reductions: those must be refused, never wrong.
-  const bool reduces = !(c.transport() == "nccl" && sizeof(T) == 2);
+  // NCCL has no 16-bit integer reductions and MPI no 16-bit float type: those must be refused,
+  // never wrong.
+  const bool reduces = !(c.transport() == "nccl" && sizeof(T) == 2 && std::is_integral_v<T>) &&
+                       !(c.transport() == "mpi" && sizeof(T) == 2 && is_float_type<T>);
   if constexpr (!std::is_same_v<T, bool>) {
     if (!reduces) {
       kiln::buffer<T> b(dev, mine);
@@ -152,7 +164,8 @@ void check_types(const kiln::collective::communicator& c, std::uint64_t n) {
 // Every scalar type Kiln tensors and buffers have.
 inline void check_all_types(const kiln::collective::communicator& c, std::uint64_t n) {
   check_types<bool, std::int8_t, std::int16_t, std::int32_t, std::int64_t, std::uint8_t,
-              std::uint16_t, std::uint32_t, std::uint64_t, float, double>(c, n);
+              std::uint16_t, std::uint32_t, std::uint64_t, float, double, kiln::half,
+              kiln::bfloat16>(c, n);
 }
 
 }  // namespace collective_test

@@ -26,6 +26,8 @@ inline std::vector<double> read_doubles(const kiln::tensor& t) {
     case st::u64: return as(std::uint64_t{});
     case st::f32: return as(float{});
     case st::f64: return as(double{});
+    case st::f16: return as(kiln::half{});
+    case st::bf16: return as(kiln::bfloat16{});
   }
   return {};
 }

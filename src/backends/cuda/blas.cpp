@@ -33,11 +33,19 @@ namespace {
 kiln_status gemm(kiln_queue_h q, const kiln_blas_gemm_desc* d) noexcept;
 kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept;
 
+// The compute-type form (cublas_api.h also declares a C++ overload taking a cudaDataType).
+using gemm_ex_fn = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int,
+                                      int, int, const void*, const void*, cudaDataType, int,
+                                      long long, const void*, cudaDataType, int, long long,
+                                      const void*, void*, cudaDataType, int, long long, int,
+                                      cublasComputeType_t, cublasGemmAlgo_t);
+
 struct CublasApi {
   void* lib = nullptr;
   std::string library;   // "cuBLAS 13.0.2"
   kiln_blas_v1 table{};  // get_extension("blas", 1), set once loaded
   KILN_CUBLAS_FUNCS(KILN_DL_MEMBER)
+  gemm_ex_fn cublasGemmStridedBatchedEx = nullptr;  // f16/bf16 GEMM; optional
 };
 
 // Loads cuBLAS once: $KILN_CUBLAS_LIBRARY, else the CUDA 13 and 12 sonames, else the plain
@@ -52,6 +60,8 @@ const CublasApi& cublas() {
     if (!api.lib) return;
     bool ok = true;
     KILN_CUBLAS_FUNCS(KILN_DL_RESOLVE)
+    api.cublasGemmStridedBatchedEx =
+        reinterpret_cast<gemm_ex_fn>(dlsym(api.lib, "cublasGemmStridedBatchedEx"));
     int major = 0, minor = 0, patch = 0;
     if (ok && api.cublasGetProperty(MAJOR_VERSION, &major) == CUBLAS_STATUS_SUCCESS &&
         api.cublasGetProperty(MINOR_VERSION, &minor) == CUBLAS_STATUS_SUCCESS &&
@@ -132,8 +142,15 @@ kiln_status gemm(kiln_queue_h q, const kiln_blas_gemm_desc* d) noexcept {
                       static_cast<const double*>(d->alpha), ptr<double>(d->b), int(d->ldb), sb,
                       ptr<double>(d->a), int(d->lda), sa, static_cast<const double*>(d->beta),
                       const_cast<double*>(ptr<double>(d->c)), int(d->ldc), sc, batch);
+  } else if (d->dtype == KILN_DTYPE_F16 || d->dtype == KILN_DTYPE_BF16) {
+    // Tensor cores, products accumulated in f32; alpha and beta are f32 (blas_abi.h).
+    const cudaDataType t = d->dtype == KILN_DTYPE_F16 ? CUDA_R_16F : CUDA_R_16BF;
+    KILN_CUBLAS_CHECK(cublasGemmStridedBatchedEx, h, op(d->trans_b), op(d->trans_a), n, m, k,
+                      d->alpha, ptr<void>(d->b), t, int(d->ldb), sb, ptr<void>(d->a), t,
+                      int(d->lda), sa, d->beta, const_cast<void*>(ptr<void>(d->c)), t, int(d->ldc),
+                      sc, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   } else {
-    return set_error(KILN_ERR_UNSUPPORTED, "cuBLAS gemm: only f32 and f64");
+    return set_error(KILN_ERR_UNSUPPORTED, "cuBLAS gemm: only f32, f64, f16 and bf16");
   }
   return KILN_OK;
 }
@@ -170,6 +187,10 @@ bool blas_loaded() noexcept {
   } catch (...) {  // std::bad_alloc building the name: no extension
     return false;
   }
+}
+
+bool blas_reduced_loaded() noexcept {
+  return blas_loaded() && cublas().cublasGemmStridedBatchedEx != nullptr;
 }
 
 const void* blas_extension(const char* name, uint32_t version) noexcept {

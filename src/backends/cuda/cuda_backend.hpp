@@ -109,6 +109,7 @@ inline CUdeviceptr dptr(const kiln_mem_ref& m) {
 
 // The "blas" extension (blas.cpp): cuBLAS, when it loads and a device exists.
 bool blas_loaded() noexcept;
+bool blas_reduced_loaded() noexcept;  // cuBLAS has the f16/bf16 GEMM
 const void* blas_extension(const char* name, uint32_t version) noexcept;
 const char* blas_extension_list() noexcept;
 // Destroys the queue's cuBLAS handle, if any; its context must be current.

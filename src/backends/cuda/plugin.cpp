@@ -32,8 +32,10 @@ const char* extension_list() noexcept {
 // Convolution: cuDNN. Graphs: when the driver has the graph API.
 int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
   const bool f32_f64 = dtype == KILN_DTYPE_F32 || dtype == KILN_DTYPE_F64;
+  const bool f16_bf16 = dtype == KILN_DTYPE_F16 || dtype == KILN_DTYPE_BF16;
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
          (kiln_plugin::is_op(op, KILN_OP_GEMM) && f32_f64 && blas_loaded()) ||
+         (kiln_plugin::is_op(op, KILN_OP_GEMM) && f16_bf16 && blas_reduced_loaded()) ||
          (kiln_plugin::is_op(op, KILN_OP_CONV2D) && f32_f64 && dnn_loaded()) ||
          (kiln_plugin::is_op(op, KILN_OP_GRAPH) && g_cu.has_graphs);
 }

@@ -43,6 +43,8 @@ MPI_Datatype to_mpi(scalar_type t) {
     case scalar_type::f32: return MPI_FLOAT;
     case scalar_type::f64: return MPI_DOUBLE;
     case scalar_type::boolean: return MPI_BYTE;  // moved, never reduced
+    case scalar_type::f16:
+    case scalar_type::bf16: return MPI_UINT16_T;  // moved, never reduced (reduces())
   }
   return MPI_BYTE;
 }
@@ -69,7 +71,8 @@ struct mpi_rank final : detail::comm_impl {
     if (comm != MPI_COMM_NULL && !finalized()) MPI_Comm_free(&comm);
   }
 
-  bool reduces(scalar_type) const override { return true; }
+  // MPI has no 16-bit float type: f16 and bf16 are moved as bytes, never reduced.
+  bool reduces(scalar_type t) const override { return !is_reduced_float(t); }
 
   // Every rank sends what it was asked; a difference becomes the same error on every rank. A
   // rank whose call failed its own checks sends kind -1 (fail()), and the others throw too.
