@@ -79,6 +79,31 @@ inline std::uint64_t resident_bytes() {
   return got == 2 ? resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE)) : 0;
 }
 
+// The resident set by kind (/proc/self/status, after malloc_trim as above): anonymous memory
+// (heap, stacks, anonymous mappings), pages of mapped files, and shared memory (the driver's
+// pinned host memory maps its device file). A leak shows in the anonymous and shared kinds;
+// file pages grow when a library the driver loads lazily (cuBLAS, NVRTC's builtins, the code
+// of a kernel module loaded on first launch) is first touched, which is not a leak.
+struct resident_kinds {
+  std::uint64_t anon = 0, file = 0, shmem = 0;
+  std::uint64_t bounded() const { return anon + shmem; }
+};
+inline resident_kinds resident_by_kind() {
+  malloc_trim(0);
+  resident_kinds r;
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return r;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long kb = 0;
+    if (std::sscanf(line, "RssAnon: %llu kB", &kb) == 1) r.anon = kb << 10;
+    if (std::sscanf(line, "RssFile: %llu kB", &kb) == 1) r.file = kb << 10;
+    if (std::sscanf(line, "RssShmem: %llu kB", &kb) == 1) r.shmem = kb << 10;
+  }
+  std::fclose(f);
+  return r;
+}
+
 // Aborts the process, after printing `what` and report(), unless disarmed (destroyed) within
 // `limit`. A deadlocked test cannot be failed any other way: its threads never return to
 // GoogleTest, and exit() would run destructors under their feet. abort() fails the binary (and
