@@ -41,8 +41,9 @@ py::class_<M, nn::module, std::shared_ptr<M>> layer(py::module_& m, const char* 
 
 void bind_modules(py::module_& nn_m) {
   module_class(nn_m, "module", "Base of Kiln's layers: parameters, buffers, children, forward.")
-      .def("forward", &nn::module::forward, py::arg("x"))
-      .def("__call__", &nn::module::forward, py::arg("x"))
+      // Without the GIL: products and convolutions may run at once (the rest is lazy).
+      .def("forward", &nn::module::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
+      .def("__call__", &nn::module::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
       .def("parameters", &nn::module::parameters)
       .def("named_parameters", &nn::module::named_parameters)
       .def("named_buffers", &nn::module::named_buffers)
@@ -117,12 +118,13 @@ void bind_modules(py::module_& nn_m) {
       .def(py::init<int>(), py::arg("dim") = -1);
 
   nn_m.def("mse_loss", &nn::mse_loss, py::arg("input"), py::arg("target"),
-           py::arg("reduction") = "mean");
+           py::arg("reduction") = "mean", py::call_guard<py::gil_scoped_release>());
   nn_m.def("cross_entropy", &nn::cross_entropy, py::arg("logits"), py::arg("labels"),
            py::arg("reduction") = "mean",
            "Softmax cross entropy of logits [N, C], int labels [N].");
   nn_m.def("binary_cross_entropy_with_logits", &nn::binary_cross_entropy_with_logits,
-           py::arg("logits"), py::arg("targets"), py::arg("reduction") = "mean");
+           py::arg("logits"), py::arg("targets"), py::arg("reduction") = "mean",
+           py::call_guard<py::gil_scoped_release>());
   nn_m.def("manual_seed", &nn::manual_seed, py::arg("seed"),
            "Restarts the sequence of seeds that layers' initialisation draws from.");
 
