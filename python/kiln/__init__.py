@@ -4,6 +4,8 @@ A thin layer over Kiln's C++ API (docs/python.md). Every kiln::error is raised a
 exception of the same name (kiln.shape_error, kiln.compile_error, ...).
 """
 
+import sys as _sys
+
 from . import _kiln
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import __version__, nn, optim  # noqa: F401
@@ -12,6 +14,10 @@ from .query import _1, _2, _3, _4, _i, query, zip  # noqa: F401
 # The elementwise functions also take placeholder expressions: kiln.sqrt(kiln._1) * 2.
 from .query import (abs, ceil, cos, exp, floor, log, relu, rsqrt, sigmoid, sin,  # noqa: F401,A004
                     sqrt, square, tan, tanh)
+
+# The extension's submodules, importable by name too (import kiln.nn as nn).
+for _name, _mod in (("nn", _kiln.nn), ("optim", _kiln.optim), ("nn.models", _kiln.nn.models)):
+    _sys.modules[f"{__name__}.{_name}"] = _mod
 
 __all__ = [name for name in dir(_kiln) if not name.startswith("_")] + [
     "_1", "_2", "_3", "_4", "_i", "query", "zip", "__version__"]

@@ -74,3 +74,11 @@ def test_optimizer_lr_and_bad_values(cpu):
         opt.lr = -1.0
     with pytest.raises(kiln.invalid_argument):
         kiln.nn.cross_entropy(kiln.ones(2, 3, device=cpu), kiln.tensor([0, 5], device=cpu)).item()
+
+
+def test_submodules_import_by_name():
+    import kiln.nn as nn
+    import kiln.nn.models as models
+    from kiln.optim import sgd
+
+    assert nn is kiln.nn and models is kiln.nn.models and sgd is kiln.optim.sgd
