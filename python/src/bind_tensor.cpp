@@ -29,9 +29,15 @@ axes to_axes(py::handle h) {
   return axes(h.cast<std::vector<int>>());
 }
 
+// A copy of x's elements in new storage (x.to(its own dtype) would be x itself).
+tensor copy_of(const tensor& x) {
+  return kiln::copy_(tensor::empty(x.get_device(), x.shape(), x.dtype()), x);
+}
+
 tensor tensor_from_data(py::handle data, py::handle dtype, const device& dev) {
-  if (py::isinstance<tensor>(data)) {
-    tensor t = data.cast<tensor>().to(dev);
+  if (py::isinstance<tensor>(data)) {  // a copy, as from any other data
+    const tensor& x = data.cast<const tensor&>();
+    tensor t = x.get_device() == dev ? copy_of(x) : x.to(dev);
     return dtype.is_none() ? t : t.to(to_scalar_type(dtype));
   }
   // (a bool and a type rather than std::optional: GCC 12 warns of it as maybe uninitialised)
@@ -155,7 +161,11 @@ arithmetic fused into one generated kernel per evaluation.
 kiln.tensor(data, dtype=None, device=None, requires_grad=False) copies anything numpy.asarray
 accepts (lists, scalars, arrays); dtype None keeps NumPy's; device None is kiln.best_device().)");
   cls.def(py::init([](py::handle data, py::handle dtype, py::handle dev, bool requires_grad) {
-            tensor t = tensor_from_data(data, dtype, to_device(dev));
+            // A tensor stays on its device unless one is named.
+            const device d = dev.is_none() && py::isinstance<tensor>(data)
+                                 ? data.cast<const tensor&>().get_device()
+                                 : to_device(dev);
+            tensor t = tensor_from_data(data, dtype, d);
             if (requires_grad) t.requires_grad_(true);
             return t;
           }),
@@ -301,9 +311,8 @@ accepts (lists, scalars, arrays); dtype None keeps NumPy's; device None is kiln.
           py::arg("dim") = py::none())
       .def("unsqueeze", &tensor::unsqueeze, py::arg("dim"))
       .def("contiguous", &tensor::contiguous)
-      .def(
-          "clone", [](const tensor& x) { return x.to(x.dtype()).eval(); },
-          "A copy in new storage (a conversion to its own dtype, evaluated).")
+      .def("clone", &copy_of, py::call_guard<py::gil_scoped_release>(),
+           "A copy in new storage (not recorded for autograd).")
       .def(
           "to",
           [](const tensor& x, py::handle target, py::handle dtype) {

@@ -172,3 +172,15 @@ def test_scalars_and_repr(cpu):
     assert "kiln.tensor([[2.5]], dtype=float64, device=cpu:0)" == repr(x)
     with pytest.raises(kiln.shape_error):
         kiln.zeros(2, device=cpu).item()
+
+
+def test_clone_and_tensor_of_a_tensor_copy(dev):
+    x = kiln.zeros(3, device=dev)
+    c = x.clone()
+    t = kiln.tensor(x)
+    assert t.device == dev
+    c[0] = 5.0
+    t[1] = 6.0
+    assert x.numpy().tolist() == [0, 0, 0]
+    assert c.numpy().tolist() == [5, 0, 0] and t.numpy().tolist() == [0, 6, 0]
+    assert kiln.tensor(x, dtype="int32").dtype == kiln.int32
