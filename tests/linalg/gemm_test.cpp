@@ -130,6 +130,20 @@ TEST_P(GemmTest, PaddedBatchesF64) {
   padded_batches<double>(dev(), linalg_test::expected_path(dev()));
 }
 
+// Products large enough that the CPU backend splits them over its pool (src/backends/cpu/
+// blas.cpp): by rows, by columns, by k (partial products summed), and batches; every transpose,
+// padded, with alpha and beta.
+TEST_P(GemmTest, LargeProductsSplitOverThreads) {
+  const kiln::linalg::path want = linalg_test::expected_path(dev());
+  for (int t = 0; t < 4; ++t) {
+    const bool ta = t & 1, tb = t & 2;
+    check_gemm<float>(dev(), {257, 40, 200, ta, tb, 3, 1, 0, 1.5, -0.5}, want);  // rows
+    check_gemm<float>(dev(), {9, 300, 800, ta, tb, 0, 1, 0, 1.0, 0.0}, want);    // columns
+    check_gemm<float>(dev(), {5, 7, 70000, ta, tb, 2, 1, 0, -1.0, 2.0}, want);   // k
+  }
+  check_gemm<float>(dev(), {96, 96, 160, false, true, 0, 5, 7, 1.0, 0.0}, want);  // a batch
+}
+
 // The portable kernels where a library exists too (CPU with OpenBLAS: the per-element kernel).
 TEST_P(GemmTest, PortableKernels) {
   const linalg_test::scoped_env portable("KILN_LINALG_PORTABLE", "1");
