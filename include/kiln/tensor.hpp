@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <cstring>
 #include <initializer_list>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -185,6 +186,25 @@ class tensor {
   bool is_lazy() const;  // an unevaluated expression
   // Placed by kiln::automatic: get_device() says where it lives now (docs/placement.md).
   bool is_automatic() const;
+
+  // ---- memory shared with other libraries (DLPack, PyTorch, CuPy, NumPy) ----
+  // The address of the first element (the view's offset applied) in the device's address
+  // space: a host pointer on the CPU, a device pointer on CUDA. Evaluates a lazy tensor first
+  // and waits for the device's default queue, so the memory holds the values. Valid while a
+  // tensor sharing the storage lives. kiln::unsupported on backends whose memory has no address
+  // (OpenCL buffers), kiln::invalid_argument for an undefined tensor.
+  //
+  //   float* p = static_cast<float*>(t.contiguous().data_ptr());   // cpu: read in place
+  void* data_ptr() const;
+  // Memory another library owns, as a stored tensor without a copy: `data` on dev (a host
+  // pointer on the CPU, a device pointer of that GPU on CUDA), shape, strides in elements
+  // (empty: contiguous; non-negative), and `release`, called once after the last tensor using
+  // the memory is gone and every queue that used it has finished. kiln::unsupported on backends
+  // without addresses; kiln::invalid_argument for a null pointer with elements or a negative
+  // stride. Kiln cannot check that `data` really is dev's memory: that is the caller's promise.
+  static tensor from_external(const device& dev, void* data, const shape_t& shape,
+                              scalar_type dtype, const shape_t& strides,
+                              std::function<void()> release);
 
   // ---- evaluation and reading back ----
   const tensor& eval() const;  // runs the expression's one kernel (no-op when materialised)

@@ -17,6 +17,15 @@ device_hooks& pressure_hooks() {
 }  // namespace
 
 memory_impl::~memory_impl() {
+  if (external_release) {  // not Kiln's: its owner frees it once Kiln's work on it is done
+    if (!dev->stale(gen))
+      for (const auto& q : users) dev->api->queue_finish(q->handle);
+    try {
+      external_release();
+    } catch (...) {  // a destructor never throws (DESIGN 8)
+    }
+    return;
+  }
   if (!handle || dev->stale(gen)) return;  // a reset freed it with the old generation
   dev->bytes_in_use -= bytes;
   const kiln_backend& api = *dev->api;

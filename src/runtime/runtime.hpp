@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -133,6 +134,9 @@ struct memory_impl {
   std::uint32_t gen = 0;
   std::mutex mu;
   std::vector<std::shared_ptr<queue_impl>> users;
+  // Memory another library owns (tensor::from_external): called instead of mem_free, after the
+  // users' queues have finished; not counted in the device's bytes in use.
+  std::function<void()> external_release;
   ~memory_impl();
 };
 
