@@ -1,23 +1,25 @@
 // DLPack (https://dmlc.github.io/dlpack): kiln.tensor.__dlpack__ / __dlpack_device__ and
-// kiln.from_dlpack.
+// kiln.from_dlpack, without copies on the CPU and on CUDA (docs/python.md, "DLPack").
 //
-// Kiln's public C++ API has no way to see a tensor's memory or to adopt memory it did not
-// allocate, so both directions copy, through the host, synchronously (which is also what makes
-// any stream argument safe to ignore: nothing is pending when the capsule is handed over).
-// The copies are confined to export_elements and import_elements below, the two places that
-// become zero-copy when the API offers a tensor's native storage and adoption of foreign memory.
+// Export hands over tensor::data_ptr(): the capsule's DLManagedTensor owns a kiln::tensor that
+// keeps the storage alive until the consumer calls the deleter. data_ptr() has evaluated the
+// tensor and finished the device's default queue, so any consumer stream may read the memory.
+// Import wraps the producer's memory with tensor::from_external, whose release (run once after
+// the last tensor and its queues are done, on any thread) calls the producer's deleter under
+// the GIL. OpenCL memory has no address: those tensors export a host copy.
 #include <dlpack/dlpack.h>
-#include <pybind11/numpy.h>
 #include <pybind11/stl.h>
 
-#include <cstring>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "bindings.hpp"
 #include "dtype.hpp"
 #include "kiln/tensor.hpp"
+#include "kiln/tensor/inplace.hpp"
 #include "tensor_args.hpp"
 
 namespace kiln::python {
@@ -26,11 +28,14 @@ namespace {
 constexpr const char* capsule_name = "dltensor";
 constexpr const char* used_name = "used_dltensor";
 
-// What a capsule owns: the DLManagedTensor, its shape and the elements.
+using dl_where = std::pair<int, int>;  // (DLDeviceType, device_id), as __dlpack_device__ says
+
+// What a capsule owns: the DLManagedTensor, its shape and strides, and the tensor whose
+// storage it points into.
 struct export_ctx {
   DLManagedTensor managed{};
-  std::vector<std::int64_t> shape;
-  std::unique_ptr<std::byte[]> data;
+  std::vector<std::int64_t> shape, strides;
+  tensor keep;
 };
 
 void delete_export(DLManagedTensor* m) { delete static_cast<export_ctx*>(m->manager_ctx); }
@@ -46,37 +51,88 @@ scalar_type from_dl_type(DLDataType d) {
                       ") are not supported");
   for (const dtype_row& r : dtype_table())
     if (r.dlpack_code == d.code && size_of(r.type) * 8 == d.bits) return r.type;
-  // Producers before DLPack 0.8 spell bool as an unsigned 8-bit integer of their bool array.
   throw dtype_error("kiln.from_dlpack: no Kiln element type for DLPack type code " +
                     std::to_string(d.code) + ", " + std::to_string(d.bits) + " bits");
 }
 
-// The elements of x in new host memory owned by ctx (evaluated, contiguous, row-major).
-void export_elements(const tensor& x, export_ctx& ctx) {
-  const std::uint64_t n = static_cast<std::uint64_t>(x.numel());
-  ctx.data.reset(new std::byte[std::max<std::uint64_t>(n * size_of(x.dtype()), 1)]);
-  py::gil_scoped_release release;
-  detail::tensor_read(x, x.dtype(), ctx.data.get(), n);
+// Where x's memory is, as DLPack names it: cpu -> kDLCPU, cuda:N -> (kDLCUDA, N); memory
+// without an address (OpenCL) is exported as a host copy, so it reports kDLCPU too.
+dl_where native_where(const tensor& x) {
+  const device d = x.get_device();
+  if (d.backend() == "cuda") return {kDLCUDA, d.index()};
+  return {kDLCPU, 0};
 }
 
-py::capsule to_dlpack(const tensor& x, py::handle stream) {
-  // The capsule holds host memory: only None (or -1, "no synchronisation") fits kDLCPU.
-  if (!stream.is_none() && !(PyLong_Check(stream.ptr()) && stream.cast<long long>() == -1))
+bool has_address(const tensor& x) {
+  const std::string& b = x.get_device().backend();
+  return b == "cpu" || b == "cuda";
+}
+
+tensor copy_on(const tensor& x, const device& dev) {
+  return kiln::copy_(tensor::empty(dev, x.shape(), x.dtype()), x);
+}
+
+// The stream argument of __dlpack__ (protocol: None or -1 for host memory; on CUDA 1 legacy
+// default, 2 per-thread default, > 2 a stream handle, -1 none; 0 is ambiguous and refused).
+// Any valid consumer stream is fine: data_ptr() has finished the queue that wrote the memory.
+void check_stream(py::handle stream, const dl_where& where) {
+  if (stream.is_none()) return;
+  if (!PyLong_Check(stream.ptr()))
+    throw py::type_error("kiln.tensor.__dlpack__: stream must be an int or None, got " +
+                         py::repr(stream).cast<std::string>());
+  const long long s = stream.cast<long long>();
+  if (where.first == kDLCPU && s != -1)
     throw unsupported(
         "kiln.tensor.__dlpack__: the exported memory is host memory (kDLCPU): "
         "stream must be None, got " +
-        py::repr(stream).cast<std::string>());
+        std::to_string(s));
+  if (where.first == kDLCUDA && (s == 0 || s < -1))
+    throw py::value_error("kiln.tensor.__dlpack__: CUDA stream " + std::to_string(s) +
+                          " is not valid (0 is ambiguous: pass 1 for the legacy default stream)");
+}
+
+py::capsule to_dlpack(const tensor& x, py::handle stream, py::handle dl_device, py::handle copy) {
+  dl_where where = native_where(x);
+  const int want_copy = copy.is_none() ? -1 : copy.cast<bool>() ? 1 : 0;  // -1: None
+  bool to_host = !has_address(x);  // OpenCL: a host copy is the only export there is
+  if (!dl_device.is_none()) {
+    const auto asked = dl_device.cast<dl_where>();
+    if (asked != where && asked == dl_where{kDLCPU, 0})
+      to_host = true;
+    else if (asked != where)
+      throw py::buffer_error("kiln.tensor.__dlpack__: cannot export memory of " +
+                             x.get_device().id() + " to DLPack device (" +
+                             std::to_string(asked.first) + ", " + std::to_string(asked.second) +
+                             ")");
+  }
+  if (to_host) where = {kDLCPU, 0};
+  check_stream(stream, where);
+  if (to_host && want_copy == 0)
+    throw py::buffer_error("kiln.tensor.__dlpack__: memory on " + x.get_device().id() +
+                           " has no address to share; copy=False forbids the host copy");
+
   auto ctx = std::make_unique<export_ctx>();
-  ctx->shape = x.shape();
-  export_elements(x, *ctx);
+  void* data = nullptr;
+  {
+    py::gil_scoped_release release;  // evaluation and the queue's finish may take a while
+    if (to_host)
+      ctx->keep = x.to(device::host());
+    else if (want_copy == 1)
+      ctx->keep = copy_on(x, x.get_device());
+    else
+      ctx->keep = x;
+    data = ctx->keep.data_ptr();
+  }
+  ctx->shape = ctx->keep.shape();
+  ctx->strides = ctx->keep.strides();
   DLTensor& t = ctx->managed.dl_tensor;
-  t.data = ctx->data.get();
-  t.device = DLDevice{kDLCPU, 0};
+  t.data = data;
+  t.device = DLDevice{static_cast<DLDeviceType>(where.first), where.second};
   t.ndim = static_cast<int>(ctx->shape.size());
   t.dtype = dl_type(x.dtype());
   t.shape = ctx->shape.data();
-  t.strides = nullptr;  // compact row-major
-  t.byte_offset = 0;
+  t.strides = ctx->strides.data();  // in elements, as Kiln's
+  t.byte_offset = 0;                // data_ptr() has applied the view's offset
   ctx->managed.manager_ctx = ctx.get();
   ctx->managed.deleter = &delete_export;
   DLManagedTensor* m = &ctx.release()->managed;
@@ -89,25 +145,69 @@ py::capsule to_dlpack(const tensor& x, py::handle stream) {
   });
 }
 
-// A Kiln tensor on dev with the elements the DLManagedTensor describes (host memory).
-tensor import_elements(const DLManagedTensor& mt, py::handle owner, const device& dev) {
-  const DLTensor& t = mt.dl_tensor;
+// Kiln's device for DLPack memory: host memory on the host's CPU device, CUDA memory on
+// cuda:<device_id>.
+device device_of(const DLDevice& d) {
+  switch (d.device_type) {
+    case kDLCPU:
+    case kDLCUDAHost: return device::host();
+    case kDLCUDA: return device::get("cuda:" + std::to_string(d.device_id));
+    default:
+      throw unsupported("kiln.from_dlpack: memory on DLPack device type " +
+                        std::to_string(d.device_type) +
+                        " cannot be imported (Kiln shares host and CUDA memory only)");
+  }
+}
+
+// A torch or CuPy producer's pending writes, finished: Kiln's public API names no CUDA stream
+// for the producer to order its work before, so the producer's current stream is waited for.
+void finish_known_producer(py::handle obj) {
+  const std::string mod = py::str(py::type::of(obj).attr("__module__"));
+  if (mod.rfind("torch", 0) == 0)
+    py::module_::import("torch")
+        .attr("cuda")
+        .attr("current_stream")(obj.attr("device"))
+        .attr("synchronize")();
+  else if (mod.rfind("cupy", 0) == 0)
+    py::module_::import("cupy").attr("cuda").attr("get_current_stream")().attr("synchronize")();
+}
+
+// Calls the producer's deleter once the tensor over its memory is done with it (any thread).
+struct release_producer {
+  DLManagedTensor* m;
+  void operator()() const {
+    if (!m->deleter || !Py_IsInitialized() || _Py_IsFinalizing()) return;
+    py::gil_scoped_acquire gil;
+    m->deleter(m);
+  }
+};
+
+// The tensor over mt's memory (no copy); the deleter is called once it is no longer used,
+// or now if wrapping throws.
+tensor wrap(DLManagedTensor* mt) {
+  std::unique_ptr<DLManagedTensor, void (*)(DLManagedTensor*)> owned(mt, [](DLManagedTensor* m) {
+    if (m->deleter) m->deleter(m);
+  });
+  const DLTensor& t = mt->dl_tensor;
   const scalar_type st = from_dl_type(t.dtype);
-  std::vector<py::ssize_t> shape(t.shape, t.shape + t.ndim), strides(t.ndim);
-  py::ssize_t step = static_cast<py::ssize_t>(size_of(st));
-  for (int i = t.ndim - 1; i >= 0; --i) {
-    strides[i] = t.strides ? t.strides[i] * static_cast<py::ssize_t>(size_of(st)) : step;
-    step *= shape[i];
+  const device dev = device_of(t.device);
+  shape_t shape(t.shape, t.shape + t.ndim), strides;
+  if (t.strides) {
+    strides.assign(t.strides, t.strides + t.ndim);
+    for (int i = 0; i < t.ndim; ++i)
+      if (strides[i] < 0)
+        throw invalid_argument("kiln.from_dlpack: stride " + std::to_string(strides[i]) +
+                               " of dimension " + std::to_string(i) +
+                               " is negative (a reversed view); Kiln tensors have "
+                               "non-negative strides: pass a copy, e.g. x.copy()");
   }
-  const auto* base = static_cast<const std::byte*>(t.data) + t.byte_offset;
-  if (st == scalar_type::boolean || row_of(st).numpy) {
-    // A NumPy view of the producer's memory (a base object stops pybind11 copying it), made
-    // contiguous where its strides are not, then copied into the tensor.
-    py::array view(py::dtype(row_of(st).numpy), shape, strides, base, owner);
-    return tensor_from_data(view, py::none(), dev);
-  }
-  throw dtype_error(std::string("kiln.from_dlpack: ") + row_of(st).name +
-                    " has no NumPy type to stage through");
+  if (t.byte_offset % size_of(st))
+    throw invalid_argument("kiln.from_dlpack: byte_offset " + std::to_string(t.byte_offset) +
+                           " is not a multiple of the element size");
+  void* data = static_cast<std::byte*>(t.data) + t.byte_offset;
+  tensor x = tensor::from_external(dev, data, shape, st, strides, release_producer{mt});
+  owned.release();  // from here the tensor's release calls the deleter
+  return x;
 }
 
 tensor from_dlpack(py::object obj, py::handle dev) {
@@ -118,42 +218,66 @@ tensor from_dlpack(py::object obj, py::handle dev) {
           "kiln.from_dlpack: " + py::repr(py::type::of(obj)).cast<std::string>() +
           " has no __dlpack__ (pass a NumPy array, a torch or CuPy tensor, "
           "or a DLPack capsule)");
-    const auto where = obj.attr("__dlpack_device__")().cast<std::pair<int, int>>();
-    if (where.first != kDLCPU && where.first != kDLCUDAHost)
-      throw unsupported("kiln.from_dlpack: memory on DLPack device type " +
-                        std::to_string(where.first) +
-                        " cannot be imported: Kiln's public C++ API adopts no foreign device "
-                        "memory yet (copy it to the host first, e.g. with .cpu())");
-    cap = obj.attr("__dlpack__")();
+    const auto where = obj.attr("__dlpack_device__")().cast<dl_where>();
+    device_of(DLDevice{static_cast<DLDeviceType>(where.first), where.second});  // supported?
+    if (where.first == kDLCUDA) {
+      // Stream 1 (the legacy default stream) is what a consumer passes for "no particular
+      // stream"; Kiln's queues are not ordered after it, hence the producer's finish.
+      cap = obj.attr("__dlpack__")(py::arg("stream") = 1);
+      finish_known_producer(obj);
+    } else {
+      cap = obj.attr("__dlpack__")();
+    }
   }
   if (!PyCapsule_IsValid(cap.ptr(), capsule_name))
     throw invalid_argument("kiln.from_dlpack: not an unconsumed 'dltensor' capsule");
   auto* mt = static_cast<DLManagedTensor*>(PyCapsule_GetPointer(cap.ptr(), capsule_name));
-  if (mt->dl_tensor.device.device_type != kDLCPU && mt->dl_tensor.device.device_type != kDLCUDAHost)
-    throw unsupported("kiln.from_dlpack: only host memory (kDLCPU) can be imported");
-  // Consumed: from here the deleter is ours to call (once the elements are copied).
-  PyCapsule_SetName(cap.ptr(), used_name);
-  struct release_on_exit {
-    DLManagedTensor* m;
-    ~release_on_exit() {
-      if (m->deleter) m->deleter(m);
-    }
-  } release{mt};
-  return import_elements(*mt, cap, dev.is_none() ? device::host() : to_device(dev));
+  device_of(mt->dl_tensor.device);          // refused before the capsule is consumed
+  PyCapsule_SetName(cap.ptr(), used_name);  // consumed: the deleter is ours to call
+  tensor x = wrap(mt);
+  if (dev.is_none()) return x;
+  const device want = to_device(dev);
+  if (want == x.get_device()) return x;
+  if (want.backend() == "cpu" && x.get_device().backend() == "cpu")  // another CPU device
+    return tensor::from_external(want, x.data_ptr(), x.shape(), x.dtype(), x.strides(), [x] {});
+  py::gil_scoped_release release;
+  return x.to(want);  // memory on another device: a copy
 }
 
 }  // namespace
 
 void bind_dlpack(py::module_& m, tensor_class& cls) {
   cls.def(
-         "__dlpack__",
-         [](const tensor& x, py::handle stream, py::kwargs) { return to_dlpack(x, stream); },
-         py::arg("stream") = py::none(),
-         "A DLPack capsule of the elements in host memory (a copy: see docs/python.md).")
-      .def("__dlpack_device__", [](const tensor&) { return py::make_tuple(int{kDLCPU}, 0); });
+         "data_ptr",
+         [](const tensor& x) {
+           py::gil_scoped_release release;
+           return reinterpret_cast<std::uintptr_t>(x.data_ptr());
+         },
+         "The address of the first element (host pointer on cpu, device pointer on cuda), as "
+         "torch's data_ptr(); evaluates the tensor and finishes its default queue. "
+         "kiln.unsupported on OpenCL.")
+      .def(
+          "__dlpack__",
+          [](const tensor& x, py::handle stream,
+             py::handle /*max_version: the capsule is DLPack 0.x*/, py::handle dl_device,
+             py::handle copy) { return to_dlpack(x, stream, dl_device, copy); },
+          py::kw_only(), py::arg("stream") = py::none(), py::arg("max_version") = py::none(),
+          py::arg("dl_device") = py::none(), py::arg("copy") = py::none(),
+          "A DLPack capsule of the tensor's memory, shared (CPU and CUDA) or a host copy (OpenCL, "
+          "dl_device=(1, 0), copy=True); any consumer stream may use it at once: the tensor's "
+          "queue has finished (docs/python.md, \"DLPack\").")
+      .def(
+          "__dlpack_device__",
+          [](const tensor& x) {
+            const dl_where w = native_where(x);
+            return py::make_tuple(w.first, w.second);
+          },
+          "(kDLCPU=1, 0) for CPU and OpenCL (exported as a host copy) tensors, (kDLCUDA=2, N) for "
+          "cuda:N.");
   m.def("from_dlpack", &from_dlpack, py::arg("x"), py::arg("device") = py::none(),
-        "A kiln.tensor of a DLPack producer's elements (NumPy, torch, CuPy on the host, or a "
-        "capsule); device None is the host's CPU device.");
+        "A kiln.tensor over a DLPack producer's memory without a copy (NumPy, torch, CuPy on the "
+        "host or CUDA, or a capsule); device None keeps the memory's device (host memory: the "
+        "host's CPU device), another device gets a copy.");
 }
 
 }  // namespace kiln::python

@@ -11,21 +11,19 @@ const std::vector<dtype_row>& dtype_table() {
   // One row per kiln::scalar_type: adding a type to Kiln (f16, bf16) is one row here (and one
   // case in dispatch() when it has a C++ type).
   static const std::vector<dtype_row> rows = {
-    {scalar_type::boolean, "bool", "bool", "bool", 6},
-    {scalar_type::i8, "int8", "i8", "int8", 0},
-    {scalar_type::i16, "int16", "i16", "int16", 0},
-    {scalar_type::i32, "int32", "i32", "int32", 0},
-    {scalar_type::i64, "int64", "i64", "int64", 0},
-    {scalar_type::u8, "uint8", "u8", "uint8", 1},
-    {scalar_type::u16, "uint16", "u16", "uint16", 1},
-    {scalar_type::u32, "uint32", "u32", "uint32", 1},
-    {scalar_type::u64, "uint64", "u64", "uint64", 1},
-    {scalar_type::f32, "float32", "f32", "float32", 2},
-    {scalar_type::f64, "float64", "f64", "float64", 2},
-#if KILN_PY_HAVE_F16
-    {scalar_type::f16, "float16", "f16", "float16", 2},
-    {scalar_type::bf16, "bfloat16", "bf16", nullptr, 4},
-#endif
+      {scalar_type::boolean, "bool", "bool", "bool", 6},
+      {scalar_type::i8, "int8", "i8", "int8", 0},
+      {scalar_type::i16, "int16", "i16", "int16", 0},
+      {scalar_type::i32, "int32", "i32", "int32", 0},
+      {scalar_type::i64, "int64", "i64", "int64", 0},
+      {scalar_type::u8, "uint8", "u8", "uint8", 1},
+      {scalar_type::u16, "uint16", "u16", "uint16", 1},
+      {scalar_type::u32, "uint32", "u32", "uint32", 1},
+      {scalar_type::u64, "uint64", "u64", "uint64", 1},
+      {scalar_type::f32, "float32", "f32", "float32", 2},
+      {scalar_type::f64, "float64", "f64", "float64", 2},
+      {scalar_type::f16, "float16", "f16", "float16", 2},
+      {scalar_type::bf16, "bfloat16", "bf16", nullptr, 4},
   };
   return rows;
 }

@@ -13,13 +13,8 @@
 
 #include "kiln/device.hpp"
 #include "kiln/error.hpp"
-#include "kiln/scalar_type.hpp"
-
-// Kiln's 16-bit floats (kiln/half.hpp) arrived with scalar_type::f16 and bf16.
-#if __has_include("kiln/half.hpp")
-#define KILN_PY_HAVE_F16 1
 #include "kiln/half.hpp"
-#endif
+#include "kiln/scalar_type.hpp"
 
 namespace kiln::python {
 namespace py = pybind11;
@@ -60,10 +55,8 @@ decltype(auto) dispatch(scalar_type t, F&& f) {
     case scalar_type::u64: return f(std::uint64_t{});
     case scalar_type::f32: return f(float{});
     case scalar_type::f64: return f(double{});
-#if KILN_PY_HAVE_F16
     case scalar_type::f16: return f(half{});
     case scalar_type::bf16: return f(bfloat16{});
-#endif
   }
   throw unsupported(std::string("kiln (Python): no C++ scalar type for ") + row_of(t).name);
 }
