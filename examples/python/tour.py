@@ -27,8 +27,9 @@ print(f"sum of 2x+1 over the {q.count()} elements above 3: {q.sum():.1f} "
 
 # ---- 2. A Kiln kernel applied to a tensor's elements --------------------------------------
 # Kernels read and write kiln.buffer. The tensor's elements go in through DLPack (np.from_dlpack
-# of the tensor), the kernel scales them in place in the buffer, and the result comes back as
-# a tensor. (Each step copies today: docs/python.md, "DLPack", says why and what changes.)
+# of the tensor shares its memory, no copy), kiln.buffer copies them in, the kernel scales them
+# in place in the buffer, and the result comes back as a tensor. (Kernels take buffers, not
+# tensors: docs/python.md, "Gaps in the C++ API".)
 SCALE = """
 KILN_KERNEL void scale(KILN_GLOBAL float* y, float a, uint64_t n) {
   uint64_t i = kiln_global_id(0);

@@ -176,7 +176,13 @@ void finish_known_producer(py::handle obj) {
 struct release_producer {
   DLManagedTensor* m;
   void operator()() const {
-    if (!m->deleter || !Py_IsInitialized() || _Py_IsFinalizing()) return;
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    // At interpreter exit the producer's objects are gone with it.
+    if (!m->deleter || !Py_IsInitialized() || finalizing) return;
     py::gil_scoped_acquire gil;
     m->deleter(m);
   }
