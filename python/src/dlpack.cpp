@@ -183,8 +183,21 @@ struct release_producer {
 #endif
     // At interpreter exit the producer's objects are gone with it.
     if (!m->deleter || !Py_IsInitialized() || finalizing) return;
-    py::gil_scoped_acquire gil;
+    if (PyGILState_Check()) {  // the usual case: the last tensor dropped from Python
+      m->deleter(m);
+      return;
+    }
+    // Another thread (a Kiln worker dropping the last reference): blocking on the GIL here
+    // could wait for a Python thread that holds it while it waits for this worker, so the
+    // interpreter runs the deleter at its next check instead (still under the GIL).
+    if (Py_AddPendingCall(&run_deleter, m) == 0) return;
+    py::gil_scoped_acquire gil;  // the pending-call queue is full
     m->deleter(m);
+  }
+  static int run_deleter(void* p) {
+    auto* mt = static_cast<DLManagedTensor*>(p);
+    mt->deleter(mt);
+    return 0;
   }
 };
 
