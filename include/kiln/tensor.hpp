@@ -409,6 +409,7 @@ inline tensor log_softmax(const tensor& x, int dim) { return x.log_softmax(dim);
 std::string to_string(const shape_t& shape);
 
 }  // namespace kiln
+#include "kiln/tensor/autocast.hpp"   // mixed precision: matrix products in bf16/f16
 #include "kiln/tensor/autograd.hpp"   // no_grad, custom differentiable functions
 #include "kiln/tensor/linalg.hpp"     // matmul, gemm, gemv, transposes
 #include "kiln/tensor/placement.hpp"  // kiln::automatic's thresholds, last_placement

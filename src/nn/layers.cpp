@@ -48,7 +48,11 @@ tensor linear::forward(const tensor& x) const {
     throw shape_error("kiln::nn::linear: expects an input [..., " + std::to_string(weight.size(1)) +
                       "], got " + kiln::to_string(x.shape()));
   const tensor y = matmul(x, weight.t());
-  return bias.defined() ? y + bias : y;
+  if (!bias.defined()) return y;
+  // Under kiln::autocast the product is 16-bit: the bias joins it in that type (as PyTorch's
+  // addmm), so the layer's output stays 16-bit instead of promoting back to f32.
+  const std::optional<scalar_type> mixed = autocast::active();
+  return y + (mixed && bias.dtype() == scalar_type::f32 ? bias.to(*mixed) : bias);
 }
 
 std::string linear::describe() const {

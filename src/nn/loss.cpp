@@ -121,14 +121,21 @@ bool is_integer(scalar_type t) {
 
 }  // namespace
 
-tensor mse_loss(const tensor& input, const tensor& target, const std::string& reduction) {
+// Losses compute in f32 from 16-bit inputs (autocast's rule; the cast carries the gradient).
+static tensor widened(const tensor& t) {
+  return t.defined() && is_reduced_float(t.dtype()) ? t.to(scalar_type::f32) : t;
+}
+
+tensor mse_loss(const tensor& input0, const tensor& target0, const std::string& reduction) {
+  const tensor input = widened(input0), target = widened(target0);
   check_float(input, "mse_loss", "input");
   check_float(target, "mse_loss", "target");
   return reduce(square(input - target), reduction, "mse_loss");
 }
 
-tensor binary_cross_entropy_with_logits(const tensor& logits, const tensor& targets,
+tensor binary_cross_entropy_with_logits(const tensor& logits0, const tensor& targets0,
                                         const std::string& reduction) {
+  const tensor logits = widened(logits0), targets = widened(targets0);
   check_float(logits, "binary_cross_entropy_with_logits", "logits");
   check_float(targets, "binary_cross_entropy_with_logits", "targets");
   if (logits.shape() != targets.shape())
@@ -140,7 +147,8 @@ tensor binary_cross_entropy_with_logits(const tensor& logits, const tensor& targ
                 "binary_cross_entropy_with_logits");
 }
 
-tensor cross_entropy(const tensor& logits, const tensor& labels, const std::string& reduction) {
+tensor cross_entropy(const tensor& logits0, const tensor& labels, const std::string& reduction) {
+  const tensor logits = widened(logits0);
   const char* fn = "cross_entropy";
   check_float(logits, fn, "logits");
   if (!labels.defined()) throw invalid_argument("kiln::nn::cross_entropy: labels are undefined");

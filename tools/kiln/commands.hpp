@@ -44,6 +44,7 @@ struct train_options {
   std::uint64_t seed = 0;
   bool batch_norm = false;
   double lr = 1e-3;
+  std::string autocast;  // "", "bf16" or "f16": forward passes under kiln::autocast
 };
 int train(const train_options& o);
 

@@ -141,6 +141,11 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tr->add_option("--lr", to.lr, "Adam's learning rate")->type_name("X")->capture_default_str();
   tr->add_flag("--batch-norm", to.batch_norm, "LeNet with batch normalisation");
+  tr->add_option("--autocast", to.autocast,
+                 "Mixed precision: matrix products in bf16 or f16 (kiln::autocast), f32 "
+                 "parameters; f16 adds loss scaling")
+      ->check(CLI::IsMember({"bf16", "f16"}))
+      ->type_name("bf16|f16");
   tr->add_option("--data", to.data_dir, "The MNIST directory (default: scripts/fetch_mnist.sh's)")
       ->type_name("DIR");
   tr->add_option("--save", to.save_dir, "Save each model's checkpoint (safetensors) there")

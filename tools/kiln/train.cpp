@@ -11,6 +11,7 @@
 #include <cmath>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "commands.hpp"
@@ -22,6 +23,7 @@
 #include "kiln/nn/data_parallel.hpp"
 #include "kiln/nn/models.hpp"
 #include "kiln/optim.hpp"
+#include "kiln/optim/grad_scaler.hpp"
 
 namespace kiln::tool {
 namespace {
@@ -120,6 +122,13 @@ result train_one(const std::string& name, const train_options& o, const device& 
   optim::optimizer opt = optim::adam(model.parameters(), {.lr = o.lr});
   std::unique_ptr<nn::data_parallel> ddp;
   if (comm) ddp = std::make_unique<nn::data_parallel>(model, opt, *comm);
+  std::unique_ptr<optim::grad_scaler> scaler;
+  if (o.autocast == "f16") {
+    if (comm)
+      throw invalid_argument("kiln train: --autocast f16 with --devices is not supported yet "
+                             "(loss scaling across ranks); use bf16");
+    scaler = std::make_unique<optim::grad_scaler>();
+  }
   const data::dataset mine = comm ? shard(train, comm->rank(), ranks) : train;
   const std::int64_t batch = o.batch / ranks, n = mine.size();
   const std::int64_t batches = (n + batch - 1) / batch;
@@ -130,8 +139,9 @@ result train_one(const std::string& name, const train_options& o, const device& 
                 name.c_str(), (long long)r.parameters, o.lr, (long long)o.batch, ranks,
                 (long long)(o.batch / ranks));
   else if (lead)
-    std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s\n", name.c_str(),
-                (long long)r.parameters, o.lr, (long long)o.batch, dev.id().c_str());
+    std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s%s%s\n", name.c_str(),
+                (long long)r.parameters, o.lr, (long long)o.batch, dev.id().c_str(),
+                o.autocast.empty() ? "" : ", autocast ", o.autocast.c_str());
   const auto start = clock_type::now();
   double images = 0, train_seconds = 0;
   for (int e = 0; e < o.epochs; ++e) {
@@ -147,12 +157,24 @@ result train_one(const std::string& name, const train_options& o, const device& 
       const std::int64_t lo = k * batch, hi = std::min(n, lo + batch);
       const tensor x = ed.x.slice(0, lo, hi), y = ed.y.slice(0, lo, hi);
       opt.zero_grad();
-      const tensor loss = nn::cross_entropy(ddp ? (*ddp)(x) : model(x), y);
-      loss.backward();
-      if (ddp)
-        ddp->step();
-      else
-        opt.step();
+      tensor loss;
+      {
+        std::optional<kiln::autocast> mixed;
+        if (!o.autocast.empty())
+          mixed.emplace(o.autocast == "f16" ? scalar_type::f16 : scalar_type::bf16);
+        loss = nn::cross_entropy(ddp ? (*ddp)(x) : model(x), y);
+      }
+      if (scaler) {  // f16: loss scaling (not with data parallel: refused above)
+        scaler->scale(loss).backward();
+        scaler->step(opt);
+        scaler->update();
+      } else {
+        loss.backward();
+        if (ddp)
+          ddp->step();
+        else
+          opt.step();
+      }
       {
         no_grad off;
         loss_sum = (loss_sum + loss.detach()).eval();
