@@ -108,8 +108,9 @@ py::capsule to_dlpack(const tensor& x, py::handle stream, py::handle dl_device, 
   if (to_host) where = {kDLCPU, 0};
   check_stream(stream, where);
   if (to_host && want_copy == 0)
-    throw py::buffer_error("kiln.tensor.__dlpack__: memory on " + x.get_device().id() +
-                           " has no address to share; copy=False forbids the host copy");
+    throw py::buffer_error(
+        "kiln.tensor.__dlpack__: memory on " + x.get_device().id() +
+        " is exported as a host copy (OpenCL, or dl_device=(1, 0)); copy=False forbids it");
 
   auto ctx = std::make_unique<export_ctx>();
   void* data = nullptr;
