@@ -12,6 +12,9 @@
 #   train     one GPU against two, lenet and mlp_wide, plus bench_collective's train rows
 #   reduced   (issue 24) the f16/bf16 tests and GEMMs on every device
 #   gemm      (issue 24) bench_gemm on cuda:0 beside PyTorch's matmul, f32/TF32/bf16/f16
+#   mixed     (issue 24/27) autocast, external-memory and f16/bf16 tests on every device, and
+#             kiln train mlp_wide/mlp on cuda:0 in f32 and under --autocast bf16/f16
+#   python    (issue 27) the pytest suite and the tour with torch/CuPy on the GPUs
 build=${1:-build}
 shift
 # Logs go to a scratch folder; $OUT (the device tool's) gets the summary and one tarball of them.
@@ -133,6 +136,38 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       for l in reduced reduced_codegen; do
         grep -hE "tests? ran|PASSED|FAILED \]" "$OUT/$l.log" | head -20 | tee -a "$OUT/summary.txt"
       done
+      ;;
+    mixed)
+      export KILN_CONFORMANCE_REQUIRE=cuda,opencl
+      step mixed_tensor 300 $B/tensor_test --gtest_filter='*Reduced*:*External*'
+      step mixed_nn 300 $B/nn_test --gtest_filter='*MixedPrecision*:*Autocast*'
+      step mixed_stress 200 $B/stress_test --gtest_filter='stress/MixedWork*cuda*'
+      # Does cuda:0's anonymous memory plateau (a driver high-water mark) or grow with time?
+      KILN_STRESS_SECONDS=8 step mixed_stress_long 200 $B/stress_test \
+        --gtest_filter='stress/MixedWork*cuda_0'
+      for l in mixed_tensor mixed_nn mixed_stress mixed_stress_long; do
+        grep -hE "tests? ran|PASSED|FAILED \]|stress   \]" "$OUT/$l.log" | cut -c1-400 | head -12 |
+          tee -a "$OUT/summary.txt"
+      done
+      for m in mlp_wide mlp; do
+        for a in none bf16 f16; do
+          ac=; [ $a != none ] && ac="--autocast $a"
+          step "train_${m}_$a" 120 $B/kiln train $m --device cuda:0 --batch 256 --epochs 3 $ac \
+            --data data/mnist
+          tail -n 1 "$OUT/train_${m}_$a.log" | sed "s/^/$a /" | tee -a "$OUT/summary.txt"
+        done
+      done
+      ;;
+    python)
+      export PYTHONPATH=$PWD/$build/python
+      python3 -c 'import sys,numpy,torch; print(sys.version.split()[0], numpy.__version__, torch.__version__)' \
+        2>&1 | tee -a "$OUT/summary.txt"
+      python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
+      step pytest 300 python3 -m pytest -q -rsx -p no:cacheprovider tests/python
+      tail -n 15 "$OUT/pytest.log" | tee -a "$OUT/summary.txt"
+      step tour 120 python3 examples/python/tour.py cuda:0
+      step overhead 120 python3 examples/python/overhead.py cuda:0
+      tail -n 8 "$OUT/tour.log" "$OUT/overhead.log" | tee -a "$OUT/summary.txt"
       ;;
     gemm)
       step gemm_kiln 200 $B/bench_gemm --device cuda:0 --runs 20
