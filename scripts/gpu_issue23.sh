@@ -14,6 +14,7 @@
 #   gemm      (issue 24) bench_gemm on cuda:0 beside PyTorch's matmul, f32/TF32/bf16/f16
 #   mixed     (issue 24/27) autocast, external-memory and f16/bf16 tests on every device, and
 #             kiln train mlp_wide/mlp on cuda:0 in f32 and under --autocast bf16/f16
+#   changed   tensor_test, nn_test and linalg_test whole on every device
 #   python    (issue 27) the pytest suite and the tour with torch/CuPy on the GPUs
 build=${1:-build}
 shift
@@ -158,7 +159,16 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
         done
       done
       ;;
+    changed)  # the binaries whose code changed since the last suite round, whole, 3 at a time
+      export KILN_CONFORMANCE_REQUIRE=cuda,opencl
+      printf '%s\n' tensor_test nn_test linalg_test |
+        xargs -P 3 -I{} sh -c 'timeout -k 5 420 '"$B"'/{} --gtest_brief=1 > '"$OUT"'/changed_{}.log 2>&1;
+          echo "{} rc=$?"' | sort | tee -a "$OUT/summary.txt"
+      grep -h "FAILED \]" "$OUT"/changed_*.log | sort -u | head -20 | tee -a "$OUT/summary.txt"
+      ;;
     python)
+      step python_build 200 bash scripts/gpu_python_build.sh "$build"
+      tail -n 3 "$OUT/python_build.log" | tee -a "$OUT/summary.txt"
       export PYTHONPATH=$PWD/$build/python
       python3 -c 'import sys,numpy,torch; print(sys.version.split()[0], numpy.__version__, torch.__version__)' \
         2>&1 | tee -a "$OUT/summary.txt"
