@@ -26,10 +26,11 @@ print(f"sum of 2x+1 over the {q.count()} elements above 3: {q.sum():.1f} "
       f"kernel launches for the sum: {kiln.last_tensor_stats()['kernel_launches']}")
 
 # ---- 2. A Kiln kernel applied to a tensor's elements --------------------------------------
-# Kernels read and write kiln.buffer. The tensor's elements go in through DLPack (np.from_dlpack
-# of the tensor shares its memory, no copy), kiln.buffer copies them in, the kernel scales them
-# in place in the buffer, and the result comes back as a tensor. (Kernels take buffers, not
-# tensors: docs/python.md, "Gaps in the C++ API".)
+# Kernels read and write kiln.buffer. The tensor's elements go in through NumPy (t.numpy(): on
+# the CPU device DLPack shares the memory; a GPU tensor is copied to the host, since NumPy holds
+# host memory only), kiln.buffer copies them in, the kernel scales them in place in the buffer,
+# and the result comes back as a tensor. (Kernels take buffers, not tensors: docs/python.md,
+# "Gaps in the C++ API".)
 SCALE = """
 KILN_KERNEL void scale(KILN_GLOBAL float* y, float a, uint64_t n) {
   uint64_t i = kiln_global_id(0);
@@ -37,7 +38,7 @@ KILN_KERNEL void scale(KILN_GLOBAL float* y, float a, uint64_t n) {
 }
 """
 t = kiln.arange(8, dtype="float32", device=dev)
-buf = kiln.buffer(np.from_dlpack(t), device=dev)
+buf = kiln.buffer(t.numpy(), device=dev)
 kernel = kiln.compile(SCALE, device=dev)["scale"]
 kernel(len(buf), buf, 10.0, len(buf))  # arguments checked against float*, float, uint64_t
 t = kiln.tensor(buf.numpy(), device=dev)
