@@ -85,7 +85,7 @@ for s in "$@"; do
       export KILN_CONFORMANCE_REQUIRE=cuda,opencl
       for round in $(seq ${SUITE_ROUNDS:-1}); do
         ls $B/*_test | grep -v collective_mpi_test |
-          xargs -P 4 -I{} sh -c 'n=$(basename {}); timeout -k 5 '"${SUITE_LIMIT:-420}"' {} \
+          xargs -P 4 -I{} sh -c 'n=$(basename {}); timeout -k 5 '"${SUITE_LIMIT:-480}"' {} \
             --gtest_brief=1 > '"$OUT"'/suite_'"$round"'_$n.log 2>&1; echo "$n rc=$?"' |
           sort > "$OUT/suite_$round.txt"
         note "suite round $round: $(grep -vc 'rc=0' "$OUT/suite_$round.txt") of \
