@@ -8,6 +8,7 @@
 #include "kiln/nn/init.hpp"
 #include "kiln/tensor/inplace.hpp"
 #include "kiln/tensor/normalization.hpp"
+#include "tensor/autocast_rules.hpp"
 
 namespace kiln::nn {
 namespace {
@@ -51,8 +52,7 @@ tensor linear::forward(const tensor& x) const {
   if (!bias.defined()) return y;
   // Under kiln::autocast the product is 16-bit: the bias joins it in that type (as PyTorch's
   // addmm), so the layer's output stays 16-bit instead of promoting back to f32.
-  const std::optional<scalar_type> mixed = autocast::active();
-  return y + (mixed && bias.dtype() == scalar_type::f32 ? bias.to(*mixed) : bias);
+  return y + kiln::detail::autocast_narrow(bias);
 }
 
 std::string linear::describe() const {

@@ -5,6 +5,7 @@
 #include <mutex>
 #include <vector>
 
+#include "tensor/autocast_rules.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln::nn {
@@ -122,12 +123,10 @@ bool is_integer(scalar_type t) {
 }  // namespace
 
 // Losses compute in f32 from 16-bit inputs (autocast's rule; the cast carries the gradient).
-static tensor widened(const tensor& t) {
-  return t.defined() && is_reduced_float(t.dtype()) ? t.to(scalar_type::f32) : t;
-}
+using kiln::detail::widen_reduced;
 
 tensor mse_loss(const tensor& input0, const tensor& target0, const std::string& reduction) {
-  const tensor input = widened(input0), target = widened(target0);
+  const tensor input = widen_reduced(input0), target = widen_reduced(target0);
   check_float(input, "mse_loss", "input");
   check_float(target, "mse_loss", "target");
   return reduce(square(input - target), reduction, "mse_loss");
@@ -135,7 +134,7 @@ tensor mse_loss(const tensor& input0, const tensor& target0, const std::string& 
 
 tensor binary_cross_entropy_with_logits(const tensor& logits0, const tensor& targets0,
                                         const std::string& reduction) {
-  const tensor logits = widened(logits0), targets = widened(targets0);
+  const tensor logits = widen_reduced(logits0), targets = widen_reduced(targets0);
   check_float(logits, "binary_cross_entropy_with_logits", "logits");
   check_float(targets, "binary_cross_entropy_with_logits", "targets");
   if (logits.shape() != targets.shape())
@@ -148,7 +147,7 @@ tensor binary_cross_entropy_with_logits(const tensor& logits0, const tensor& tar
 }
 
 tensor cross_entropy(const tensor& logits0, const tensor& labels, const std::string& reduction) {
-  const tensor logits = widened(logits0);
+  const tensor logits = widen_reduced(logits0);
   const char* fn = "cross_entropy";
   check_float(logits, fn, "logits");
   if (!labels.defined()) throw invalid_argument("kiln::nn::cross_entropy: labels are undefined");

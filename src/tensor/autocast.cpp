@@ -5,6 +5,7 @@
 #include <string>
 
 #include "kiln/error.hpp"
+#include "tensor/autocast_rules.hpp"
 
 namespace kiln {
 namespace {
@@ -21,5 +22,17 @@ autocast::autocast(scalar_type dtype, bool enabled) : previous_(t_autocast) {
 autocast::~autocast() { t_autocast = previous_; }
 
 std::optional<scalar_type> autocast::active() noexcept { return t_autocast; }
+
+namespace detail {
+
+tensor autocast_narrow(const tensor& x) {
+  return t_autocast && x.defined() && x.dtype() == scalar_type::f32 ? x.to(*t_autocast) : x;
+}
+
+tensor widen_reduced(const tensor& x) {
+  return x.defined() && is_reduced_float(x.dtype()) ? x.to(scalar_type::f32) : x;
+}
+
+}  // namespace detail
 
 }  // namespace kiln

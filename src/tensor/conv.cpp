@@ -4,7 +4,6 @@
 // matrix ((C R S) x (P Q) per image, bounded in memory), then runs one GEMM per image and
 // group; backward data is a GEMM into columns and a gathering col2im, backward filter one
 // accumulating GEMM per image and group.
-#include "kiln/tensor/autocast.hpp"
 #include "kiln/tensor/conv.hpp"
 
 #include <algorithm>
@@ -14,7 +13,9 @@
 
 #include "autograd/derivatives.hpp"
 #include "kiln/linalg.hpp"
+#include "kiln/tensor/autocast.hpp"
 #include "linalg/linalg.hpp"
+#include "tensor/autocast_rules.hpp"
 #include "tensor/conv_kernels.hpp"
 #include "tensor/dnn.hpp"
 #include "tensor/fallback.hpp"
@@ -296,9 +297,7 @@ tensor conv2d(const tensor& input0, const tensor& weight0, const tensor& bias0,
               const conv2d_options& o) {
   // No 16-bit convolution yet: under kiln::autocast, 16-bit operands go back to f32.
   const auto widen = [](const tensor& x) {
-    return autocast::active() && x.defined() && is_reduced_float(x.dtype())
-               ? x.to(scalar_type::f32)
-               : x;
+    return autocast::active() ? detail::widen_reduced(x) : x;
   };
   const tensor input = widen(input0), weight = widen(weight0), bias = widen(bias0);
   if (!detail::grad_wanted({&input, &weight, &bias}))  // recorded ones do not move (fallback.hpp)

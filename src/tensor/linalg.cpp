@@ -4,7 +4,6 @@
 // matrices with neither dimension at unit stride, batch dimensions that do not collapse to one
 // stride, and broadcast batches (linalg reads a 0 batch stride as "tight"), except a right
 // operand broadcast over the whole batch, which folds the batch into the rows of the left one.
-#include "kiln/tensor/autocast.hpp"
 #include "kiln/tensor/linalg.hpp"
 
 #include <optional>
@@ -13,6 +12,7 @@
 #include "autograd/derivatives.hpp"
 #include "kiln/linalg.hpp"
 #include "runtime/runtime.hpp"
+#include "tensor/autocast_rules.hpp"
 #include "tensor/fallback.hpp"
 #include "tensor/placement.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -214,14 +214,9 @@ tensor matmul_forward(const tensor& a, const tensor& b, const matmul_options& o)
 
 }  // namespace
 
-// Inside a kiln::autocast scope, an f32 operand of a matrix product runs in the scope's type.
-tensor autocast_operand(const tensor& x) {
-  const std::optional<scalar_type> t = autocast::active();
-  return t && x.defined() && x.dtype() == scalar_type::f32 ? x.to(*t) : x;
-}
-
 tensor matmul(const tensor& a0, const tensor& b0, const matmul_options& o) {
-  const tensor a = autocast_operand(a0), b = autocast_operand(b0);
+  // Inside a kiln::autocast scope, f32 operands run in the scope's 16-bit type.
+  const tensor a = detail::autocast_narrow(a0), b = detail::autocast_narrow(b0);
   if (!detail::grad_wanted({&a, &b}))  // recorded operations do not move: see fallback.hpp
     return detail::run_op_falling_back("matmul", {a, b}, [&](const std::vector<tensor>& x) {
       return matmul_forward(x[0], x[1], o);
