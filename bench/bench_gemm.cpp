@@ -1,9 +1,10 @@
 // kiln::linalg throughput: SGEMM 4096^3 and 8192^3 (full f32 and TF32), the same in bf16 and
-// f16 (f32 accumulation), a strided batch of 64 x 256^3, and SGEMV 8192^2, on one device
-// (default: the best). Event-timed median after a
-// warm-up; prints TFLOP/s (2 m n k per product) and the path that ran (vendor / tiled /
-// simple). KILN_LINALG_PORTABLE=1 times the portable kernels instead of the vendor library.
-// On a device that is not a GPU every size is divided by 4 (a CPU would take minutes).
+// f16 (f32 accumulation), a strided batch of 64 x 256^3, SGEMV 8192^2, and a linear layer
+// with bias + GELU (kiln::linear, one GEMM with cuBLASLt's epilogue on CUDA, beside Kiln's
+// own matmul followed by gelu(x + b)), on one device (default: the best). Event-timed median after
+// a warm-up; prints TFLOP/s (2 m n k per product) and the path that ran (vendor / tiled / simple).
+// KILN_LINALG_PORTABLE=1 times the portable kernels instead of the vendor library. On a device that
+// is not a GPU every size is divided by 4 (a CPU would take minutes).
 //
 //   bench_gemm [--device cuda:0] [--runs 10] [--warmup 3]
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <cstring>
 #include <functional>
 #include <kiln/kiln.hpp>
+#include <kiln/tensor/linear.hpp>
 #include <string>
 #include <vector>
 
@@ -65,6 +67,28 @@ void gemv_case(kiln::queue& q, const options& o, std::uint64_t s) {
   row(name.c_str(), 2.0 * double(s) * double(s), 4.0 * double(s) * double(s + 2), ms);
 }
 
+// y = gelu_tanh(x w^T + b), x [m, k], w [n, k], b [n] in bf16: kiln::linear (the epilogue on
+// CUDA) and, as the unfused reference, matmul then gelu(y + b) (one more elementwise kernel).
+void linear_case(const kiln::device& dev, const options& o, std::int64_t m, std::int64_t k,
+                 std::int64_t n, kiln::scalar_type t) {
+  kiln::queue& q = dev.default_queue();
+  const auto x = kiln::tensor::randn(dev, {m, k}, 1, t), w = kiln::tensor::randn(dev, {n, k}, 2, t),
+             b = kiln::tensor::randn(dev, {n}, 3, t);
+  const std::string shape = std::to_string(m) + "x" + std::to_string(k) + "x" + std::to_string(n);
+  const std::string type = kiln::type_name(t);
+  const double flops = 2.0 * double(m) * double(n) * double(k);
+  const double bytes = double(kiln::size_of(t)) * double(m * k + n * k + m * n);
+  kiln::tensor y;
+  double ms = median_ms(q, o, [&] { y = kiln::linear(x, w, b, "gelu_tanh"); });
+  std::printf("%-28s %-14s %10.3f ms %9.3f TFLOP/s %9.1f GB/s\n",
+              (type + " linear+gelu " + shape).c_str(), kiln::last_linear_path(), ms,
+              flops / ms * 1e-9, bytes / ms * 1e-6);
+  ms = median_ms(q, o, [&] { y = kiln::gelu(kiln::matmul(x, w.t()) + b, "tanh").eval(); });
+  std::printf("%-28s %-14s %10.3f ms %9.3f TFLOP/s %9.1f GB/s\n",
+              (type + " mm,gelu(+b) " + shape).c_str(), "separate", ms, flops / ms * 1e-9,
+              bytes / ms * 1e-6);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -97,6 +121,10 @@ int main(int argc, char** argv) {
     const std::string batched = "sgemm 64 x " + std::to_string(256 / div) + "^3 batched";
     gemm_case(q, o, batched.c_str(), 256 / div, 64, false);
     gemv_case(q, o, 8192 / div);
+    for (auto t : {kiln::scalar_type::bf16, kiln::scalar_type::f32}) {
+      linear_case(dev, o, 8192 / div, 4096 / div, 4096 / div, t);
+      linear_case(dev, o, 8192 / div, 1024 / div, 4096 / div, t);
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_gemm: %s\n", e.what());
     return 1;

@@ -5,7 +5,10 @@ events after warm-up, median of --runs. Prints one line per case and writes a CS
     python3 bench/torch_gemm.py [--runs 20] [--csv torch_gemm.csv]
 
 Cases (row-major, float32 unless named): sgemm 4096^3 and 8192^3 in fp32 and TF32,
-batched 64 x 256^3, gemv 8192^2. Inputs are uniform random (never zeros)."""
+batched 64 x 256^3, gemv 8192^2; a linear layer with bias + GELU (tanh) in bf16 and f32 as
+eager PyTorch writes it (matmul, then gelu(y + b)), through F.linear (addmm: cuBLASLt's bias
+epilogue) then gelu, and fused (torch._addmm_activation, cuBLASLt's GELU epilogue). Inputs are
+random (never zeros)."""
 import argparse
 import csv
 import statistics
@@ -56,6 +59,22 @@ def main():
         gemm(f"f16_gemm_{s}", s, s, s, dtype=torch.float16)
     gemm("sgemm_batched_64x256", 256, 256, 256, batch=64)
     torch.backends.cuda.matmul.allow_tf32 = False
+    F = torch.nn.functional
+    for dtype, tname in ((torch.bfloat16, "bf16"), (torch.float32, "f32")):
+        for m_, k_, n_ in ((8192, 4096, 4096), (8192, 1024, 4096)):
+            x = torch.randn((m_, k_), device=dev, dtype=dtype)
+            w = torch.randn((n_, k_), device=dev, dtype=dtype)
+            b = torch.randn((n_,), device=dev, dtype=dtype)
+            flops = 2.0 * m_ * n_ * k_
+            for impl, fn in (
+                ("mm,gelu(+b)", lambda: F.gelu(torch.matmul(x, w.t()) + b, approximate="tanh")),
+                ("F.linear,gelu", lambda: F.gelu(F.linear(x, w, b), approximate="tanh")),
+                ("addmm_activation", lambda: torch._addmm_activation(b, x, w.t(), use_gelu=True)),
+            ):
+                ms = timed(fn, a.runs)
+                name = f"{tname}_linear_gelu_{m_}x{k_}x{n_}"
+                rows.append((name, impl, ms, flops / (ms * 1e-3) / 1e12, "TFLOP/s"))
+                print(f"{name:34s} {impl:18s} {ms:9.4f} ms {flops / (ms * 1e-3) / 1e12:8.1f} TFLOP/s")
     m = torch.rand((8192, 8192), device=dev)
     v = torch.rand((8192,), device=dev)
     ms = timed(lambda: torch.mv(m, v), a.runs)

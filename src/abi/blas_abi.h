@@ -60,6 +60,21 @@ typedef struct kiln_blas_gemv_desc {
   kiln_mem_ref a, x, y;
 } kiln_blas_gemv_desc;
 
+/* What gemm_epilogue applies to each element of C after the product, per column j of the
+ * row-major C (m x n): C[i][j] = act(alpha (op(A) op(B))[i][j] + bias[j]). */
+typedef enum kiln_blas_epilogue {
+  KILN_BLAS_EPILOGUE_BIAS = 1,          /* act(v) = v */
+  KILN_BLAS_EPILOGUE_BIAS_RELU = 2,     /* max(v, 0) */
+  KILN_BLAS_EPILOGUE_BIAS_GELU_TANH = 3 /* 0.5 v (1 + tanh(sqrt(2/pi) (v + 0.044715 v^3))) */
+} kiln_blas_epilogue;
+
+/* A GEMM with its elementwise tail fused: batch 1, beta 0 (C is written, never read), bias a
+ * contiguous vector of n values of the GEMM's dtype. */
+typedef struct kiln_blas_epilogue_desc {
+  kiln_blas_epilogue epilogue;
+  kiln_mem_ref bias;
+} kiln_blas_epilogue_desc;
+
 typedef struct kiln_blas_v1 {
   kiln_extension_header header; /* {KILN_BLAS_VERSION, sizeof(kiln_blas_v1)} */
   /* What backs the table, for listings and reports: "cuBLAS 13.0", "OpenBLAS 0.3.21". */
@@ -67,6 +82,11 @@ typedef struct kiln_blas_v1 {
   /* Both return KILN_OK once the work is queued; alpha and beta are read before returning. */
   kiln_status (*gemm)(kiln_queue_h queue, const kiln_blas_gemm_desc* desc);
   kiln_status (*gemv)(kiln_queue_h queue, const kiln_blas_gemv_desc* desc);
+  /* Appended within version 1: present when header.struct_size covers it and it is not null.
+   * KILN_ERR_UNSUPPORTED when the library has no kernel for the configuration (the core then
+   * runs the GEMM and the tail apart). */
+  kiln_status (*gemm_epilogue)(kiln_queue_h queue, const kiln_blas_gemm_desc* desc,
+                               const kiln_blas_epilogue_desc* epilogue);
 } kiln_blas_v1;
 
 #ifdef __cplusplus

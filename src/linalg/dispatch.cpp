@@ -1,4 +1,5 @@
 // What gemm.cpp and gemv.cpp share: operand checks, the vendor table, the path record.
+#include <cstddef>
 #include <cstdlib>
 #include <string>
 #include <string_view>
@@ -8,7 +9,9 @@
 namespace kiln::linalg {
 namespace {
 thread_local path last = path::none;
-}
+// A version-1 table as first published: gemm_epilogue was appended later (size-gated).
+constexpr std::size_t base_size = offsetof(kiln_blas_v1, gemm_epilogue);
+}  // namespace
 
 path last_path() noexcept { return last; }
 
@@ -25,7 +28,7 @@ const char* to_string(path p) noexcept {
 const char* vendor_library(const device& dev) {
   const auto* t = static_cast<const kiln_blas_v1*>(
       dev.impl()->extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION));
-  return t && t->header.struct_size >= sizeof(kiln_blas_v1) && t->library ? t->library : "";
+  return t && t->header.struct_size >= base_size && t->library ? t->library : "";
 }
 
 namespace detail {
@@ -77,9 +80,13 @@ const kiln_blas_v1* vendor_table(const kiln::detail::device_impl& dev, scalar_ty
   if (!dev.supports_op(KILN_OP_GEMM, dtype_of(t))) return nullptr;
   const auto* table =
       static_cast<const kiln_blas_v1*>(dev.extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION));
-  return table && table->header.struct_size >= sizeof(kiln_blas_v1) && table->gemm && table->gemv
-             ? table
-             : nullptr;
+  return table && table->header.struct_size >= base_size && table->gemm && table->gemv ? table
+                                                                                       : nullptr;
+}
+
+epilogue_fn epilogue_of(const kiln_blas_v1* table) noexcept {
+  return table && table->header.struct_size >= sizeof(kiln_blas_v1) ? table->gemm_epilogue
+                                                                    : nullptr;
 }
 
 kiln_mem_ref mem_ref(kiln::detail::queue_impl& q, const operand& x, scalar_type t) {

@@ -29,6 +29,10 @@ void check_size(const operand& x, std::uint64_t need, const char* fn, const char
 // The device's "blas" table when it runs GEMM on t through it, else null.
 const kiln_blas_v1* vendor_table(const kiln::detail::device_impl& dev, scalar_type t);
 kiln_dtype dtype_of(scalar_type t);
+// The table's gemm_epilogue (appended within version 1) when it has one; null for a null table.
+using epilogue_fn = kiln_status (*)(kiln_queue_h, const kiln_blas_gemm_desc*,
+                                    const kiln_blas_epilogue_desc*);
+epilogue_fn epilogue_of(const kiln_blas_v1* table) noexcept;
 // Marks the operand used by q and returns its (allocation, byte offset).
 kiln_mem_ref mem_ref(kiln::detail::queue_impl& q, const operand& x, scalar_type t);
 // A kernel argument bound to an operand shifted by `skip` elements.

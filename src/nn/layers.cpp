@@ -7,8 +7,8 @@
 
 #include "kiln/nn/init.hpp"
 #include "kiln/tensor/inplace.hpp"
+#include "kiln/tensor/linear.hpp"
 #include "kiln/tensor/normalization.hpp"
-#include "tensor/autocast_rules.hpp"
 
 namespace kiln::nn {
 namespace {
@@ -48,11 +48,10 @@ tensor linear::forward(const tensor& x) const {
   if (x.dim() < 1 || x.size(-1) != weight.size(1))
     throw shape_error("kiln::nn::linear: expects an input [..., " + std::to_string(weight.size(1)) +
                       "], got " + kiln::to_string(x.shape()));
-  const tensor y = matmul(x, weight.t());
-  if (!bias.defined()) return y;
-  // Under kiln::autocast the product is 16-bit: the bias joins it in that type (as PyTorch's
+  // kiln::linear: on CUDA without autograd the bias joins the GEMM's epilogue. Under
+  // kiln::autocast the product is 16-bit and the bias joins it in that type (as PyTorch's
   // addmm), so the layer's output stays 16-bit instead of promoting back to f32.
-  return y + kiln::detail::autocast_narrow(bias);
+  return kiln::linear(x, weight, bias);
 }
 
 std::string linear::describe() const {

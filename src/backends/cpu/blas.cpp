@@ -222,7 +222,8 @@ kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept {
   return submit(q, *d, "gemv", {d->m, d->n, d->lda}, run_gemv<float>, run_gemv<double>);
 }
 
-const kiln_blas_v1 blas_table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, nullptr, gemm, gemv};
+const kiln_blas_v1 blas_table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, nullptr, gemm, gemv,
+                                   nullptr};
 
 bool loaded() noexcept {
   try {

@@ -68,7 +68,11 @@ const CublasApi& cublas() {
         api.cublasGetProperty(PATCH_LEVEL, &patch) == CUBLAS_STATUS_SUCCESS) {
       api.library = "cuBLAS " + std::to_string(major) + "." + std::to_string(minor) + "." +
                     std::to_string(patch);
-      api.table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, api.library.c_str(), gemm, gemv};
+      api.table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)},
+                   api.library.c_str(),
+                   gemm,
+                   gemv,
+                   blas_lt_gemm_epilogue()};
     } else {
       api.lib = nullptr;  // lacks an entry point Kiln needs; RTLD_NODELETE: stays mapped, unused
     }

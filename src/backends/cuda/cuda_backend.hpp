@@ -9,11 +9,13 @@
 #include <vector>
 
 #include "backend_abi.h"
+#include "blas_abi.h"
 #include "driver_api.hpp"
 
 namespace kiln_cuda {
 struct DnnQueue;  // dnn.cpp: a queue's cuDNN handle, descriptors and workspace
-}
+struct LtQueue;   // blas_lt.cpp: a queue's cuBLASLt handle, workspace and plans
+}  // namespace kiln_cuda
 
 // Handle types named by backend_abi.h. One kiln_device_s exists per device index for the
 // plugin's lifetime; device_open hands out the same pointer and counts references.
@@ -37,6 +39,7 @@ struct kiln_queue_s {
   // blas_mu. Per queue, not per context: a handle's workspace must not serve two streams
   // at once, and its math mode is per handle.
   void* blas = nullptr;
+  kiln_cuda::LtQueue* blas_lt = nullptr;  // cuBLASLt (blas_lt.cpp), also under blas_mu
   std::mutex blas_mu;
   // The queue's cuDNN state (dnn.cpp), likewise: created on first use under dnn_mu, bound to
   // `stream`, with a workspace allocated in the stream's order.
@@ -114,6 +117,14 @@ const void* blas_extension(const char* name, uint32_t version) noexcept;
 const char* blas_extension_list() noexcept;
 // Destroys the queue's cuBLAS handle, if any; its context must be current.
 void blas_release(kiln_queue_s* q) noexcept;
+// cuBLASLt (blas_lt.cpp): the table's gemm_epilogue when libcublasLt loads, else null.
+using blas_epilogue_fn = kiln_status (*)(kiln_queue_h, const kiln_blas_gemm_desc*,
+                                         const kiln_blas_epilogue_desc*);
+bool blas_lt_loaded() noexcept;
+blas_epilogue_fn blas_lt_gemm_epilogue() noexcept;
+// Frees the queue's cuBLASLt state, if any; with `device` (as dnn_release) also the handle and
+// the workspace, in the stream's order.
+void blas_lt_release(kiln_queue_s* q, bool device) noexcept;
 
 // The "dnn" extension (dnn.cpp): cuDNN 9, when it loads and a device exists.
 bool dnn_loaded() noexcept;

@@ -26,13 +26,17 @@ void queue_destroy(kiln_queue_h queue) {
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) cu_fail(r, "cuStreamSynchronize");
     if (r != CUDA_ERROR_DEINITIALIZED) {
       blas_release(queue);
+      blas_lt_release(queue, true);
       dnn_release(queue, true);  // its workspace is freed on the stream: before destroying it
       released = true;
       r = g_cu.cuStreamDestroy(queue->stream);
       if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) cu_fail(r, "cuStreamDestroy");
     }
   }
-  if (!released) dnn_release(queue, false);
+  if (!released) {
+    blas_lt_release(queue, false);
+    dnn_release(queue, false);
+  }
   delete queue;
 }
 
