@@ -1,7 +1,9 @@
 #include "optim/flat.hpp"
 
+#include <cstring>
 #include <vector>
 
+#include "kiln/half.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln::optim::detail {
@@ -9,31 +11,43 @@ namespace {
 
 kiln::detail::queue_impl& queue_of(const group& g) { return *g.dev.default_queue().impl(); }
 
-std::uint64_t bytes(const group& g, std::int64_t elements) {
-  return static_cast<std::uint64_t>(elements) * size_of(g.dtype);
+std::uint64_t bytes(scalar_type t, std::int64_t elements) {
+  return static_cast<std::uint64_t>(elements) * size_of(t);
 }
 
 }  // namespace
 
-void fill_value(const group& g, kiln::detail::memory_impl& dst, std::int64_t offset,
+void fill_value(const group& g, scalar_type t, kiln::detail::memory_impl& dst, std::int64_t offset,
                 std::int64_t count, double value) {
   if (count <= 0) return;
-  const float f = static_cast<float>(value);
-  const bool f64 = g.dtype == scalar_type::f64;
-  kiln::detail::fill(
-      queue_of(g), dst, bytes(g, offset), f64 ? static_cast<const void*>(&value) : &f,
-      static_cast<std::uint32_t>(size_of(g.dtype)), static_cast<std::uint64_t>(count));
+  unsigned char pattern[8] = {};
+  if (t == scalar_type::f64) {
+    std::memcpy(pattern, &value, 8);
+  } else if (t == scalar_type::f32) {
+    const float f = static_cast<float>(value);
+    std::memcpy(pattern, &f, 4);
+  } else if (t == scalar_type::bf16) {
+    const bfloat16 b(value);
+    std::memcpy(pattern, &b, 2);
+  } else if (t == scalar_type::f16) {
+    const half h(value);
+    std::memcpy(pattern, &h, 2);
+  } else {  // make_optimizer admits floating types only
+    throw dtype_error("kiln::optim: no fill of " + std::string(type_name(t)) + " buffers");
+  }
+  kiln::detail::fill(queue_of(g), dst, bytes(t, offset), pattern,
+                     static_cast<std::uint32_t>(size_of(t)), static_cast<std::uint64_t>(count));
 }
 
-void write_slot(const group& g, kiln::detail::memory_impl& dst, std::int64_t offset,
+void write_slot(const group& g, scalar_type t, kiln::detail::memory_impl& dst, std::int64_t offset,
                 const tensor& src) {
-  tensor v = src.dtype() == g.dtype ? src : src.to(g.dtype);
+  tensor v = src.dtype() == t ? src : src.to(t);
   const std::int64_t n = v.numel();
   if (n == 0) return;
   if (!(v.get_device() == g.dev)) {  // through the host
-    std::vector<unsigned char> host(bytes(g, n));
-    kiln::detail::tensor_read(v, g.dtype, host.data(), static_cast<std::uint64_t>(n));
-    kiln::detail::copy_h2d(queue_of(g), dst, bytes(g, offset), host.data(), host.size());
+    std::vector<unsigned char> host(bytes(t, n));
+    kiln::detail::tensor_read(v, t, host.data(), static_cast<std::uint64_t>(n));
+    kiln::detail::copy_h2d(queue_of(g), dst, bytes(t, offset), host.data(), host.size());
     // The copy may still be reading `host` (asynchronous on OpenCL): wait before it goes.
     g.dev.default_queue().finish();
     return;
@@ -41,16 +55,16 @@ void write_slot(const group& g, kiln::detail::memory_impl& dst, std::int64_t off
   v = kiln::detail::contiguous_of(v);
   const kiln::detail::tensor_impl& c = *v.impl();
   if (c.mem.get() == &dst && c.offset == offset) return;  // already there
-  kiln::detail::copy_d2d(queue_of(g), dst, bytes(g, offset), *c.mem, bytes(g, c.offset),
-                         bytes(g, n));
+  kiln::detail::copy_d2d(queue_of(g), dst, bytes(t, offset), *c.mem, bytes(t, c.offset),
+                         bytes(t, n));
 }
 
-tensor read_slot(const group& g, kiln::detail::memory_impl& src, std::int64_t offset,
+tensor read_slot(const group& g, scalar_type t, kiln::detail::memory_impl& src, std::int64_t offset,
                  const shape_t& shape) {
-  auto t = kiln::detail::allocate_tensor(g.dev, shape, g.dtype);
+  auto r = kiln::detail::allocate_tensor(g.dev, shape, t);
   const std::int64_t n = kiln::detail::numel_of(shape);
-  if (n > 0) kiln::detail::copy_d2d(queue_of(g), *t->mem, 0, src, bytes(g, offset), bytes(g, n));
-  return tensor(std::move(t));
+  if (n > 0) kiln::detail::copy_d2d(queue_of(g), *r->mem, 0, src, bytes(t, offset), bytes(t, n));
+  return tensor(std::move(r));
 }
 
 }  // namespace kiln::optim::detail

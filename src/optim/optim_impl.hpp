@@ -30,12 +30,17 @@ struct update_rule {
   std::function<std::vector<double>(std::int64_t t, double lr)> values;
 };
 
-// One (device, dtype) group: flat buffers of `n` elements holding each member's slot.
+// One (device, dtype) group: flat buffers of `n` elements holding each member's slot. A group
+// of bf16/f16 parameters keeps f32 master weights: params and grads stay 16-bit (what the model
+// and backward see), `master` and the state are f32 (`math`), and the step kernel updates the
+// master and writes its rounding into params.
 struct group {
   device dev{nullptr};
-  scalar_type dtype = scalar_type::f32;
+  scalar_type dtype = scalar_type::f32;  // the parameters' and gradients' type
+  scalar_type math = scalar_type::f32;   // the master's, the state's and the scalars' type
   std::int64_t n = 0;
   std::shared_ptr<kiln::detail::memory_impl> params, grads;
+  std::shared_ptr<kiln::detail::memory_impl> master;              // 16-bit groups only
   std::vector<std::shared_ptr<kiln::detail::memory_impl>> state;  // one per rule buffer
   std::vector<std::size_t> members;                 // indices into optimizer_impl::params
   std::shared_ptr<kiln::detail::kernel_impl> step;  // compiled once, at construction
@@ -59,8 +64,9 @@ struct optimizer_impl {
 // Moves params into flat buffers and compiles the step kernels (errors: see kiln/optim.hpp).
 optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, double lr);
 
-// The step kernel "ko_step" of a rule for element type t; parameters: p, g, each buffer, the
-// element count (int64), then each scalar (element type).
+// The step kernel "ko_step" of a rule for parameter type t; parameters: p, g (type t), the f32
+// master (16-bit t only), each buffer, the element count (int64), then each scalar (buffers and
+// scalars in t, or f32 for a 16-bit t).
 std::string step_source(const update_rule& rule, scalar_type t);
 kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t);
 // One launch over a group's flat buffers, counted in kiln::last_tensor_stats().

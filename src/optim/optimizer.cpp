@@ -37,10 +37,10 @@ void check_params(const std::string& fn, const std::vector<tensor>& params) {
       throw invalid_argument(what +
                              " is kiln::automatic: its storage may move, so it cannot live in "
                              "the optimizer's buffer (create it on a device)");
-    if (is_reduced_float(p.dtype()))
-      throw dtype_error(what + " is " + type_name(p.dtype()) +
-                        ": optimizers step f32 or f64 parameters (keep f32 master weights and "
-                        "compute in 16 bits)");
+    const scalar_type t = p.dtype();
+    if (t != scalar_type::f32 && t != scalar_type::f64 && !is_reduced_float(t))
+      throw dtype_error(what + " is " + type_name(t) +
+                        ": optimizers step floating parameters (f32, f64, bf16, f16)");
     if (!seen.insert(p.impl().get()).second) throw invalid_argument(what + " is given twice");
   }
 }
@@ -51,19 +51,23 @@ std::size_t group_of(std::vector<group>& groups, const tensor_impl& x) {
   groups.emplace_back();
   groups.back().dev = x.dev;
   groups.back().dtype = x.dtype;
+  // 16-bit parameters step an f32 master copy: an update below half a 16-bit ulp accumulates
+  // there instead of rounding away.
+  groups.back().math = is_reduced_float(x.dtype) ? scalar_type::f32 : x.dtype;
   return groups.size() - 1;
 }
 
 void allocate_group(group& g, const update_rule& rule) {
-  const std::uint64_t bytes = static_cast<std::uint64_t>(g.n) * size_of(g.dtype);
-  auto alloc = [&](double value) {
+  auto alloc = [&](scalar_type t, double value) {
+    const std::uint64_t bytes = static_cast<std::uint64_t>(g.n) * size_of(t);
     auto m = kiln::detail::allocate(g.dev, std::max<std::uint64_t>(bytes, 1));
-    fill_value(g, *m, 0, g.n, value);  // padding between slots too: it is stepped like the rest
+    fill_value(g, t, *m, 0, g.n, value);  // padding between slots too: stepped like the rest
     return m;
   };
-  g.params = alloc(0);
-  g.grads = alloc(0);
-  for (double v : rule.initial) g.state.push_back(alloc(v));
+  g.params = alloc(g.dtype, 0);
+  g.grads = alloc(g.dtype, 0);
+  if (g.math != g.dtype) g.master = alloc(g.math, 0);
+  for (double v : rule.initial) g.state.push_back(alloc(g.math, v));
 }
 
 // The parameter's view of its gradient slot.
@@ -106,9 +110,10 @@ optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, do
     tensor_impl& x = *p.impl();
     slot& s = o->slots[i];
     const group& g = o->groups[s.group];
-    write_slot(g, *g.params, s.offset, p);
+    write_slot(g, g.dtype, *g.params, s.offset, p);
+    if (g.master) write_slot(g, g.math, *g.master, s.offset, p);  // exact: f32 holds 16 bits
     s.grad = grad_view(g, x, s.offset);
-    if (const tensor old = p.grad(); old.defined()) write_slot(g, *g.grads, s.offset, old);
+    if (const tensor old = p.grad(); old.defined()) write_slot(g, g.dtype, *g.grads, s.offset, old);
     // Re-pointed: every handle sharing this tensor_impl now reads the slot.
     x.mem = g.params;
     x.offset = s.offset;
@@ -144,9 +149,9 @@ void reclaim_grads(detail::optimizer_impl& o, bool copy_values) {
     if (copy_values) {
       const detail::group& grp = o.groups[s.group];
       if (g.defined())
-        detail::write_slot(grp, *grp.grads, s.offset, g);
+        detail::write_slot(grp, grp.dtype, *grp.grads, s.offset, g);
       else
-        detail::fill_value(grp, *grp.grads, s.offset, o.params[i].numel(), 0);
+        detail::fill_value(grp, grp.dtype, *grp.grads, s.offset, o.params[i].numel(), 0);
     }
     o.params[i].set_grad(tensor(s.grad));
   }
@@ -157,10 +162,17 @@ void reclaim_grads(detail::optimizer_impl& o, bool copy_values) {
 void optimizer::step() {
   detail::optimizer_impl& o = detail::impl_of(impl_);
   kiln::detail::reset_stats();
-  for (std::size_t i = 0; i < o.params.size(); ++i)
-    if (o.params[i].impl()->mem != o.groups[o.slots[i].group].params)
+  for (std::size_t i = 0; i < o.params.size(); ++i) {
+    const kiln::detail::tensor_impl& x = *o.params[i].impl();
+    const detail::group& g = o.groups[o.slots[i].group];
+    if (x.dtype != g.dtype)
+      throw dtype_error(
+          "kiln::optim::" + o.rule.name + "::step: " + detail::param_text(i, o.params[i]) + " is " +
+          type_name(x.dtype) + ", was " + type_name(g.dtype) + " when the optimizer was made");
+    if (x.mem != g.params)
       throw invalid_argument("kiln::optim::" + o.rule.name + "::step: the storage of " +
                              detail::param_text(i, o.params[i]) + " was replaced");
+  }
   reclaim_grads(o, true);
   const std::vector<double> values = o.rule.values(o.steps + 1, o.lr);
   for (const detail::group& g : o.groups) detail::launch_step(o.rule, g, values);
@@ -173,7 +185,7 @@ void optimizer::zero_grad() {
   reclaim_grads(o, false);
   for (const detail::group& g : o.groups) {
     if (g.n == 0) continue;
-    detail::fill_value(g, *g.grads, 0, g.n, 0);
+    detail::fill_value(g, g.dtype, *g.grads, 0, g.n, 0);
     kiln::detail::stats_now().kernel_launches++;  // one fill: the group's one device operation
   }
 }

@@ -9,6 +9,9 @@
 namespace kiln::optim {
 namespace {
 
+// The f32 master copy of a bf16/f16 parameter.
+constexpr const char* master_name = "master";
+
 std::string buffer_name(std::size_t param, const std::string& buffer) {
   return "state." + std::to_string(param) + "." + buffer;
 }
@@ -34,7 +37,10 @@ state_dict_t optimizer::state_dict() const {
     const detail::group& g = o.groups[s.group];
     for (std::size_t b = 0; b < o.rule.buffers.size(); ++b)
       out.emplace_back(buffer_name(i, o.rule.buffers[b]),
-                       detail::read_slot(g, *g.state[b], s.offset, o.params[i].shape()));
+                       detail::read_slot(g, g.math, *g.state[b], s.offset, o.params[i].shape()));
+    if (g.master)
+      out.emplace_back(buffer_name(i, master_name),
+                       detail::read_slot(g, g.math, *g.master, s.offset, o.params[i].shape()));
   }
   return out;
 }
@@ -48,9 +54,13 @@ void optimizer::load_state_dict(const state_dict_t& state) {
     if (!given.emplace(name, &t).second)
       throw invalid_argument(fn + ": \"" + name + "\" is given twice");
   std::map<std::string, std::pair<std::size_t, std::size_t>> wanted;  // (param, buffer)
-  for (std::size_t i = 0; i < o.params.size(); ++i)
+  const std::size_t master_at = o.rule.buffers.size();  // "buffer" index of the master
+  for (std::size_t i = 0; i < o.params.size(); ++i) {
     for (std::size_t b = 0; b < o.rule.buffers.size(); ++b)
       wanted.emplace(buffer_name(i, o.rule.buffers[b]), std::pair{i, b});
+    if (o.groups[o.slots[i].group].master)
+      wanted.emplace(buffer_name(i, master_name), std::pair{i, master_at});
+  }
   for (const char* name : {"step", "lr"})
     if (!given.count(name)) throw invalid_argument(fn + ": \"" + name + "\" is missing");
   for (const auto& [name, at] : wanted)
@@ -75,7 +85,8 @@ void optimizer::load_state_dict(const state_dict_t& state) {
   for (const auto& [name, at] : wanted) {
     const detail::slot& s = o.slots[at.first];
     const detail::group& g = o.groups[s.group];
-    detail::write_slot(g, *g.state[at.second], s.offset, *given[name]);
+    detail::write_slot(g, g.math, at.second == master_at ? *g.master : *g.state[at.second],
+                       s.offset, *given[name]);
   }
   o.steps = static_cast<std::int64_t>(step);
   o.lr = lr;

@@ -16,26 +16,44 @@
 namespace kiln::optim::detail {
 
 std::string step_source(const update_rule& rule, scalar_type t) {
-  std::string params = "KILN_GLOBAL T_* KILN_RESTRICT p, KILN_GLOBAL const T_* KILN_RESTRICT g";
+  // 16-bit parameters: T_ (the math) is float, P_ the stored type, and the f32 master holds the
+  // value the update works on. A 16-bit parameter that is not the rounding of its master was
+  // written from outside (weights loaded after the optimizer was made): it is adopted as the
+  // master, element by element, so the two never silently disagree.
+  const bool master = is_reduced_float(t);
+  const std::string p_type = master ? type_name(t) : "T_";
+  const std::string load = master ? codegen::cat("kiln_", type_name(t), "_to_float(") : "(";
+  const std::string round = master ? codegen::cat("kiln_float_to_", type_name(t), "(") : "(";
+  std::string params = codegen::cat("KILN_GLOBAL ", p_type, "* KILN_RESTRICT p, KILN_GLOBAL const ",
+                                    p_type, "* KILN_RESTRICT g");
+  if (master) params += ",\n    KILN_GLOBAL T_* KILN_RESTRICT master";
   for (const std::string& b : rule.buffers)
     params = codegen::cat(params, ",\n    KILN_GLOBAL T_* KILN_RESTRICT st_", b);
   params += ",\n    int64_t n";
   for (const std::string& s : rule.scalars) params = codegen::cat(params, ", T_ ", s);
+  const std::string load_p =
+      master ? codegen::cat("    const ", p_type, " pq = p[i];\n", "    T_ pv = master[i];\n",
+                            "    if (", round, "pv).bits != pq.bits) pv = ", load, "pq);\n")
+             : std::string("    T_ pv = p[i];\n");
+  const std::string store_p =
+      master ? codegen::cat("    master[i] = pv;\n    p[i] = ", round, "pv);\n")
+             : std::string("    p[i] = pv;\n");
   const std::string text = codegen::cat(  //
-      "// ", rule.name, " step over flat buffers\n", "KILN_KERNEL void ko_step(", params, ") {\n",
+      "// ", rule.name, " step over flat buffers", master ? " (f32 master weights)" : "", "\n",
+      "KILN_KERNEL void ko_step(", params, ") {\n",
       "  const int64_t stride = (int64_t)kiln_global_size(0);\n",
-      "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",
-      "    T_ pv = p[i];\n",
-      "    T_ gv = g[i];\n",  //
-      rule.body,              //
-      "    p[i] = pv;\n", "  }\n", "}\n");
-  return codegen::with_element_type(text, type_name(t));
+      "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",  //
+      load_p,                                                                    //
+      "    T_ gv = ", load, "g[i]);\n",                                          //
+      rule.body,                                                                 //
+      store_p, "  }\n", "}\n");
+  return codegen::with_element_type(text, master ? "float" : type_name(t));
 }
 
 kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t) {
   const std::string source = step_source(rule, t);
   ir::hasher h;
-  h.add("optim step v1").add(source);
+  h.add("optim step v2").add(source);
   const kiln::detail::generated_kernels k =
       kiln::detail::get_generated(dev, "optim_step", h.value(), [&] {
         return kiln::detail::generated_program{
@@ -80,9 +98,10 @@ void launch_step(const update_rule& rule, const group& g, const std::vector<doub
   if (g.n == 0) return;
   std::vector<kiln::detail::arg_binding> args{mem_arg(*g.params, g.dtype, false),
                                               mem_arg(*g.grads, g.dtype, true)};
-  for (const auto& s : g.state) args.push_back(mem_arg(*s, g.dtype, false));
+  if (g.master) args.push_back(mem_arg(*g.master, g.math, false));
+  for (const auto& s : g.state) args.push_back(mem_arg(*s, g.math, false));
   args.push_back(kiln::detail::bind_arg(g.n));
-  for (double v : values) args.push_back(scalar_arg(v, g.dtype));
+  for (double v : values) args.push_back(scalar_arg(v, g.math));
   queue& q = g.dev.default_queue();
   kiln::detail::launch(*g.step, *q.impl(), range(items_for(g.dev, g.n)), nullptr, args.data(),
                        args.size());

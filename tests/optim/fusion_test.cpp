@@ -110,11 +110,13 @@ TEST_P(OptimFusionTest, BackwardAccumulatesIntoTheSlot) {
   EXPECT_EQ(p.grad().to_vector<float>(), four_p);
 }
 
-// Every kernel variant of every rule, f32 and f64, compiles through NVRTC as well.
+// Every kernel variant of every rule, f32, f64 and the 16-bit master-weight forms, compiles
+// through NVRTC as well.
 TEST_P(OptimFusionTest, StepSourcesCompileEverywhere) {
+  using kiln::scalar_type;
   for (const config& c : all_configs()) {
     auto opt = c.make({make_param<float>(dev(), {3}, 60)});
-    for (const auto t : {kiln::scalar_type::f32, kiln::scalar_type::f64})
+    for (const auto t : {scalar_type::f32, scalar_type::f64, scalar_type::bf16, scalar_type::f16})
       EXPECT_NO_THROW(
           conformance::compile_everywhere(kiln::optim::detail::step_source(opt.impl()->rule, t)))
           << c.name;
