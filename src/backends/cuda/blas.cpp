@@ -80,14 +80,6 @@ const CublasApi& cublas() {
   return api;
 }
 
-kiln_status blas_fail(cublasStatus_t s, const char* call) {
-  const kiln_status k = s == CUBLAS_STATUS_ALLOC_FAILED    ? KILN_ERR_OUT_OF_MEMORY
-                        : s == CUBLAS_STATUS_INVALID_VALUE ? KILN_ERR_INVALID_ARGUMENT
-                        : s == CUBLAS_STATUS_NOT_SUPPORTED ? KILN_ERR_UNSUPPORTED
-                        : s == CUBLAS_STATUS_ARCH_MISMATCH ? KILN_ERR_UNSUPPORTED
-                                                           : KILN_ERR_BACKEND;
-  return set_error(k, "%s failed: cuBLAS status %d", call, static_cast<int>(s));
-}
 #define KILN_CUBLAS_CHECK(call, ...)                                                 \
   if (cublasStatus_t st_ = cublas().call(__VA_ARGS__); st_ != CUBLAS_STATUS_SUCCESS) \
     return blas_fail(st_, #call);
@@ -184,6 +176,16 @@ kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept {
 }
 
 }  // namespace
+
+kiln_status blas_fail(int status, const char* call) noexcept {
+  const auto s = static_cast<cublasStatus_t>(status);
+  const kiln_status k = s == CUBLAS_STATUS_ALLOC_FAILED    ? KILN_ERR_OUT_OF_MEMORY
+                        : s == CUBLAS_STATUS_INVALID_VALUE ? KILN_ERR_INVALID_ARGUMENT
+                        : s == CUBLAS_STATUS_NOT_SUPPORTED ? KILN_ERR_UNSUPPORTED
+                        : s == CUBLAS_STATUS_ARCH_MISMATCH ? KILN_ERR_UNSUPPORTED
+                                                           : KILN_ERR_BACKEND;
+  return set_error(k, "%s failed: cuBLAS status %d", call, status);
+}
 
 bool blas_loaded() noexcept {
   try {

@@ -85,17 +85,9 @@ struct LtQueue {
 
 namespace {
 
-kiln_status lt_fail(cublasStatus_t s, const char* call) {
-  const kiln_status k = s == CUBLAS_STATUS_ALLOC_FAILED    ? KILN_ERR_OUT_OF_MEMORY
-                        : s == CUBLAS_STATUS_NOT_SUPPORTED ? KILN_ERR_UNSUPPORTED
-                        : s == CUBLAS_STATUS_ARCH_MISMATCH ? KILN_ERR_UNSUPPORTED
-                        : s == CUBLAS_STATUS_INVALID_VALUE ? KILN_ERR_INVALID_ARGUMENT
-                                                           : KILN_ERR_BACKEND;
-  return set_error(k, "%s failed: cuBLAS status %d", call, static_cast<int>(s));
-}
 #define KILN_LT_CHECK(call, ...)                                                 \
   if (cublasStatus_t st_ = lt().call(__VA_ARGS__); st_ != CUBLAS_STATUS_SUCCESS) \
-    return lt_fail(st_, #call);
+    return blas_fail(st_, #call);
 
 void destroy_plan(Plan& p) noexcept {
   if (p.op) lt().cublasLtMatmulDescDestroy(p.op);
@@ -168,7 +160,7 @@ kiln_status make_plan(LtQueue& s, const kiln_blas_gemm_desc& d, const kiln_blas_
   // NOT_SUPPORTED or no result: no kernel for this configuration (f64 with a bias, say).
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && count == 0))
     return KILN_OK;
-  if (st != CUBLAS_STATUS_SUCCESS) return lt_fail(st, "cublasLtMatmulAlgoGetHeuristic");
+  if (st != CUBLAS_STATUS_SUCCESS) return blas_fail(st, "cublasLtMatmulAlgoGetHeuristic");
   p.algo = r.algo;
   p.found = true;
   return KILN_OK;
@@ -182,7 +174,7 @@ kiln_status bind(kiln_queue_h q, LtQueue** out) {
     if (!s) return set_error(KILN_ERR_OUT_OF_MEMORY, "cuBLASLt queue state");
     if (cublasStatus_t st = lt().cublasLtCreate(&s->handle); st != CUBLAS_STATUS_SUCCESS) {
       delete s;
-      return lt_fail(st, "cublasLtCreate");
+      return blas_fail(st, "cublasLtCreate");
     }
     const CUresult r = q->dev->pool ? g_cu.cuMemAllocFromPoolAsync(&s->ws, workspace_bytes,
                                                                    q->dev->pool, q->stream)

@@ -115,6 +115,9 @@ bool blas_loaded() noexcept;
 bool blas_reduced_loaded() noexcept;  // cuBLAS has the f16/bf16 GEMM
 const void* blas_extension(const char* name, uint32_t version) noexcept;
 const char* blas_extension_list() noexcept;
+// Records "call failed: cuBLAS status N" and maps a cublasStatus_t (cuBLAS and cuBLASLt share
+// it) to a kiln_status.
+kiln_status blas_fail(int status, const char* call) noexcept;
 // Destroys the queue's cuBLAS handle, if any; its context must be current.
 void blas_release(kiln_queue_s* q) noexcept;
 // cuBLASLt (blas_lt.cpp): the table's gemm_epilogue when libcublasLt loads, else null.
