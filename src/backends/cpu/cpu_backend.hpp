@@ -104,6 +104,12 @@ const void* blas_extension(const char* name, uint32_t version) noexcept;
 const char* blas_extension_list() noexcept;
 bool blas_supports(kiln_dtype t) noexcept;  // GEMM on t through the extension
 
+// The "dnn" extension (dnn.cpp): oneDNN when its headers were found at configure time and
+// libdnnl loads at run time, else none.
+const void* dnn_extension(const char* name, uint32_t version) noexcept;
+bool dnn_loaded() noexcept;
+bool dnn_supports(kiln_dtype t) noexcept;  // conv2d on t through the extension
+
 }  // namespace kiln::cpu
 
 struct kiln_device_s {

@@ -54,15 +54,24 @@ void shutdown() {}
 const char* availability() noexcept { return availability_text.c_str(); }
 int device_count() { return 1; }
 
-constexpr auto get_extension = blas_extension;
-constexpr auto extension_list = blas_extension_list;
+// "blas" (OpenBLAS, blas.cpp) and "dnn" (oneDNN, dnn.cpp), each where its library loads.
+const void* get_extension(const char* name, uint32_t version) noexcept {
+  if (const void* t = blas_extension(name, version)) return t;
+  return dnn_extension(name, version);
+}
+const char* extension_list() noexcept {
+  const bool blas = *blas_extension_list() != '\0', dnn = dnn_loaded();
+  return blas && dnn ? "blas/1 dnn/1" : blas ? "blas/1" : dnn ? "dnn/1" : "";
+}
 // Rings: the serving loop runs on host threads over the same mapped queues. GEMM: OpenBLAS.
+// Convolution: oneDNN (f32 only; f64 runs the portable kernels).
 int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
          kiln_plugin::is_op(op, KILN_OP_LOAD_WHILE_RESIDENT) ||
          kiln_plugin::is_op(op, KILN_OP_PIN_WHILE_RESIDENT) ||
          kiln_plugin::is_op(op, KILN_OP_RESET_KEEPS_OBJECTS) ||
-         (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype));
+         (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype)) ||
+         (kiln_plugin::is_op(op, KILN_OP_CONV2D) && dnn_supports(dtype));
 }
 
 // Host memory: free is what the kernel reports available; cached, the idle blocks kept for reuse.

@@ -1,0 +1,175 @@
+// The CPU backend's "dnn" extension (oneDNN, src/backends/cpu/dnn.cpp): the table is there and
+// used where libdnnl loads; its three directions agree with Kiln's portable kernels
+// (KILN_DNN_PORTABLE=1) on random operands for strided, padded, dilated, grouped, depthwise and
+// 1 x 1 shapes, including ones split into chunks of two sizes over the thread pool; alpha and
+// beta; and bad descriptors. Skips where oneDNN is absent (the portable path is then what
+// tests/tensor/conv_test.cpp checks).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <kiln/tensor/conv.hpp>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/cpu_backend.hpp"
+#include "dnn_abi.h"
+#include "kiln/kiln.hpp"
+
+namespace {
+
+using shape_t = std::vector<std::int64_t>;
+
+const kiln_dnn_v1* table() {
+  return static_cast<const kiln_dnn_v1*>(
+      kiln::cpu::dnn_extension(KILN_DNN_EXTENSION, KILN_DNN_VERSION));
+}
+
+#define REQUIRE_DNN()                                                                      \
+  const kiln_dnn_v1* dnn = table();                                                        \
+  if (!dnn)                                                                                \
+  GTEST_SKIP() << "oneDNN absent (no libdnnl.so.2, or built without oneapi/dnnl/dnnl.h): " \
+                  "convolution runs the portable kernels"
+
+// Runs f with the portable kernels forced, restoring the environment.
+template <class F>
+auto portable(F f) {
+  ::setenv("KILN_DNN_PORTABLE", "1", 1);
+  auto r = f();
+  ::unsetenv("KILN_DNN_PORTABLE");
+  return r;
+}
+
+TEST(CpuDnnTest, TableIsOneDnnAndConvolutionUsesIt) {
+  REQUIRE_DNN();
+  EXPECT_EQ(dnn->header.version, KILN_DNN_VERSION);
+  ASSERT_NE(dnn->library, nullptr);
+  EXPECT_EQ(std::string(dnn->library).rfind("oneDNN ", 0), 0u) << dnn->library;
+  EXPECT_TRUE(kiln::cpu::dnn_supports(KILN_DTYPE_F32));
+  EXPECT_FALSE(kiln::cpu::dnn_supports(KILN_DTYPE_F64));  // f64: the portable kernels
+  const kiln::device cpu = kiln::device::get("cpu:0");
+  bool listed = false;
+  for (const kiln::backend_status& b : kiln::backends())
+    if (b.name == "cpu")
+      for (const std::string& e : b.extensions) listed = listed || e == "dnn/1";
+  EXPECT_TRUE(listed) << "cpu backend does not list dnn/1";
+  const kiln::tensor x = kiln::tensor::randn(cpu, {1, 2, 5, 5}, 3);
+  (void)kiln::conv2d(x, kiln::tensor::randn(cpu, {2, 2, 3, 3}, 4)).eval();
+  EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
+  (void)kiln::conv2d(x.to(kiln::scalar_type::f64),
+                     kiln::tensor::randn(cpu, {2, 2, 3, 3}, 4).to(kiln::scalar_type::f64))
+      .eval();
+  EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::portable);
+}
+
+struct config {
+  shape_t x, w;
+  kiln::conv2d_options o;
+};
+
+// Whether every element of a and b agrees: each is a sum of at most `terms` products of
+// N(0, 1) values (|product| ~0.64 on average), rounded in different orders on the two sides:
+// within 2 (terms + 2) eps sum |terms| (docs/tensor.md), sum |terms| taken as terms.
+::testing::AssertionResult agree(const kiln::tensor& a, const kiln::tensor& b, double terms) {
+  const std::vector<float> va = a.to_vector<float>(), vb = b.to_vector<float>();
+  if (va.size() != vb.size()) return ::testing::AssertionFailure() << "sizes differ";
+  const double tol = 2 * (terms + 2) * std::ldexp(1.0, -23) * terms;
+  for (std::size_t i = 0; i < va.size(); ++i)
+    if (!(std::fabs(double(va[i]) - vb[i]) <= tol))
+      return ::testing::AssertionFailure() << "element " << i << ": oneDNN " << va[i]
+                                           << ", portable " << vb[i] << " (tol " << tol << ")";
+  return ::testing::AssertionSuccess();
+}
+
+TEST(CpuDnnTest, ThreeDirectionsAgreeWithThePortableKernels) {
+  REQUIRE_DNN();
+  const kiln::device cpu = kiln::device::get("cpu:0");
+  const std::vector<config> configs = {
+      {{2, 3, 7, 6}, {4, 3, 3, 3}, {}},
+      {{1, 2, 9, 9}, {3, 2, 3, 2}, {.stride = {2, 1}, .padding = {1, 2}}},
+      {{2, 4, 8, 7}, {6, 2, 3, 3}, {.padding = {1, 1}, .groups = 2}},
+      {{1, 3, 11, 10}, {2, 3, 3, 3}, {.stride = {2, 3}, .padding = {2, 1}, .dilation = {2, 3}}},
+      {{2, 8, 10, 10}, {8, 1, 3, 3}, {.padding = {1, 1}, .groups = 8}},  // depthwise
+      {{3, 16, 9, 9}, {8, 16, 1, 1}, {.stride = {2, 2}}},                // 1 x 1, strided
+      {{3, 3, 20, 20}, {8, 3, 7, 7}, {.stride = {2, 2}, .padding = {3, 3}}},
+      // ~3 MFLOP over 5 images: split into chunks of two sizes on two or more threads.
+      {{5, 8, 16, 16}, {16, 8, 3, 3}, {.padding = {1, 1}}},
+  };
+  std::uint64_t seed = 700;
+  for (const config& c : configs) {
+    SCOPED_TRACE(::testing::Message()
+                 << "x " << c.x[0] << "x" << c.x[1] << "x" << c.x[2] << "x" << c.x[3] << ", w "
+                 << c.w[0] << "x" << c.w[1] << "x" << c.w[2] << "x" << c.w[3]);
+    const kiln::tensor x = kiln::tensor::randn(cpu, c.x, ++seed);
+    const kiln::tensor w = kiln::tensor::randn(cpu, c.w, ++seed);
+    const kiln::tensor y = kiln::conv2d(x, w, {}, c.o).eval();
+    ASSERT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
+    const kiln::tensor dy = kiln::tensor::randn(cpu, y.shape(), ++seed);
+    const kiln::tensor dx = kiln::conv2d_backward_data(dy, w, c.x, c.o).eval();
+    EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
+    const kiln::tensor dw = kiln::conv2d_backward_filter(x, dy, c.w, c.o).eval();
+    EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
+
+    const kiln::tensor py = portable([&] { return kiln::conv2d(x, w, {}, c.o).eval(); });
+    EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::portable);
+    const kiln::tensor pdx =
+        portable([&] { return kiln::conv2d_backward_data(dy, w, c.x, c.o).eval(); });
+    const kiln::tensor pdw =
+        portable([&] { return kiln::conv2d_backward_filter(x, dy, c.w, c.o).eval(); });
+    const double crs = double(c.w[1] * c.w[2] * c.w[3]);
+    const double kg = double(c.w[0] / c.o.groups) * double(c.w[2] * c.w[3]);
+    const double npq = double(y.shape()[0] * y.shape()[2] * y.shape()[3]);
+    EXPECT_TRUE(agree(y, py, crs)) << "forward";
+    EXPECT_TRUE(agree(dx, pdx, kg)) << "backward data";
+    EXPECT_TRUE(agree(dw, pdw, npq)) << "backward filter";
+  }
+}
+
+// Through the table: y = alpha conv + beta y (beta 0 never reads y), and bad descriptors.
+TEST(CpuDnnTest, AlphaBetaAndBadDescriptors) {
+  REQUIRE_DNN();
+  kiln_queue_h q = nullptr;
+  ASSERT_EQ(kiln::cpu::abi::queue_create(nullptr, &q), KILN_OK);
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(2 * 3 * 6 * 6), w(4 * 3 * 3 * 3);
+  for (float& v : x) v = normal(gen);
+  for (float& v : w) v = normal(gen);
+  const std::size_t ny = 2 * 4 * 4 * 4;
+  std::vector<float> y0(ny, std::numeric_limits<float>::quiet_NaN()), y1(ny);
+  for (float& v : y1) v = normal(gen);
+  const std::vector<float> y1_before = y1;
+  kiln_dnn_conv_desc d{};
+  d.dtype = KILN_DTYPE_F32;
+  d.n = 2, d.c = 3, d.h = 6, d.w = 6, d.k = 4, d.r = 3, d.s = 3, d.p = 4, d.q = 4;
+  d.stride_h = d.stride_w = d.dil_h = d.dil_w = d.groups = 1;
+  float one = 1, zero = 0, alpha = 2, beta = 0.5f;
+  d.x = {x.data(), 0}, d.wt = {w.data(), 0};
+  d.alpha = &one, d.beta = &zero, d.y = {y0.data(), 0};
+  ASSERT_EQ(dnn->conv_forward(q, &d), KILN_OK) << kiln::cpu::last_error();
+  d.alpha = &alpha, d.beta = &beta, d.y = {y1.data(), 0};
+  ASSERT_EQ(dnn->conv_forward(q, &d), KILN_OK) << kiln::cpu::last_error();
+  ASSERT_EQ(kiln::cpu::abi::queue_finish(q), KILN_OK);
+  for (std::size_t i = 0; i < ny; ++i) {
+    ASSERT_TRUE(std::isfinite(y0[i])) << i;  // beta 0: the NaN was never read
+    EXPECT_NEAR(y1[i], 2 * y0[i] + 0.5f * y1_before[i], 1e-4f * (1 + std::fabs(y1[i]))) << i;
+  }
+
+  kiln_dnn_conv_desc bad = d;
+  bad.dtype = KILN_DTYPE_F64;
+  EXPECT_EQ(dnn->conv_forward(q, &bad), KILN_ERR_UNSUPPORTED);
+  bad = d;
+  bad.groups = 2;  // does not divide the 3 input channels
+  EXPECT_EQ(dnn->conv_backward_data(q, &bad), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(kiln::cpu::last_error()).find("groups"), std::string::npos)
+      << kiln::cpu::last_error();
+  EXPECT_EQ(dnn->conv_backward_filter(q, nullptr), KILN_ERR_INVALID_ARGUMENT);
+  kiln_dnn_pool_desc pool{};
+  EXPECT_EQ(dnn->pool_forward(q, &pool), KILN_ERR_UNSUPPORTED);  // pooling stays portable
+  kiln::cpu::abi::queue_destroy(q);
+}
+
+}  // namespace
