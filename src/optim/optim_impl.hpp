@@ -21,13 +21,17 @@ struct update_rule {
   std::vector<std::string> buffers;  // state buffers, in kernel order ("exp_avg", ...)
   std::vector<double> initial;       // each buffer's initial value
   std::vector<std::string> scalars;  // the kernel's scalar parameters (element type), in order
+  // Statements run once per work-item before the loop: the scalars that depend on the step
+  // number, computed from `t` (int64, 1 on the first step; it lives on the device, since a step
+  // skipped by grad_scaler does not advance it) and the scalars. Declares what `body` reads.
+  std::string prologue;
   // Statements of the update of element i, in the kernel language with T_ the element type:
   // they read and write `pv` (the parameter) and `gv` (its gradient, may be changed), each
   // buffer as `st_<name>[i]`, and the scalars by name.
   std::string body;
-  // The scalars' values for step t (1 on the first step) at learning rate lr, computed on the
-  // host in double (converted to the element type at launch: no recompilation per step).
-  std::function<std::vector<double>(std::int64_t t, double lr)> values;
+  // The scalars' values at learning rate lr, computed on the host in double (converted to the
+  // element type at launch: no recompilation per step).
+  std::function<std::vector<double>(double lr)> values;
 };
 
 // One (device, dtype) group: flat buffers of `n` elements holding each member's slot. A group
@@ -42,8 +46,12 @@ struct group {
   std::shared_ptr<kiln::detail::memory_impl> params, grads;
   std::shared_ptr<kiln::detail::memory_impl> master;              // 16-bit groups only
   std::vector<std::shared_ptr<kiln::detail::memory_impl>> state;  // one per rule buffer
-  std::vector<std::size_t> members;                 // indices into optimizer_impl::params
-  std::shared_ptr<kiln::detail::kernel_impl> step;  // compiled once, at construction
+  // The step count (int64 x2): a launch reads steps[at] and item 0 writes steps[1 - at] (the
+  // count, advanced unless skipped), so no item reads what another writes.
+  std::shared_ptr<kiln::detail::memory_impl> steps;
+  std::shared_ptr<kiln::detail::memory_impl> no_skip;  // one f32 zero: never skip
+  std::vector<std::size_t> members;                    // indices into optimizer_impl::params
+  std::shared_ptr<kiln::detail::kernel_impl> step;     // compiled once, at construction
 };
 
 struct slot {
@@ -55,7 +63,9 @@ struct slot {
 struct optimizer_impl {
   update_rule rule;
   double lr = 0;
-  std::int64_t steps = 0;
+  std::int64_t steps = 0;     // the step count when steps_known, else as of the last read
+  bool steps_known = true;    // false after a step that the device may have skipped
+  std::int64_t launches = 0;  // step launches per group so far: which steps slot is current
   std::vector<tensor> params;
   std::vector<slot> slots;  // per parameter
   std::vector<group> groups;
@@ -69,8 +79,18 @@ optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, do
 // scalars in t, or f32 for a 16-bit t).
 std::string step_source(const update_rule& rule, scalar_type t);
 kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t);
-// One launch over a group's flat buffers, counted in kiln::last_tensor_stats().
-void launch_step(const update_rule& rule, const group& g, const std::vector<double>& values);
+// One launch over a group's flat buffers, counted in kiln::last_tensor_stats(). `skip` (one
+// f32 on the group's device, or null for never): the launch leaves parameters, state and step
+// count as they are when it holds a non-zero.
+void launch_step(const update_rule& rule, const group& g, std::int64_t launches,
+                 const std::vector<double>& values, kiln::detail::memory_impl* skip);
+// Checks the parameters, reclaims replaced gradients and steps every group once (optimizer::step
+// with skip null; grad_scaler::step with its flag, all groups on its device).
+void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip);
+// The step count as the device has it (read back once after a step the device may have skipped).
+std::int64_t step_count_of(optimizer_impl& o);
+// Sets the device's step count (load_state_dict).
+void set_step_count(optimizer_impl& o, std::int64_t steps);
 
 // The handle's optimizer, or kiln::invalid_argument for an empty handle.
 optimizer_impl& impl_of(const std::shared_ptr<optimizer_impl>& o);

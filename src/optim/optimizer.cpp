@@ -18,6 +18,25 @@ using kiln::detail::tensor_impl;
 // Slots start on 64-element boundaries: aligned, vector-friendly views for every kernel.
 constexpr std::int64_t slot_align = 64;
 
+// Points each parameter's grad() at its slot again; a gradient that is not the slot's view
+// (replaced by set_grad, or undefined) is first copied in (zeros when copy_values is false or
+// it is undefined).
+void reclaim_grads(optimizer_impl& o, bool copy_values) {
+  for (std::size_t i = 0; i < o.params.size(); ++i) {
+    const slot& s = o.slots[i];
+    const tensor g = o.params[i].grad();
+    if (g.impl() == s.grad) continue;
+    if (copy_values) {
+      const group& grp = o.groups[s.group];
+      if (g.defined())
+        write_slot(grp, grp.dtype, *grp.grads, s.offset, g);
+      else
+        fill_value(grp, grp.dtype, *grp.grads, s.offset, o.params[i].numel(), 0);
+    }
+    o.params[i].set_grad(tensor(s.grad));
+  }
+}
+
 std::string param_text(std::size_t i, const tensor& p) {
   return "parameter " + std::to_string(i) + " (" + to_string(p.shape()) + ")";
 }
@@ -68,6 +87,11 @@ void allocate_group(group& g, const update_rule& rule) {
   g.grads = alloc(g.dtype, 0);
   if (g.math != g.dtype) g.master = alloc(g.math, 0);
   for (double v : rule.initial) g.state.push_back(alloc(g.math, v));
+  g.steps = kiln::detail::allocate(g.dev, 2 * sizeof(std::int64_t));
+  const std::int64_t zero = 0;
+  kiln::detail::fill(*g.dev.default_queue().impl(), *g.steps, 0, &zero, sizeof zero, 2);
+  g.no_skip = kiln::detail::allocate(g.dev, sizeof(float));
+  fill_value(g, scalar_type::f32, *g.no_skip, 0, 1, 0);
 }
 
 // The parameter's view of its gradient slot.
@@ -123,6 +147,49 @@ optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, do
   return optimizer(std::move(o));
 }
 
+void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip) {
+  kiln::detail::reset_stats();
+  for (std::size_t i = 0; i < o.params.size(); ++i) {
+    const kiln::detail::tensor_impl& x = *o.params[i].impl();
+    const group& g = o.groups[o.slots[i].group];
+    if (x.dtype != g.dtype)
+      throw dtype_error("kiln::optim::" + o.rule.name + "::step: " + param_text(i, o.params[i]) +
+                        " is " + type_name(x.dtype) + ", was " + type_name(g.dtype) +
+                        " when the optimizer was made");
+    if (x.mem != g.params)
+      throw invalid_argument("kiln::optim::" + o.rule.name + "::step: the storage of " +
+                             param_text(i, o.params[i]) + " was replaced");
+  }
+  reclaim_grads(o, true);
+  const std::vector<double> values = o.rule.values(o.lr);
+  for (const group& g : o.groups) launch_step(o.rule, g, o.launches, values, skip);
+  ++o.launches;
+  if (skip)
+    o.steps_known = false;  // read back on demand (step_count_of)
+  else if (o.steps_known)
+    ++o.steps;
+}
+
+std::int64_t step_count_of(optimizer_impl& o) {
+  if (o.steps_known) return o.steps;
+  const group& g = o.groups.front();
+  std::int64_t count = 0;
+  queue& q = g.dev.default_queue();
+  kiln::detail::copy_d2h(*q.impl(), &count, *g.steps, (o.launches % 2) * sizeof count,
+                         sizeof count);
+  q.finish();
+  o.steps = count;
+  o.steps_known = true;
+  return count;
+}
+
+void set_step_count(optimizer_impl& o, std::int64_t steps) {
+  for (const group& g : o.groups)
+    kiln::detail::fill(*g.dev.default_queue().impl(), *g.steps, 0, &steps, sizeof steps, 2);
+  o.steps = steps;
+  o.steps_known = true;
+}
+
 optimizer_impl& impl_of(const std::shared_ptr<optimizer_impl>& o) {
   if (!o) throw invalid_argument("kiln::optim::optimizer: an empty handle (no optimizer)");
   return *o;
@@ -136,53 +203,12 @@ void check_option(bool ok, const char* fn, const char* what, const char* must, d
 
 }  // namespace detail
 
-namespace {
-
-// Points each parameter's grad() at its slot again; a gradient that is not the slot's view
-// (replaced by set_grad, or undefined) is first copied in (zeros when copy_values is false or
-// it is undefined).
-void reclaim_grads(detail::optimizer_impl& o, bool copy_values) {
-  for (std::size_t i = 0; i < o.params.size(); ++i) {
-    const detail::slot& s = o.slots[i];
-    const tensor g = o.params[i].grad();
-    if (g.impl() == s.grad) continue;
-    if (copy_values) {
-      const detail::group& grp = o.groups[s.group];
-      if (g.defined())
-        detail::write_slot(grp, grp.dtype, *grp.grads, s.offset, g);
-      else
-        detail::fill_value(grp, grp.dtype, *grp.grads, s.offset, o.params[i].numel(), 0);
-    }
-    o.params[i].set_grad(tensor(s.grad));
-  }
-}
-
-}  // namespace
-
-void optimizer::step() {
-  detail::optimizer_impl& o = detail::impl_of(impl_);
-  kiln::detail::reset_stats();
-  for (std::size_t i = 0; i < o.params.size(); ++i) {
-    const kiln::detail::tensor_impl& x = *o.params[i].impl();
-    const detail::group& g = o.groups[o.slots[i].group];
-    if (x.dtype != g.dtype)
-      throw dtype_error(
-          "kiln::optim::" + o.rule.name + "::step: " + detail::param_text(i, o.params[i]) + " is " +
-          type_name(x.dtype) + ", was " + type_name(g.dtype) + " when the optimizer was made");
-    if (x.mem != g.params)
-      throw invalid_argument("kiln::optim::" + o.rule.name + "::step: the storage of " +
-                             detail::param_text(i, o.params[i]) + " was replaced");
-  }
-  reclaim_grads(o, true);
-  const std::vector<double> values = o.rule.values(o.steps + 1, o.lr);
-  for (const detail::group& g : o.groups) detail::launch_step(o.rule, g, values);
-  ++o.steps;
-}
+void optimizer::step() { detail::step_all(detail::impl_of(impl_), nullptr); }
 
 void optimizer::zero_grad() {
   detail::optimizer_impl& o = detail::impl_of(impl_);
   kiln::detail::reset_stats();
-  reclaim_grads(o, false);
+  detail::reclaim_grads(o, false);
   for (const detail::group& g : o.groups) {
     if (g.n == 0) continue;
     detail::fill_value(g, g.dtype, *g.grads, 0, g.n, 0);
@@ -198,7 +224,7 @@ void optimizer::set_lr(double lr) {
   o.lr = lr;
 }
 
-std::int64_t optimizer::step_count() const { return detail::impl_of(impl_).steps; }
+std::int64_t optimizer::step_count() const { return detail::step_count_of(detail::impl_of(impl_)); }
 const std::vector<tensor>& optimizer::parameters() const { return detail::impl_of(impl_).params; }
 const std::string& optimizer::name() const { return detail::impl_of(impl_).rule.name; }
 

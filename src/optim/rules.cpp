@@ -37,8 +37,12 @@ optimizer make_adam(const char* fn, const std::vector<tensor>& params, const ada
   detail::update_rule r;
   r.name = fn;
   r.buffers = {"exp_avg", "exp_avg_sq"};
-  r.scalars = {"beta1",     "one_minus_beta1", "beta2", "one_minus_beta2",
-               "step_size", "bc2_sqrt",        "eps"};
+  r.scalars = {"beta1", "one_minus_beta1", "beta2", "one_minus_beta2", "lr", "eps"};
+  // Bias corrections from the device's step count, in the element type (as PyTorch's fused
+  // Adam computes them in its math type).
+  r.prologue =
+      "  const T_ step_size = lr / ((T_)1 - pow(beta1, (T_)t));\n"
+      "  const T_ bc2_sqrt = sqrt((T_)1 - pow(beta2, (T_)t));\n";
   if (o.decoupled && o.weight_decay != 0) {
     r.scalars.push_back("lr_wd");
     r.body += "    pv = pv - lr_wd * pv;\n";
@@ -58,10 +62,8 @@ optimizer make_adam(const char* fn, const std::vector<tensor>& params, const ada
   }
   r.body += "    pv = pv - step_size * m / (sqrt(v) / bc2_sqrt + eps);\n";
   r.initial.assign(r.buffers.size(), 0);
-  r.values = [o](std::int64_t t, double lr) {
-    const double bc1 = 1 - std::pow(o.beta1, double(t)), bc2 = 1 - std::pow(o.beta2, double(t));
-    std::vector<double> v{o.beta1,  1 - o.beta1,    o.beta2, 1 - o.beta2,
-                          lr / bc1, std::sqrt(bc2), o.eps};
+  r.values = [o](double lr) {
+    std::vector<double> v{o.beta1, 1 - o.beta1, o.beta2, 1 - o.beta2, lr, o.eps};
     if (o.weight_decay != 0) v.push_back(o.decoupled ? lr * o.weight_decay : o.weight_decay);
     return v;
   };
@@ -84,7 +86,10 @@ optimizer sgd(const std::vector<tensor>& params, const sgd_options& o) {
   if (momentum) {
     // The buffer starts as the first gradient: keep 0, take 1 on step 1 (0 * 0 + 1 * g is g).
     r.buffers = {"momentum_buffer"};
-    r.scalars.insert(r.scalars.end(), {"keep", "take", "momentum"});
+    r.scalars.insert(r.scalars.end(), {"one_minus_dampening", "momentum"});
+    r.prologue =
+        "  const T_ keep = t == 1 ? (T_)0 : momentum;\n"
+        "  const T_ take = t == 1 ? (T_)1 : one_minus_dampening;\n";
     r.body +=
         "    const T_ b = keep * st_momentum_buffer[i] + take * gv;\n"
         "    st_momentum_buffer[i] = b;\n";
@@ -92,11 +97,10 @@ optimizer sgd(const std::vector<tensor>& params, const sgd_options& o) {
   }
   r.body += "    pv = pv - lr * gv;\n";
   r.initial.assign(r.buffers.size(), 0);
-  r.values = [o, momentum](std::int64_t t, double lr) {
+  r.values = [o, momentum](double lr) {
     std::vector<double> v{lr};
     if (o.weight_decay != 0) v.push_back(o.weight_decay);
-    if (momentum)
-      v.insert(v.end(), {t == 1 ? 0 : o.momentum, t == 1 ? 1 : 1 - o.dampening, o.momentum});
+    if (momentum) v.insert(v.end(), {1 - o.dampening, o.momentum});
     return v;
   };
   return detail::make_optimizer(params, std::move(r), o.lr);
@@ -145,7 +149,7 @@ optimizer rmsprop(const std::vector<tensor>& params, const rmsprop_options& o) {
     r.body += "    pv = pv - lr * (gv / avg);\n";
   }
   r.initial.assign(r.buffers.size(), 0);
-  r.values = [o](std::int64_t, double lr) {
+  r.values = [o](double lr) {
     std::vector<double> v{lr, o.alpha, 1 - o.alpha, o.eps};
     if (o.weight_decay != 0) v.push_back(o.weight_decay);
     if (o.momentum != 0) v.push_back(o.momentum);
@@ -164,14 +168,15 @@ optimizer adagrad(const std::vector<tensor>& params, const adagrad_options& o) {
   r.name = "adagrad";
   r.buffers = {"sum"};
   r.initial = {o.initial_accumulator_value};
-  r.scalars = {"clr", "eps"};
+  r.scalars = {"lr", "lr_decay", "eps"};
+  r.prologue = "  const T_ clr = lr / ((T_)1 + (T_)(t - 1) * lr_decay);\n";
   add_weight_decay(r, o.weight_decay);
   r.body +=
       "    const T_ s = st_sum[i] + gv * gv;\n"
       "    st_sum[i] = s;\n"
       "    pv = pv - clr * (gv / (sqrt(s) + eps));\n";
-  r.values = [o](std::int64_t t, double lr) {
-    std::vector<double> v{lr / (1 + double(t - 1) * o.lr_decay), o.eps};
+  r.values = [o](double lr) {
+    std::vector<double> v{lr, o.lr_decay, o.eps};
     if (o.weight_decay != 0) v.push_back(o.weight_decay);
     return v;
   };

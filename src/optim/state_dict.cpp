@@ -27,10 +27,11 @@ double number(const std::string& fn, const std::string& name, const tensor& t) {
 }  // namespace
 
 state_dict_t optimizer::state_dict() const {
-  const detail::optimizer_impl& o = detail::impl_of(impl_);
+  detail::optimizer_impl& o = detail::impl_of(impl_);
   const device& dev = o.groups.front().dev;
   state_dict_t out;
-  out.emplace_back("step", tensor::from(dev, std::vector<std::int64_t>{o.steps}, {}));
+  const std::int64_t steps = detail::step_count_of(o);
+  out.emplace_back("step", tensor::from(dev, std::vector<std::int64_t>{steps}, {}));
   out.emplace_back("lr", tensor::from(dev, std::vector<double>{o.lr}, {}));
   for (std::size_t i = 0; i < o.params.size(); ++i) {
     const detail::slot& s = o.slots[i];
@@ -88,7 +89,7 @@ void optimizer::load_state_dict(const state_dict_t& state) {
     detail::write_slot(g, g.math, at.second == master_at ? *g.master : *g.state[at.second],
                        s.offset, *given[name]);
   }
-  o.steps = static_cast<std::int64_t>(step);
+  detail::set_step_count(o, static_cast<std::int64_t>(step));
   o.lr = lr;
 }
 

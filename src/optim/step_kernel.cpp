@@ -29,7 +29,8 @@ std::string step_source(const update_rule& rule, scalar_type t) {
   if (master) params += ",\n    KILN_GLOBAL T_* KILN_RESTRICT master";
   for (const std::string& b : rule.buffers)
     params = codegen::cat(params, ",\n    KILN_GLOBAL T_* KILN_RESTRICT st_", b);
-  params += ",\n    int64_t n";
+  params += ",\n    KILN_GLOBAL int64_t* KILN_RESTRICT steps, KILN_GLOBAL const float* skip";
+  params += ",\n    int64_t at, int64_t n";
   for (const std::string& s : rule.scalars) params = codegen::cat(params, ", T_ ", s);
   const std::string load_p =
       master ? codegen::cat("    const ", p_type, " pq = p[i];\n", "    T_ pv = master[i];\n",
@@ -41,6 +42,12 @@ std::string step_source(const update_rule& rule, scalar_type t) {
   const std::string text = codegen::cat(  //
       "// ", rule.name, " step over flat buffers", master ? " (f32 master weights)" : "", "\n",
       "KILN_KERNEL void ko_step(", params, ") {\n",
+      // A skipped step (grad_scaler found inf/NaN) changes nothing, the step count included.
+      "  const int skipped = skip[0] != 0.0f;\n",
+      "  const int64_t t = steps[at] + (skipped ? 0 : 1);\n",
+      "  if (kiln_global_id(0) == 0) steps[1 - at] = t;\n",  //
+      "  if (skipped) return;\n",                            //
+      rule.prologue,                                         //
       "  const int64_t stride = (int64_t)kiln_global_size(0);\n",
       "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",  //
       load_p,                                                                    //
@@ -53,7 +60,7 @@ std::string step_source(const update_rule& rule, scalar_type t) {
 kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t) {
   const std::string source = step_source(rule, t);
   ir::hasher h;
-  h.add("optim step v2").add(source);
+  h.add("optim step v3").add(source);
   const kiln::detail::generated_kernels k =
       kiln::detail::get_generated(dev, "optim_step", h.value(), [&] {
         return kiln::detail::generated_program{
@@ -83,6 +90,7 @@ kiln::detail::arg_binding scalar_arg(double v, scalar_type t) {
 std::uint64_t items_for(const device& dev, std::int64_t n) {
   const device_info& info = dev.info();
   const auto total = static_cast<std::uint64_t>(n);
+  if (total == 0) return 1;
   if (info.type != device_type::gpu) return total;
   const std::uint64_t units = std::max<std::uint32_t>(info.compute_units, 16);
   return std::min<std::uint64_t>(total, units * 2048);
@@ -90,16 +98,20 @@ std::uint64_t items_for(const device& dev, std::int64_t n) {
 
 }  // namespace
 
-void launch_step(const update_rule& rule, const group& g, const std::vector<double>& values) {
+void launch_step(const update_rule& rule, const group& g, std::int64_t launches,
+                 const std::vector<double>& values, kiln::detail::memory_impl* skip) {
   if (values.size() != rule.scalars.size())  // a rule's values() out of step with its scalars
     throw std::logic_error("kiln::optim::" + rule.name + ": " + std::to_string(values.size()) +
                            " scalar values for " + std::to_string(rule.scalars.size()) +
                            " parameters");
-  if (g.n == 0) return;
+  // Launched even with no elements: item 0 advances the group's step count.
   std::vector<kiln::detail::arg_binding> args{mem_arg(*g.params, g.dtype, false),
                                               mem_arg(*g.grads, g.dtype, true)};
   if (g.master) args.push_back(mem_arg(*g.master, g.math, false));
   for (const auto& s : g.state) args.push_back(mem_arg(*s, g.math, false));
+  args.push_back(mem_arg(*g.steps, scalar_type::i64, false));
+  args.push_back(mem_arg(skip ? *skip : *g.no_skip, scalar_type::f32, true));
+  args.push_back(kiln::detail::bind_arg(std::int64_t(launches % 2)));
   args.push_back(kiln::detail::bind_arg(g.n));
   for (double v : values) args.push_back(scalar_arg(v, g.math));
   queue& q = g.dev.default_queue();
