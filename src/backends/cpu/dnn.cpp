@@ -45,6 +45,7 @@ namespace {
   X(dnnl_engine_create)                                  \
   X(dnnl_stream_create)                                  \
   X(dnnl_memory_desc_init_by_tag)                        \
+  X(dnnl_memory_desc_init_by_strides)                    \
   X(dnnl_memory_desc_equal)                              \
   X(dnnl_memory_desc_get_size)                           \
   X(dnnl_memory_create)                                  \
@@ -156,11 +157,11 @@ struct aligned_buffer {
 
 enum class direction { forward, backward_data, backward_filter };
 
-// What a call's primitives are for: the direction, the images per chunk and the geometry.
-using plan_key = std::array<std::uint64_t, 18>;
+// What a call's primitives are for: the direction, images per chunk, slices and the geometry.
+using plan_key = std::array<std::uint64_t, 19>;
 
-// One operand of a primitive: its layout in Kiln (NCHW / GOIHW), the primitive's layout, and
-// the reorder between them (null when they are the same).
+// One operand of a primitive: its layout in Kiln (NCHW / OIHW / GOIHW, strided when sliced),
+// the primitive's layout, and the reorder between them (null when they are the same).
 struct operand {
   int arg = 0;
   dnnl_memory_desc_t user{}, inner{};
@@ -168,8 +169,9 @@ struct operand {
   std::size_t inner_bytes = 0;
 };
 
-// The primitives of one direction and chunk size. in[1] of forward and backward data is the
-// weight, reordered once per call; the rest per chunk.
+// The primitives of one direction, chunk size and slice: in[0] is the chunk's images (src,
+// or diff_dst for backward data), in[1] the weight (diff_dst for backward filter), out the
+// result (dst, diff_src, diff_weights).
 struct plan {
   dnnl_primitive_t prim = nullptr;
   operand in[2], out;
@@ -205,8 +207,8 @@ operand make_operand(const dnnl_primitive_desc_t pd, dnnl_query_t what, int arg,
   o.arg = arg;
   o.user = user;
   o.inner = *d.dnnl_primitive_desc_query_md(pd, what, 0);
-  if (d.dnnl_memory_desc_equal(&o.user, &o.inner)) return o;
   o.inner_bytes = d.dnnl_memory_desc_get_size(&o.inner);
+  if (d.dnnl_memory_desc_equal(&o.user, &o.inner)) return o;
   pd_holder r;
   const dnnl_memory_desc_t* from = input ? &o.user : &o.inner;
   const dnnl_memory_desc_t* to = input ? &o.inner : &o.user;
@@ -216,33 +218,50 @@ operand make_operand(const dnnl_primitive_desc_t pd, dnnl_query_t what, int arg,
   return o;
 }
 
-// The primitives for nb images of shape c; throws refused or dnnl_error.
-plan* make_plan(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t nb) {
+// A dense-or-strided f32 memory descriptor: dims with the strides of the full tensor.
+dnnl_memory_desc_t strided_md(int nd, const dnnl_dims_t dims, const dnnl_dims_t strides) {
+  dnnl_memory_desc_t md;
+  check(dnnl().dnnl_memory_desc_init_by_strides(&md, nd, dims, dnnl_f32, strides), "md");
+  return md;
+}
+
+// The primitives for nb images of shape c, one of `slices` equal slices of the output
+// channels (forward, backward filter) or input channels (backward data); slices > 1 only
+// without groups. Throws refused or dnnl_error.
+plan* make_plan(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t nb,
+                std::uint64_t slices) {
   const dnnl_api& d = dnnl();
+  using D = dnnl_dim_t;
   const bool grouped = c.groups > 1;
-  const dnnl_dim_t g = c.groups;
-  const dnnl_dims_t src_dims = {dnnl_dim_t(nb), dnnl_dim_t(c.c), dnnl_dim_t(c.h), dnnl_dim_t(c.w)};
-  const dnnl_dims_t dst_dims = {dnnl_dim_t(nb), dnnl_dim_t(c.k), dnnl_dim_t(c.p), dnnl_dim_t(c.q)};
-  const dnnl_dims_t wt_dims_g = {g, dnnl_dim_t(c.k) / g, dnnl_dim_t(c.c) / g, dnnl_dim_t(c.r),
-                                 dnnl_dim_t(c.s)};
-  const dnnl_dims_t wt_dims = {dnnl_dim_t(c.k), dnnl_dim_t(c.c), dnnl_dim_t(c.r), dnnl_dim_t(c.s)};
+  const D g = c.groups;
+  const D ks = D(dir == direction::backward_data ? c.k : c.k / slices);
+  const D cs = D(dir == direction::backward_data ? c.c / slices : c.c);
+  const dnnl_dims_t src_dims = {D(nb), cs, D(c.h), D(c.w)};
+  const dnnl_dims_t dst_dims = {D(nb), ks, D(c.p), D(c.q)};
+  const dnnl_dims_t src_str = {D(c.c * c.h * c.w), D(c.h * c.w), D(c.w), 1};
+  const dnnl_dims_t dst_str = {D(c.k * c.p * c.q), D(c.p * c.q), D(c.q), 1};
+  const dnnl_dims_t wt_dims_g = {g, D(c.k) / g, D(c.c) / g, D(c.r), D(c.s)};
+  const dnnl_dims_t wt_dims = {ks, cs, D(c.r), D(c.s)};
+  const dnnl_dims_t wt_str = {D(c.c * c.r * c.s), D(c.r * c.s), D(c.s), 1};
   const int wt_nd = grouped ? 5 : 4;
-  const dnnl_dim_t* wdims = grouped ? wt_dims_g : wt_dims;
-  const dnnl_format_tag_t wtag = grouped ? dnnl_goihw : dnnl_oihw;
-  dnnl_memory_desc_t src_u, dst_u, wt_u, src_a, dst_a, wt_a;
-  check(d.dnnl_memory_desc_init_by_tag(&src_u, 4, src_dims, dnnl_f32, dnnl_nchw), "md");
-  check(d.dnnl_memory_desc_init_by_tag(&dst_u, 4, dst_dims, dnnl_f32, dnnl_nchw), "md");
-  check(d.dnnl_memory_desc_init_by_tag(&wt_u, wt_nd, wdims, dnnl_f32, wtag), "md");
+  const D* wdims = grouped ? wt_dims_g : wt_dims;
+  dnnl_memory_desc_t src_u = strided_md(4, src_dims, src_str);
+  dnnl_memory_desc_t dst_u = strided_md(4, dst_dims, dst_str);
+  dnnl_memory_desc_t wt_u, src_a, dst_a, wt_a;
+  if (grouped)
+    check(d.dnnl_memory_desc_init_by_tag(&wt_u, 5, wt_dims_g, dnnl_f32, dnnl_goihw), "md");
+  else
+    wt_u = strided_md(4, wt_dims, wt_str);
   check(d.dnnl_memory_desc_init_by_tag(&src_a, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "md");
   check(d.dnnl_memory_desc_init_by_tag(&dst_a, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "md");
   check(d.dnnl_memory_desc_init_by_tag(&wt_a, wt_nd, wdims, dnnl_f32, dnnl_format_tag_any), "md");
   const dnnl_dims_t strides = {c.stride_h, c.stride_w};
-  const dnnl_dims_t dilates = {dnnl_dim_t(c.dil_h) - 1, dnnl_dim_t(c.dil_w) - 1};
+  const dnnl_dims_t dilates = {D(c.dil_h) - 1, D(c.dil_w) - 1};
   const dnnl_dims_t pad_l = {c.pad_h, c.pad_w};
   // Right padding as oneDNN counts it: what the last window reaches past the input.
   const dnnl_dims_t pad_r = {
-      dnnl_dim_t((c.p - 1) * c.stride_h + (c.r - 1) * c.dil_h + 1) - dnnl_dim_t(c.h + c.pad_h),
-      dnnl_dim_t((c.q - 1) * c.stride_w + (c.s - 1) * c.dil_w + 1) - dnnl_dim_t(c.w + c.pad_w)};
+      D((c.p - 1) * c.stride_h + (c.r - 1) * c.dil_h + 1) - D(c.h + c.pad_h),
+      D((c.q - 1) * c.stride_w + (c.s - 1) * c.dil_w + 1) - D(c.w + c.pad_w)};
 
   struct attr_holder {
     dnnl_primitive_attr_t a = nullptr;
@@ -309,12 +328,29 @@ plan* make_plan(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t nb) {
 
 // The cached plan (null: refused). Plans are never destroyed: a cache of a process's shapes,
 // kept past exit, when oneDNN's own statics may already be gone.
-const plan* plan_for(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t nb) {
+const plan* plan_for(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t nb,
+                     std::uint64_t slices) {
   static std::mutex mu;
   static auto* cache = new std::map<plan_key, const plan*>;
-  const plan_key key = {
-      std::uint64_t(dir), nb,         c.c,     c.h,     c.w,     c.k,     c.r,      c.s, c.p, c.q,
-      c.stride_h,         c.stride_w, c.pad_h, c.pad_w, c.dil_h, c.dil_w, c.groups, 0};
+  const plan_key key = {std::uint64_t(dir),
+                        nb,
+                        slices,
+                        c.c,
+                        c.h,
+                        c.w,
+                        c.k,
+                        c.r,
+                        c.s,
+                        c.p,
+                        c.q,
+                        c.stride_h,
+                        c.stride_w,
+                        c.pad_h,
+                        c.pad_w,
+                        c.dil_h,
+                        c.dil_w,
+                        c.groups,
+                        0};
   std::lock_guard lock(mu);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
   // oneDNN sizes a primitive's parallel loops for the creating thread's OpenMP thread count
@@ -330,7 +366,7 @@ const plan* plan_for(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t n
   } back{threads};
   const plan* p = nullptr;
   try {
-    p = make_plan(dir, c, nb);
+    p = make_plan(dir, c, nb, slices);
   } catch (const refused&) {
   }
   cache->emplace(key, p);
@@ -378,18 +414,6 @@ void scale_into(float* out, const float* v, std::size_t n, float alpha, float be
     for (std::size_t i = 0; i < n; ++i) out[i] = alpha * v[i] + beta * out[i];
 }
 
-std::size_t elements(const dnnl_memory_desc_t& md) {
-  return dnnl().dnnl_memory_desc_get_size(&md) / sizeof(float);
-}
-
-// How many chunks of images a call of `flops` over n images is split into: a few per pool
-// thread (stealing evens out a preempted worker), one below ~0.5 ms of one core.
-std::uint64_t chunks_of(std::uint64_t n, double flops, std::uint64_t cap) {
-  const std::uint64_t threads = pool().size();
-  if (threads < 2 || flops < 2e6) return 1;
-  return std::clamp<std::uint64_t>(std::min(n, threads * 2), 1, std::max<std::uint64_t>(cap, 1));
-}
-
 double flops_of(const kiln_dnn_conv_desc& c) {
   return 2.0 * double(c.n) * double(c.k) * double(c.p) * double(c.q) * double(c.c / c.groups) *
          double(c.r) * double(c.s);
@@ -404,78 +428,142 @@ struct chunking {
   std::uint64_t first(std::uint64_t t) const { return t * base + std::min(t, extra); }
 };
 
-// A call's chunks and the plans of their (at most two) sizes; plans[0] null when refused.
-struct call_plans {
+// How a call is split over the pool: chunks of images times slices of channels (output
+// channels for forward and backward filter, input channels for backward data), each slice a
+// multiple of 16 channels (oneDNN's block), and the plans of the (at most two) chunk sizes.
+// A few tasks per pool thread, so stealing evens out a preempted worker; one task below
+// ~0.5 ms of one core. plans[0] null when refused.
+struct grid {
   chunking ch{1, 1};
+  std::uint64_t slices = 1;
   const plan* plans[2] = {nullptr, nullptr};
-  const plan& of(std::uint64_t t) const { return ch.size(t) == ch.size(0) ? *plans[0] : *plans[1]; }
+  std::uint64_t tasks() const { return ch.parts * slices; }
+  int variant(std::uint64_t chunk) const { return ch.size(chunk) == ch.size(0) ? 0 : 1; }
 };
-call_plans plans_of(direction dir, const kiln_dnn_conv_desc& c) {
-  std::uint64_t cap = c.n;
+
+grid grid_of(direction dir, const kiln_dnn_conv_desc& c, bool direct) {
+  const std::uint64_t threads = pool().size(), want = 2 * threads;
+  const bool small = threads < 2 || flops_of(c) < 2e6;
+  std::uint64_t chunks = small ? 1 : std::min<std::uint64_t>(c.n, want);
   if (dir == direction::backward_filter) {  // at most 64 MiB of partial gradients
     const std::uint64_t w_bytes = c.k * (c.c / c.groups) * c.r * c.s * sizeof(float);
-    cap = (std::uint64_t(64) << 20) / std::max<std::uint64_t>(w_bytes, 1);
+    chunks = std::clamp<std::uint64_t>(
+        chunks, 1,
+        std::max<std::uint64_t>((std::uint64_t(64) << 20) / std::max<std::uint64_t>(w_bytes, 1),
+                                1));
   }
-  call_plans cp;
-  cp.ch = chunking(c.n, chunks_of(c.n, flops_of(c), cap));
+  // Slices where the images alone give too few tasks (a dense output: alpha 1, beta 0).
+  std::uint64_t slices = 1;
+  const std::uint64_t len = dir == direction::backward_data ? c.c : c.k;
+  if (!small && direct && c.groups == 1 && chunks < want)
+    for (std::uint64_t s = 2; s <= len / 16; ++s)
+      if (len % s == 0 && (len / s) % 16 == 0) {
+        slices = s;
+        if (chunks * s >= want) break;
+      }
+  grid g;
+  g.slices = slices;
+  g.ch = chunking(c.n, chunks);
   for (int attempt = 0; attempt < 2; ++attempt) {
-    cp.plans[0] = plan_for(dir, c, cp.ch.size(0));
-    cp.plans[1] = cp.ch.extra ? plan_for(dir, c, cp.ch.base) : nullptr;
-    if (!cp.plans[0] || (cp.ch.extra && !cp.plans[1])) return {};
+    g.plans[0] = plan_for(dir, c, g.ch.size(0), slices);
+    g.plans[1] = g.ch.extra ? plan_for(dir, c, g.ch.base, slices) : nullptr;
+    if (!g.plans[0] || (g.ch.extra && !g.plans[1])) return {};
     // Partial filter gradients are summed slot by slot: both sizes must share the layout,
     // else equal chunks (a divisor of n).
-    if (dir != direction::backward_filter || !cp.plans[1] ||
-        dnnl().dnnl_memory_desc_equal(&cp.plans[0]->out.inner, &cp.plans[1]->out.inner))
-      return cp;
-    std::uint64_t parts = cp.ch.parts;
+    if (dir != direction::backward_filter || !g.plans[1] ||
+        dnnl().dnnl_memory_desc_equal(&g.plans[0]->out.inner, &g.plans[1]->out.inner))
+      return g;
+    std::uint64_t parts = g.ch.parts;
     while (c.n % parts) --parts;
-    cp.ch = chunking(c.n, parts);
+    g.ch = chunking(c.n, parts);
   }
-  return cp;
+  return g;
 }
 
-// Forward and backward data: per chunk, in[0] and out are the chunk's images; in[1] (the
-// weight) is shared. out = alpha result + beta out.
-void run_per_image(direction dir, const kiln_dnn_conv_desc& c, float alpha, float beta) {
-  const bool fwd = dir == direction::forward;
-  char* in_base = at(fwd ? c.x : c.y);
-  char* out_base = at(fwd ? c.y : c.x);
-  const std::size_t in_image = (fwd ? c.c * c.h * c.w : c.k * c.p * c.q) * sizeof(float);
-  const std::size_t out_image = (fwd ? c.k * c.p * c.q : c.c * c.h * c.w) * sizeof(float);
-  const call_plans cp = plans_of(dir, c);
-  const chunking& ch = cp.ch;
-  const plan* const* plans = cp.plans;
-  // The weight in each plan's layout, once per call (the second only if it differs).
-  const operand& w0 = plans[0]->in[1];
-  aligned_buffer wbuf0(w0.reorder ? w0.inner_bytes : 0);
-  void* wts[2] = {to_inner(w0, at(c.wt), wbuf0.p), nullptr};
-  const bool same_w = !plans[1] || dnnl().dnnl_memory_desc_equal(&w0.inner, &plans[1]->in[1].inner);
-  const operand& w1 = same_w ? w0 : plans[1]->in[1];
-  aligned_buffer wbuf1(!same_w && w1.reorder ? w1.inner_bytes : 0);
-  wts[1] = same_w ? wts[0] : to_inner(w1, at(c.wt), wbuf1.p);
+// One call over the pool. Inputs that only depend on the chunk (the images of in[0]) or only
+// on the slice (the weight of forward and backward data) are reordered once, before the tasks,
+// when several tasks share them; the rest inside each task. Forward and backward data write
+// their slice of the output; backward filter writes each task's partial gradient to its slot,
+// and the slots are summed in chunk order (deterministic), then reordered into Kiln's layout.
+void run(direction dir, const kiln_dnn_conv_desc& c, float alpha, float beta) {
   const bool direct = alpha == 1 && beta == 0;
-  pool().run(ch.parts, [&](std::uint64_t t) {
-    const bool second = ch.size(t) != ch.size(0);
-    const plan& p = second ? *plans[1] : *plans[0];
-    void* wt = wts[second ? 1 : 0];
-    const std::uint64_t i0 = ch.first(t);
+  const grid g = grid_of(dir, c, direct);
+  const bool filter = dir == direction::backward_filter;
+  const std::uint64_t sl = (dir == direction::backward_data ? c.c : c.k) / g.slices;
+  const std::uint64_t chw = c.c * c.h * c.w, kpq = c.k * c.p * c.q, crs = c.c * c.r * c.s;
+  // Element offsets of chunk i0 / slice j in in[0], in[1] and out.
+  const auto in0_at = [&](std::uint64_t i0) {
+    return at(dir == direction::backward_data ? c.y : c.x) +
+           i0 * (dir == direction::backward_data ? kpq : chw) * sizeof(float);
+  };
+  const auto in1_at = [&](std::uint64_t i0, std::uint64_t j) {
+    if (filter) return at(c.y) + (i0 * kpq + j * sl * c.p * c.q) * sizeof(float);
+    // The weight's slice: output channels [j sl, ...) or input channels [j sl, ...).
+    return at(c.wt) +
+           (dir == direction::forward ? j * sl * crs : j * sl * c.r * c.s) * sizeof(float);
+  };
+  const auto out_at = [&](std::uint64_t i0, std::uint64_t j) {
+    return dir == direction::forward ? at(c.y) + (i0 * kpq + j * sl * c.p * c.q) * sizeof(float)
+                                     : at(c.x) + (i0 * chw + j * sl * c.h * c.w) * sizeof(float);
+  };
+  const std::uint64_t chunks = g.ch.parts, slices = g.slices;
+
+  // in[0] per chunk, shared by the chunk's slices.
+  const bool share0 = slices > 1 && g.plans[0]->in[0].reorder;
+  std::vector<std::unique_ptr<aligned_buffer>> in0(share0 ? chunks : 0);
+  for (std::uint64_t t = 0; t < in0.size(); ++t)
+    in0[t] = std::make_unique<aligned_buffer>(g.plans[g.variant(t)]->in[0].inner_bytes);
+  pool().run(in0.size(), [&](std::uint64_t t) {
+    to_inner(g.plans[g.variant(t)]->in[0], in0_at(g.ch.first(t)), in0[t]->p);
+  });
+  // The weight per slice (and per chunk-size variant whose layout differs), shared by chunks.
+  const bool same1 = !g.plans[1] || dnnl().dnnl_memory_desc_equal(&g.plans[0]->in[1].inner,
+                                                                  &g.plans[1]->in[1].inner);
+  const int variants = filter ? 0 : same1 ? 1 : 2;
+  std::vector<std::unique_ptr<aligned_buffer>> wbuf(variants * slices);
+  std::vector<void*> w(variants * slices);
+  for (std::uint64_t v = 0; v < wbuf.size(); ++v)
+    wbuf[v] = std::make_unique<aligned_buffer>(g.plans[v / slices]->in[1].inner_bytes);
+  pool().run(w.size(), [&](std::uint64_t v) {
+    w[v] = to_inner(g.plans[v / slices]->in[1], in1_at(0, v % slices), wbuf[v]->p);
+  });
+
+  const std::size_t slot = filter ? g.plans[0]->out.inner_bytes / sizeof(float) : 0;
+  const std::size_t slot_elems =
+      filter ? std::max<std::size_t>(slot, sl * (c.c / c.groups) * c.r * c.s) : 0;
+  std::vector<float> partial(slot_elems * chunks * slices);
+  pool().run(chunks * slices, [&](std::uint64_t task) {
+    const std::uint64_t t = task / slices, j = task % slices, i0 = g.ch.first(t);
+    const int variant = g.variant(t);
+    const plan& p = *g.plans[variant];
     buffers& b = thread_buffers();
-    void* in = to_inner(p.in[0], in_base + i0 * in_image,
-                        p.in[0].reorder ? b.get(0, p.in[0].inner_bytes) : nullptr);
-    void* out_user = out_base + i0 * out_image;
-    const std::size_t out_bytes = ch.size(t) * out_image;
-    // The result in the primitive's layout, then in Kiln's (into a temporary unless direct).
+    void* a0 = share0 ? in0[t]->p
+                      : to_inner(p.in[0], in0_at(i0),
+                                 p.in[0].reorder ? b.get(0, p.in[0].inner_bytes) : nullptr);
+    void* a1 = filter ? to_inner(p.in[1], in1_at(i0, j),
+                                 p.in[1].reorder ? b.get(1, p.in[1].inner_bytes) : nullptr)
+                      : w[(same1 ? 0 : variant) * slices + j];
+    void* scratch = b.get(2, p.scratch_bytes);
+    if (filter) {  // the partial gradient, in the primitive's layout
+      execute(p.prim, {{p.in[0].arg, &p.in[0].inner, a0},
+                       {p.in[1].arg, &p.in[1].inner, a1},
+                       {p.out.arg, &p.out.inner, partial.data() + (j * chunks + t) * slot_elems},
+                       {DNNL_ARG_SCRATCHPAD, &p.scratch, scratch}});
+      return;
+    }
+    void* out_user = out_at(i0, j);
+    // Not direct: slices == 1, so the chunk's output is dense; a temporary, then scaled.
+    const std::size_t out_bytes =
+        g.ch.size(t) * (dir == direction::forward ? kpq : chw) * sizeof(float);
     void* result =
         p.out.reorder ? b.get(1, p.out.inner_bytes) : (direct ? out_user : b.get(1, out_bytes));
-    void* scratch = b.get(2, p.scratch_bytes);
-    execute(p.prim, {{p.in[0].arg, &p.in[0].inner, in},
-                     {p.in[1].arg, &p.in[1].inner, wt},
+    execute(p.prim, {{p.in[0].arg, &p.in[0].inner, a0},
+                     {p.in[1].arg, &p.in[1].inner, a1},
                      {p.out.arg, &p.out.inner, result},
                      {DNNL_ARG_SCRATCHPAD, &p.scratch, scratch}});
     if (direct && !p.out.reorder) return;
     void* plain = result;
     if (p.out.reorder) {
-      // Reorder straight into Kiln's tensor when direct; else into a temporary first.
       plain = direct ? out_user : b.get(0, out_bytes);
       execute(p.out.reorder,
               {{DNNL_ARG_FROM, &p.out.inner, result}, {DNNL_ARG_TO, &p.out.user, plain}});
@@ -484,57 +572,36 @@ void run_per_image(direction dir, const kiln_dnn_conv_desc& c, float alpha, floa
       scale_into(static_cast<float*>(out_user), static_cast<const float*>(plain),
                  out_bytes / sizeof(float), alpha, beta);
   });
-}
+  if (!filter) return;
 
-// Backward filter: each chunk's partial gradient (in the primitive's layout) into its own
-// slot; the slots summed in chunk order (deterministic), then reordered into Kiln's layout.
-void run_filter(const kiln_dnn_conv_desc& c, float alpha, float beta) {
-  const std::size_t x_image = c.c * c.h * c.w * sizeof(float);
-  const std::size_t y_image = c.k * c.p * c.q * sizeof(float);
-  const std::size_t w_elems = c.k * (c.c / c.groups) * c.r * c.s;
-  const call_plans cp = plans_of(direction::backward_filter, c);
-  const chunking& ch = cp.ch;
-  const operand& dw = cp.plans[0]->out;
-  const std::size_t slot = elements(dw.inner);
-  std::vector<float> partial(slot * ch.parts);
-  pool().run(ch.parts, [&](std::uint64_t t) {
-    const plan& p = cp.of(t);
-    const std::uint64_t i0 = ch.first(t);
-    buffers& b = thread_buffers();
-    void* x = to_inner(p.in[0], at(c.x) + i0 * x_image,
-                       p.in[0].reorder ? b.get(0, p.in[0].inner_bytes) : nullptr);
-    void* dy = to_inner(p.in[1], at(c.y) + i0 * y_image,
-                        p.in[1].reorder ? b.get(1, p.in[1].inner_bytes) : nullptr);
-    execute(p.prim, {{p.in[0].arg, &p.in[0].inner, x},
-                     {p.in[1].arg, &p.in[1].inner, dy},
-                     {p.out.arg, &p.out.inner, partial.data() + t * slot},
-                     {DNNL_ARG_SCRATCHPAD, &p.scratch, b.get(2, p.scratch_bytes)}});
-  });
-  // Sum the slots into slot 0, over the pool in ranges of the gradient.
+  // Sum each slice's chunks into its first slot, over the pool in ranges of the gradient.
   const std::uint64_t ranges =
-      ch.parts > 1 ? std::min<std::uint64_t>(pool().size(), slot / 4096 + 1) : 0;
-  pool().run(ranges, [&](std::uint64_t r) {
+      chunks > 1 ? std::min<std::uint64_t>(pool().size(), slot / 4096 + 1) : 0;
+  pool().run(ranges * slices, [&](std::uint64_t rj) {
+    const std::uint64_t r = rj % ranges, j = rj / ranges;
+    float* sum = partial.data() + j * chunks * slot_elems;
     const std::size_t e0 = slot * r / ranges, e1 = slot * (r + 1) / ranges;
-    for (std::uint64_t t = 1; t < ch.parts; ++t) {
-      const float* src = partial.data() + t * slot;
-      for (std::size_t e = e0; e < e1; ++e) partial[e] += src[e];
+    for (std::uint64_t t = 1; t < chunks; ++t) {
+      const float* src = sum + t * slot_elems;
+      for (std::size_t e = e0; e < e1; ++e) sum[e] += src[e];
     }
   });
-  float* out = reinterpret_cast<float*>(at(c.wt));
-  const bool direct = alpha == 1 && beta == 0;
-  const float* plain = partial.data();
-  std::vector<float> tmp;
-  if (dw.reorder) {
-    float* to = out;
-    if (!direct) {
-      tmp.resize(w_elems);
-      to = tmp.data();
+  // Into Kiln's layout: slice j is weight rows [j sl, (j + 1) sl), dense.
+  const operand& dw = g.plans[0]->out;
+  const std::size_t w_slice = sl * (c.c / c.groups) * c.r * c.s;
+  pool().run(slices, [&](std::uint64_t j) {
+    float* sum = partial.data() + j * chunks * slot_elems;
+    float* out = reinterpret_cast<float*>(at(c.wt)) + j * w_slice;
+    float* plain = sum;
+    std::vector<float> tmp;
+    if (dw.reorder) {
+      if (!direct) tmp.resize(w_slice);
+      plain = direct ? out : tmp.data();
+      execute(dw.reorder, {{DNNL_ARG_FROM, &dw.inner, sum}, {DNNL_ARG_TO, &dw.user, plain}});
     }
-    execute(dw.reorder, {{DNNL_ARG_FROM, &dw.inner, partial.data()}, {DNNL_ARG_TO, &dw.user, to}});
-    plain = to;
-  }
-  if (direct && !dw.reorder) std::memcpy(out, plain, w_elems * sizeof(float));
-  if (!direct) scale_into(out, plain, w_elems, alpha, beta);
+    if (direct && !dw.reorder) std::memcpy(out, plain, w_slice * sizeof(float));
+    if (!direct) scale_into(out, plain, w_slice, alpha, beta);
+  });
 }
 
 // Checks, reads alpha and beta, resolves the plans (so a refusal comes back now, before
@@ -557,15 +624,12 @@ kiln_status submit(kiln_queue_h q, const kiln_dnn_conv_desc* d, direction dir,
   std::memcpy(&beta, d->beta, sizeof beta);
   const kiln_dnn_conv_desc c = *d;
   // Refusals must come back from this call: build the plans of the call's chunk sizes now.
-  if (!plans_of(dir, c).plans[0])
+  if (!grid_of(dir, c, alpha == 1 && beta == 0).plans[0])
     return set_error(KILN_ERR_UNSUPPORTED, "oneDNN %s: only reference kernels take this shape",
                      what);
   q->q.push([c, alpha, beta, dir] {
     try {
-      if (dir == direction::backward_filter)
-        run_filter(c, alpha, beta);
-      else
-        run_per_image(dir, c, alpha, beta);
+      run(dir, c, alpha, beta);
     } catch (...) {  // out of memory or a oneDNN failure on the worker: nothing to report to
       std::abort();
     }

@@ -1,7 +1,8 @@
 // The CPU backend's "dnn" extension (oneDNN, src/backends/cpu/dnn.cpp): the table is there and
 // used where libdnnl loads; its three directions agree with Kiln's portable kernels
 // (KILN_DNN_PORTABLE=1) on random operands for strided, padded, dilated, grouped, depthwise and
-// 1 x 1 shapes, including ones split into chunks of two sizes over the thread pool; alpha and
+// 1 x 1 shapes, including ones split into chunks of two sizes and into slices of channels over
+// the thread pool (KILN_CPU_THREADS=8 splits more); alpha and
 // beta; and bad descriptors. Skips where oneDNN is absent (the portable path is then what
 // tests/tensor/conv_test.cpp checks).
 #include <gtest/gtest.h>
@@ -97,6 +98,8 @@ TEST(CpuDnnTest, ThreeDirectionsAgreeWithThePortableKernels) {
       {{3, 3, 20, 20}, {8, 3, 7, 7}, {.stride = {2, 2}, .padding = {3, 3}}},
       // ~3 MFLOP over 5 images: split into chunks of two sizes on two or more threads.
       {{5, 8, 16, 16}, {16, 8, 3, 3}, {.padding = {1, 1}}},
+      // ~2.4 MFLOP over 2 images: also split into slices of 16 channels.
+      {{2, 32, 8, 8}, {32, 32, 3, 3}, {.padding = {1, 1}}},
   };
   std::uint64_t seed = 700;
   for (const config& c : configs) {
