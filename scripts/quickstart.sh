@@ -19,7 +19,8 @@ case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no
 
 # OpenCL: the ICD loader and headers (ocl-icd-opencl-dev) and PoCL, OpenCL on the CPU, so that
 # the OpenCL backend runs the whole suite without a GPU.
-# OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg). fmt formats Kiln's log
+# OpenBLAS backs the CPU backend's "blas" extension (kiln::linalg); oneDNN (libdnnl-dev) its
+# "dnn" extension (CPU convolution, 3-13x the portable kernels). fmt formats Kiln's log
 # messages (header-only, private to libkiln). CLI11 (header-only) parses the `kiln` tool's
 # command line. Open MPI (libopenmpi-dev, openmpi-bin) builds kiln::mpi, collectives across
 # processes, and runs its 2-rank test with mpirun. python3-dev, pybind11-dev and libdlpack-dev
@@ -27,8 +28,8 @@ case "$mode" in demo | test | train) ;; *) echo "usage: $0 demo|test|train [--no
 # (the CTest entry python_tests). (The benchmark chart's matplotlib is not here: no mode draws
 # charts; docs/benchmarks.md says how to install it.)
 packages=(libgtest-dev libgmock-dev libxxhash-dev ocl-icd-opencl-dev pocl-opencl-icd
-          libopenblas-dev nlohmann-json3-dev libfmt-dev libcli11-dev libopenmpi-dev openmpi-bin
-          python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest)
+          libopenblas-dev libdnnl-dev nlohmann-json3-dev libfmt-dev libcli11-dev libopenmpi-dev
+          openmpi-bin python3-dev pybind11-dev libdlpack-dev python3-numpy python3-pytest)
 # Tools, as "command:Debian package". A tool counts as present when its command is on the PATH,
 # wherever it came from (a newer CMake from pip or Kitware, Node.js from NodeSource or nvm):
 # asking apt for Debian's package then would conflict with that install ("held broken
