@@ -1,58 +1,211 @@
-// Loss scaling: scale, unscale-and-check, skip or step, and the scale's schedule.
+// Loss scaling without a host sync: the scale, the found-inf flag and the clean-step count in
+// one f32 buffer on the device; unscale-and-check is one kernel per parameter group, the skip
+// happens in the optimizer's step kernels, and the schedule runs in a one-item kernel.
 #include "kiln/optim/grad_scaler.hpp"
 
+#include <atomic>
 #include <cmath>
 #include <string>
 
-#include "kiln/tensor/inplace.hpp"
+#include "codegen/text.hpp"
+#include "ir/hash.hpp"
+#include "optim/optim_impl.hpp"
+#include "optim/scaler_state.hpp"
+#include "runtime/generated_kernels.hpp"
+#include "runtime/runtime.hpp"
 
 namespace kiln::optim {
+namespace detail {
+namespace {
 
-grad_scaler::grad_scaler(const grad_scaler_options& o) : o_(o), scale_(o.init_scale) {
-  if (!(o.init_scale > 0) || !std::isfinite(o.init_scale) || !(o.growth_factor > 1) ||
-      !(o.backoff_factor > 0 && o.backoff_factor < 1) || o.growth_interval <= 0)
+std::atomic<std::uint64_t> host_reads{0};
+
+kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, bool is_const) {
+  kiln::detail::arg_binding b;
+  b.is_mem = true;
+  b.mem = &m;
+  b.type = t;
+  b.is_const = is_const;
+  return b;
+}
+
+kernel generated(const device& dev, const std::string& source, const char* name,
+                 const std::string& what) {
+  ir::hasher h;
+  h.add("grad scaler v1").add(source);
+  const kiln::detail::generated_kernels k =
+      kiln::detail::get_generated(dev, "grad_scaler", h.value(), [&] {
+        return kiln::detail::generated_program{source, {name}, what};
+      });
+  return k.kernels.at(0);
+}
+
+std::uint64_t items(const device& dev, std::int64_t n) {
+  const std::uint64_t total = n > 0 ? static_cast<std::uint64_t>(n) : 1;
+  if (dev.info().type != device_type::gpu) return total;
+  const std::uint64_t units = std::max<std::uint32_t>(dev.info().compute_units, 16);
+  return std::min<std::uint64_t>(total, units * 2048);
+}
+
+// Element i of the state, read back (a host sync).
+float read(const scaler_state& s, int i) {
+  float v = 0;
+  queue& q = s.dev.default_queue();
+  kiln::detail::copy_d2h(*q.impl(), &v, *s.mem, sizeof(float) * i, sizeof v);
+  q.finish();
+  ++host_reads;
+  return v;
+}
+
+}  // namespace
+
+// Gradients of type t multiplied by 1 / scale in place; found_inf raised on inf or NaN (every
+// writer writes 1: the race is benign). (x - x == 0) is false exactly for inf and NaN.
+std::string unscale_source(scalar_type t) {
+  const bool r = is_reduced_float(t);
+  const std::string math = t == scalar_type::f64 ? "double" : "float";
+  const std::string load = r ? codegen::cat("kiln_", type_name(t), "_to_float(g[i])") : "g[i]";
+  const std::string store = r ? codegen::cat("kiln_float_to_", type_name(t), "(v)") : "v";
+  return codegen::cat("// grad_scaler: unscale and check ", type_name(t), " gradients\n",
+                      "KILN_KERNEL void ko_unscale(KILN_GLOBAL ", type_name(t),
+                      "* KILN_RESTRICT g, KILN_GLOBAL float* sc, int64_t n) {\n",  //
+                      "  const ", math, " inv = (", math, ")1 / (", math, ")sc[1];\n",
+                      "  const int64_t stride = (int64_t)kiln_global_size(0);\n",
+                      "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",  //
+                      "    const ", math, " v = ", load, " * inv;\n",                            //
+                      "    if (!(v - v == 0)) sc[0] = 1.0f;\n",                                  //
+                      "    g[i] = ", store, ";\n",                                               //
+                      "  }\n}\n");
+}
+
+// PyTorch's _amp_update_scale_: backoff on inf/NaN, growth (when finite) after `interval` clean
+// steps in a row.
+const char* const update_source =
+    "// grad_scaler: the scale's schedule\n"
+    "KILN_KERNEL void ko_scaler_update(KILN_GLOBAL float* sc, float growth, float backoff,\n"
+    "                                  float interval) {\n"
+    "  if (kiln_global_id(0) != 0) return;\n"
+    "  if (sc[0] != 0.0f) {\n"
+    "    sc[1] = sc[1] * backoff;\n"
+    "    sc[2] = 0.0f;\n"
+    "  } else {\n"
+    "    const float clean = sc[2] + 1.0f;\n"
+    "    const float grown = sc[1] * growth;\n"
+    "    if (clean >= interval && grown - grown == 0) {\n"
+    "      sc[1] = grown;\n"
+    "      sc[2] = 0.0f;\n"
+    "    } else {\n"
+    "      sc[2] = clean >= interval ? 0.0f : clean;\n"
+    "    }\n"
+    "  }\n"
+    "}\n";
+
+std::uint64_t scaler_host_reads() { return host_reads.load(); }
+
+}  // namespace detail
+
+namespace {
+
+using detail::scaler_state;
+
+std::shared_ptr<scaler_state> make_state(const device& dev, double init_scale) {
+  auto s = std::make_shared<scaler_state>();
+  s->dev = dev;
+  s->mem = kiln::detail::allocate(dev, 3 * sizeof(float));
+  const float init[3] = {0.f, static_cast<float>(init_scale), 0.f};
+  queue& q = dev.default_queue();
+  kiln::detail::copy_h2d(*q.impl(), *s->mem, 0, init, sizeof init);
+  q.finish();  // `init` goes out of scope (the copy may be asynchronous)
+  auto v = std::make_shared<kiln::detail::tensor_impl>();
+  v->dev = dev;
+  v->dtype = scalar_type::f32;
+  v->mem = s->mem;
+  v->offset = 1;
+  s->scale = tensor(std::move(v));
+  return s;
+}
+
+}  // namespace
+
+grad_scaler::grad_scaler(const grad_scaler_options& o) : o_(o) {
+  if (!(o.init_scale > 0) || !std::isfinite(static_cast<float>(o.init_scale)) ||
+      !(o.growth_factor > 1) || !(o.backoff_factor > 0 && o.backoff_factor < 1) ||
+      o.growth_interval <= 0 || o.growth_interval > (1 << 24))
     throw invalid_argument(
-        "kiln::optim::grad_scaler: needs init_scale > 0 and finite, growth_factor > 1, "
-        "backoff_factor in (0, 1) and growth_interval > 0");
+        "kiln::optim::grad_scaler: needs init_scale > 0 and finite in f32, growth_factor > 1, "
+        "backoff_factor in (0, 1) and growth_interval in [1, 2^24]");
 }
 
 tensor grad_scaler::scale(const tensor& loss) const {
   if (!loss.defined()) throw invalid_argument("kiln::optim::grad_scaler::scale: undefined loss");
-  return o_.enabled ? loss * float(scale_) : loss;
+  if (!o_.enabled) return loss;
+  if (!state_) state_ = make_state(loss.get_device(), o_.init_scale);
+  if (!(state_->dev == loss.get_device()))
+    throw invalid_argument("kiln::optim::grad_scaler::scale: the loss is on " +
+                           loss.get_device().id() + ", the scaler's state on " + state_->dev.id());
+  return loss * state_->scale;
 }
 
-bool grad_scaler::step(optimizer& opt) {
-  stepped_since_update_ = true;
-  found_inf_ = false;
+grad_scaler::step_result grad_scaler::step(optimizer& opt) {
+  detail::optimizer_impl& o = detail::impl_of(opt.impl());
+  step_result r;
   if (!o_.enabled) {
     opt.step();
-    return true;
+    return r;  // no state: converts to true
   }
-  const float inv = float(1.0 / scale_);
-  tensor probe;  // sum of every gradient times 0: NaN exactly when one holds inf or NaN
-  for (const tensor& p : opt.parameters()) {
-    const tensor g = p.grad();
-    if (!g.defined()) continue;
-    no_grad off;
-    copy_(g, g * inv);
-    const tensor z = (g * 0.f).sum().to(scalar_type::f32);
-    probe = probe.defined() ? probe + z : z;
+  if (!state_) state_ = make_state(o.groups.front().dev, o_.init_scale);
+  scaler_state& s = *state_;
+  for (const detail::group& g : o.groups)
+    if (!(g.dev == s.dev))
+      throw invalid_argument("kiln::optim::grad_scaler::step: a parameter is on " + g.dev.id() +
+                             ", the scaler's state on " + s.dev.id() + " (one device per scaler)");
+  ++s.steps;
+  s.stepped_since_update = true;
+  queue& q = s.dev.default_queue();
+  const float zero = 0;
+  kiln::detail::fill(*q.impl(), *s.mem, 0, &zero, sizeof zero, 1);  // found_inf = 0
+  detail::reclaim_grads(o, true);  // every gradient in its flat slot first
+  for (const detail::group& g : o.groups) {
+    const kernel k = detail::generated(s.dev, detail::unscale_source(g.dtype), "ko_unscale",
+                                       std::string("gradient unscale of ") + type_name(g.dtype));
+    kiln::detail::arg_binding args[] = {detail::mem_arg(*g.grads, g.dtype, false),
+                                        detail::mem_arg(*s.mem, scalar_type::f32, false),
+                                        kiln::detail::bind_arg(g.n)};
+    kiln::detail::launch(*k.impl(), *q.impl(), range(detail::items(s.dev, g.n)), nullptr, args, 3);
   }
-  found_inf_ = probe.defined() && !std::isfinite(probe.item<float>());
-  if (!found_inf_) opt.step();
-  return !found_inf_;
+  detail::step_all(o, s.mem.get());  // skipped on the device when found_inf is up
+  r.state_ = state_;
+  r.step_ = s.steps;
+  return r;
 }
 
 void grad_scaler::update() {
-  if (!o_.enabled || !stepped_since_update_) return;
-  stepped_since_update_ = false;
-  if (found_inf_) {
-    scale_ *= o_.backoff_factor;
-    clean_steps_ = 0;
-  } else if (++clean_steps_ >= o_.growth_interval) {
-    scale_ *= o_.growth_factor;
-    clean_steps_ = 0;
-  }
+  if (!o_.enabled || !state_ || !state_->stepped_since_update) return;
+  scaler_state& s = *state_;
+  s.stepped_since_update = false;
+  const kernel k =
+      detail::generated(s.dev, detail::update_source, "ko_scaler_update", "grad_scaler update");
+  kiln::detail::arg_binding args[] = {
+      detail::mem_arg(*s.mem, scalar_type::f32, false),
+      kiln::detail::bind_arg(static_cast<float>(o_.growth_factor)),
+      kiln::detail::bind_arg(static_cast<float>(o_.backoff_factor)),
+      kiln::detail::bind_arg(static_cast<float>(o_.growth_interval))};
+  kiln::detail::launch(*k.impl(), *s.dev.default_queue().impl(), range(1), nullptr, args, 4);
+}
+
+double grad_scaler::get_scale() const { return state_ ? detail::read(*state_, 1) : o_.init_scale; }
+
+bool grad_scaler::last_step_skipped() const {
+  return state_ && state_->steps > 0 && detail::read(*state_, 0) != 0;
+}
+
+grad_scaler::step_result::operator bool() const {
+  if (!state_) return true;
+  if (state_->steps != step_)
+    throw invalid_argument(
+        "kiln::optim::grad_scaler::step_result: read after a later step() of its scaler (use "
+        "last_step_skipped() for the latest)");
+  return detail::read(*state_, 0) == 0;
 }
 
 }  // namespace kiln::optim

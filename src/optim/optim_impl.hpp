@@ -84,6 +84,10 @@ kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t);
 // count as they are when it holds a non-zero.
 void launch_step(const update_rule& rule, const group& g, std::int64_t launches,
                  const std::vector<double>& values, kiln::detail::memory_impl* skip);
+// Points each parameter's grad() at its slot again; a gradient that is not the slot's view
+// (replaced by set_grad, or undefined) is first copied in (zeros when copy_values is false or
+// it is undefined).
+void reclaim_grads(optimizer_impl& o, bool copy_values);
 // Checks the parameters, reclaims replaced gradients and steps every group once (optimizer::step
 // with skip null; grad_scaler::step with its flag, all groups on its device).
 void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip);

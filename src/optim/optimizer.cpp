@@ -18,25 +18,6 @@ using kiln::detail::tensor_impl;
 // Slots start on 64-element boundaries: aligned, vector-friendly views for every kernel.
 constexpr std::int64_t slot_align = 64;
 
-// Points each parameter's grad() at its slot again; a gradient that is not the slot's view
-// (replaced by set_grad, or undefined) is first copied in (zeros when copy_values is false or
-// it is undefined).
-void reclaim_grads(optimizer_impl& o, bool copy_values) {
-  for (std::size_t i = 0; i < o.params.size(); ++i) {
-    const slot& s = o.slots[i];
-    const tensor g = o.params[i].grad();
-    if (g.impl() == s.grad) continue;
-    if (copy_values) {
-      const group& grp = o.groups[s.group];
-      if (g.defined())
-        write_slot(grp, grp.dtype, *grp.grads, s.offset, g);
-      else
-        fill_value(grp, grp.dtype, *grp.grads, s.offset, o.params[i].numel(), 0);
-    }
-    o.params[i].set_grad(tensor(s.grad));
-  }
-}
-
 std::string param_text(std::size_t i, const tensor& p) {
   return "parameter " + std::to_string(i) + " (" + to_string(p.shape()) + ")";
 }
@@ -145,6 +126,22 @@ optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, do
     p.set_grad(tensor(s.grad));
   }
   return optimizer(std::move(o));
+}
+
+void reclaim_grads(optimizer_impl& o, bool copy_values) {
+  for (std::size_t i = 0; i < o.params.size(); ++i) {
+    const slot& s = o.slots[i];
+    const tensor g = o.params[i].grad();
+    if (g.impl() == s.grad) continue;
+    if (copy_values) {
+      const group& grp = o.groups[s.group];
+      if (g.defined())
+        write_slot(grp, grp.dtype, *grp.grads, s.offset, g);
+      else
+        fill_value(grp, grp.dtype, *grp.grads, s.offset, o.params[i].numel(), 0);
+    }
+    o.params[i].set_grad(tensor(s.grad));
+  }
 }
 
 void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip) {

@@ -8,39 +8,66 @@
 //     kiln::autocast mixed(kiln::scalar_type::f16);
 //     scaler.scale(kiln::nn::cross_entropy(model.forward(x), y)).backward();
 //   }
-//   scaler.step(opt);      // unscale, check, step (or skip)
-//   scaler.update();
+//   scaler.step(opt);      // unscale, check, step (or skip): no host sync
+//   scaler.update();       // no host sync
+//
+// No host sync per step: the scale, the found-inf flag and the count of clean steps live in
+// device memory, on the device of the first loss given to scale() (or of the optimizer). step()
+// is one fill (the flag) and one kernel per parameter group that unscales the gradients in place
+// and raises the flag on inf/NaN, then the optimizer's step kernels, which skip when the flag is
+// up (parameters, state and step count unchanged, as PyTorch); update() is one kernel. Only the
+// accessors marked "reads back" wait for the device. The optimizer's parameters must all be on
+// the scaler's device (else kiln::invalid_argument).
 #pragma once
+
+#include <cstdint>
+#include <memory>
 
 #include "kiln/optim.hpp"
 
 namespace kiln::optim {
 
 struct grad_scaler_options {
-  double init_scale = 65536.0;
+  double init_scale = 65536.0;  // stored as f32: finite in f32
   double growth_factor = 2.0;   // > 1
   double backoff_factor = 0.5;  // in (0, 1)
-  int growth_interval = 2000;   // > 0
+  int growth_interval = 2000;   // in [1, 2^24] (counted in f32 on the device)
   bool enabled = true;          // false: scale() and step() pass through
 };
 
+namespace detail {
+struct scaler_state;
+}
+
 class grad_scaler {
  public:
+  // What step() returns: converting it to bool reads the found-inf flag back (a host sync) and
+  // says whether the step was taken; left unconverted, nothing waits. Valid until the next
+  // step() of the same scaler (then kiln::invalid_argument).
+  class step_result {
+   public:
+    operator bool() const;  // NOLINT: implicit, so `bool stepped = scaler.step(opt)` compiles
+
+   private:
+    friend class grad_scaler;
+    std::shared_ptr<detail::scaler_state> state_;
+    std::uint64_t step_ = 0;
+  };
+
   explicit grad_scaler(const grad_scaler_options& o = {});  // bad options: invalid_argument
-  tensor scale(const tensor& loss) const;                   // loss * scale (lazy)
-  // Unscales the gradients of opt's parameters in place, then steps unless one of them holds
-  // inf or NaN (one read back to the host). True when it stepped.
-  bool step(optimizer& opt);
-  // After step(): backoff on an overflow, growth after growth_interval clean steps in a row.
+  tensor scale(const tensor& loss) const;                   // loss * scale (lazy, on device)
+  // Unscales the gradients of opt's parameters in place and steps, skipped on the device when
+  // one of them holds inf or NaN. No host sync (see step_result).
+  step_result step(optimizer& opt);
+  // After step(): backoff on an overflow, growth after growth_interval clean steps in a row, on
+  // the device.
   void update();
-  double get_scale() const { return scale_; }
-  bool last_step_skipped() const { return found_inf_; }
+  double get_scale() const;        // reads back (a host sync) once the state is on a device
+  bool last_step_skipped() const;  // reads back (a host sync)
 
  private:
   grad_scaler_options o_;
-  double scale_;
-  int clean_steps_ = 0;
-  bool found_inf_ = false, stepped_since_update_ = false;
+  mutable std::shared_ptr<detail::scaler_state> state_;  // made on first use, on its device
 };
 
 }  // namespace kiln::optim
