@@ -21,3 +21,15 @@ for _name, _mod in (("nn", _kiln.nn), ("optim", _kiln.optim), ("nn.models", _kil
 
 __all__ = [name for name in dir(_kiln) if not name.startswith("_")] + [
     "_1", "_2", "_3", "_4", "_i", "query", "zip", "__version__"]
+
+
+def _module_setattr(self, name, value):
+    """A module assigned to an attribute of a Python subclass of kiln.nn.module is registered
+    as its child under that name (as torch.nn.Module does)."""
+    if isinstance(value, _kiln.nn.module) and not name.startswith("_") and \
+            self._is_python_subclass():
+        self.register_module(name, value)
+    object.__setattr__(self, name, value)
+
+
+_kiln.nn.module.__setattr__ = _module_setattr

@@ -6,6 +6,7 @@
 #include "kiln/device.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/version.hpp"
+#include "wait.hpp"
 
 namespace kiln::python {
 namespace {
@@ -72,8 +73,15 @@ void bind_device(py::module_& m) {
       .def_property_readonly("type", [](const device& d) { return type_name(d.info().type); })
       .def_property_readonly("info", [](const device& d) { return info_dict(d.info()); })
       .def("supports", &device::supports, py::arg("feature"))
-      .def("synchronize", &device::synchronize, py::call_guard<py::gil_scoped_release>(),
-           "Blocks (without the GIL) until every queue of the device is idle.")
+      .def(
+          "synchronize",
+          [](const device& d) {
+            wait_for_default_queue(d);  // where tensors and kernels run: Ctrl-C interrupts it
+            py::gil_scoped_release release;
+            d.synchronize();
+          },
+          "Blocks (without the GIL) until every queue of the device is idle; Ctrl-C interrupts "
+          "the wait for the default queue (the device's work runs on).")
       .def(
           "memory_usage",
           [](const device& d) {

@@ -12,6 +12,7 @@
 #include "kiln/buffer.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/queue.hpp"
+#include "wait.hpp"
 
 namespace kiln::python {
 namespace {
@@ -59,6 +60,7 @@ py_buffer buffer_from_data(py::handle data, py::handle dtype, const device& dev)
 }
 
 py::array buffer_numpy(const py_buffer& b) {
+  wait_for_default_queue(b.get_device());  // the kernels writing it, interruptibly
   py::array out(to_numpy_dtype(b.dtype),
                 std::vector<py::ssize_t>{static_cast<py::ssize_t>(b.size)});
   dispatch(b.dtype, [&](auto z) {
@@ -254,6 +256,7 @@ errors raise kiln.compile_error with .log and .excerpt. checks: 'automatic', 'of
       "device_synchronize",
       [](py::handle dev) {
         const device d = to_device(dev);
+        wait_for_default_queue(d);  // where kernels run: Ctrl-C interrupts the long part
         py::gil_scoped_release release;
         d.synchronize();
       },

@@ -13,7 +13,42 @@
 namespace kiln::python {
 namespace {
 
-using module_class = py::class_<nn::module, std::shared_ptr<nn::module>>;
+// A Python subclass of kiln.nn.module: forward (and describe) come from Python, and the
+// protected registration calls are callable from its methods.
+class py_module : public nn::module {
+ public:
+  tensor forward(const tensor& x) const override {
+    PYBIND11_OVERRIDE_PURE(tensor, nn::module, forward, x);  // takes the GIL itself
+  }
+  std::string describe() const override { PYBIND11_OVERRIDE(std::string, nn::module, describe); }
+  using nn::module::add_child;
+  using nn::module::register_buffer;
+  using nn::module::register_parameter;
+};
+
+using module_class = py::class_<nn::module, py_module, std::shared_ptr<nn::module>>;
+
+py_module& python_subclass(nn::module& m, const char* fn) {
+  auto* p = dynamic_cast<py_module*>(&m);
+  if (!p)
+    throw py::type_error(std::string("kiln.nn.module.") + fn +
+                         ": only for subclasses of kiln.nn.module written in Python");
+  return *p;
+}
+
+// The module as C++ holds it. A Python subclass's C++ part cannot call forward once its Python
+// object is gone, so the pointer handed to a container keeps that object alive.
+std::shared_ptr<nn::module> hold(py::handle h) {
+  std::shared_ptr<nn::module> sp = h.cast<std::shared_ptr<nn::module>>();
+  if (!dynamic_cast<py_module*>(sp.get())) return sp;
+  auto* keep = new py::object(py::reinterpret_borrow<py::object>(h));
+  nn::module* raw = sp.get();
+  return std::shared_ptr<nn::module>(raw, [keep](nn::module*) {
+    if (!Py_IsInitialized()) return;  // at exit the object went with the interpreter
+    py::gil_scoped_acquire gil;
+    delete keep;
+  });
+}
 
 py::dict to_dict(const nn::named_tensors& xs) {
   py::dict d;
@@ -40,7 +75,39 @@ py::class_<M, nn::module, std::shared_ptr<M>> layer(py::module_& m, const char* 
 }
 
 void bind_modules(py::module_& nn_m) {
-  module_class(nn_m, "module", "Base of Kiln's layers: parameters, buffers, children, forward.")
+  module_class(nn_m, "module", py::dynamic_attr(), R"(Base of Kiln's layers; subclass it in Python:
+
+    class mlp(kiln.nn.module):
+        def __init__(self):
+            super().__init__()
+            self.fc1 = kiln.nn.linear(784, 64)     # a module attribute is registered as "fc1"
+            self.scale = self.register_parameter("scale", kiln.ones(64))
+        def forward(self, x):
+            return self.fc1(x).relu() * self.scale)")
+      .def(py::init<>())
+      .def(
+          "register_parameter",
+          [](nn::module& m, std::string name, const tensor& t) {
+            return python_subclass(m, "register_parameter").register_parameter(std::move(name), t);
+          },
+          py::arg("name"), py::arg("tensor"),
+          "Makes the tensor a leaf that requires a gradient, saved in state_dict; returns it.")
+      .def(
+          "register_buffer",
+          [](nn::module& m, std::string name, const tensor& t) {
+            return python_subclass(m, "register_buffer").register_buffer(std::move(name), t);
+          },
+          py::arg("name"), py::arg("tensor"), "State saved in state_dict but not trained.")
+      .def(
+          "register_module",
+          [](nn::module& m, std::string name, py::handle child) {
+            python_subclass(m, "register_module").add_child(std::move(name), hold(child));
+            return child;
+          },
+          py::arg("name"), py::arg("module"),
+          "A child module (its parameters join this one's, named 'name.*'); returns it.")
+      .def("_is_python_subclass",
+           [](nn::module& m) { return dynamic_cast<py_module*>(&m) != nullptr; })
       // Without the GIL: products and convolutions may run at once (the rest is lazy).
       .def("forward", &nn::module::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
       .def("__call__", &nn::module::forward, py::arg("x"), py::call_guard<py::gil_scoped_release>())
@@ -65,10 +132,12 @@ void bind_modules(py::module_& nn_m) {
       nn_m, "sequential", "Modules applied in order: kiln.nn.sequential(linear, relu(), ...).")
       .def(py::init([](py::args mods) {
         auto s = std::make_shared<nn::sequential>();
-        for (py::handle h : mods) s->push_back(h.cast<std::shared_ptr<nn::module>>());
+        for (py::handle h : mods) s->push_back(hold(h));
         return s;
       }))
-      .def("append", &nn::sequential::push_back, py::arg("module"))
+      .def(
+          "append", [](nn::sequential& s, py::handle m) { s.push_back(hold(m)); },
+          py::arg("module"))
       .def("__len__", &nn::sequential::size)
       .def("__getitem__", [](const nn::sequential& s, std::size_t i) {
         if (i >= s.size()) throw py::index_error("kiln.nn.sequential: index out of range");

@@ -10,6 +10,7 @@
 #include "kiln/tensor.hpp"
 #include "kiln/tensor/inplace.hpp"
 #include "tensor_args.hpp"
+#include "wait.hpp"
 
 namespace kiln::python {
 
@@ -59,11 +60,18 @@ tensor tensor_from_data(py::handle data, py::handle dtype, const device& dev) {
 
 namespace {
 
+// Waits, interruptibly (wait.hpp), for the work already queued where x lives (the products,
+// convolutions and kernels x may be made of), so that the read after it is short. x's own lazy
+// kernel, if any, runs inside the read: evaluating it here would make the read, not the
+// evaluation, the last evaluating call that last_tensor_stats() reports.
+void wait_before_reading(const tensor& x) { wait_for_default_queue(x.get_device()); }
+
 py::array to_numpy(const tensor& x) {
   const py::dtype dt = to_numpy_dtype(x.dtype());
   std::vector<py::ssize_t> shape(x.shape().begin(), x.shape().end());
   py::array out(dt, shape);
   void* dst = out.mutable_data();
+  wait_before_reading(x);
   {
     py::gil_scoped_release release;
     detail::tensor_read(x, x.dtype(), dst, static_cast<std::uint64_t>(x.numel()));
@@ -127,6 +135,7 @@ tensor index(const tensor& x, py::handle key) {
 
 // The one element (kiln.shape_error unless numel is 1) as a Python number.
 py::object item(const tensor& x) {
+  wait_before_reading(x);
   return dispatch(x.dtype(), [&](auto z) -> py::object {
     using T = decltype(z);
     T v;

@@ -82,3 +82,65 @@ def test_submodules_import_by_name():
     from kiln.optim import sgd
 
     assert nn is kiln.nn and models is kiln.nn.models and sgd is kiln.optim.sgd
+
+
+class _scaled_mlp(kiln.nn.module):
+    """A model written in Python: two Kiln layers and a parameter of its own."""
+
+    def __init__(self, dev):
+        super().__init__()
+        self.fc1 = kiln.nn.linear(4, 16, device=dev, seed=1)
+        self.fc2 = kiln.nn.linear(16, 2, device=dev, seed=2)
+        self.scale = self.register_parameter("scale", kiln.ones(16, device=dev))
+        self.steps = self.register_buffer("steps", kiln.zeros(1, device=dev))
+
+    def forward(self, x):
+        return self.fc2(self.fc1(x).relu() * self.scale)
+
+    def describe(self):
+        return "scaled_mlp"
+
+
+def test_python_subclass_registers_and_trains(dev):
+    model = _scaled_mlp(dev)
+    names = [n for n, _ in model.named_parameters()]
+    assert names == ["scale", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+    assert [n for n, _ in model.named_buffers()] == ["steps"]
+    assert set(model.state_dict()) == set(names) | {"steps"}
+    assert model.parameter_count() == 16 + 4 * 16 + 16 + 16 * 2 + 2
+    assert "scaled_mlp" in repr(model)
+    x, y = _blobs(64, 1)
+    xt, yt = kiln.tensor(x, device=dev), kiln.tensor(y, device=dev)
+    # Called through C++ (module.__call__ -> the virtual forward -> Python) and directly.
+    np.testing.assert_allclose(model(xt).numpy(), model.forward(xt).numpy(), rtol=1e-6)
+    opt = kiln.optim.adam(model.parameters(), lr=0.05)
+    first = None
+    for _ in range(20):
+        opt.zero_grad()
+        loss = kiln.nn.cross_entropy(model(xt), yt)
+        loss.backward()
+        opt.step()
+        first = first if first is not None else loss.item()
+    assert loss.item() < 0.5 * first
+    assert not np.allclose(model.scale.numpy(), 1)  # its own parameter was trained too
+
+
+def test_python_subclass_inside_sequential_outlives_its_name(cpu):
+    # The sequential keeps the Python object alive: its forward is still Python's.
+    seq = kiln.nn.sequential(_scaled_mlp(cpu), kiln.nn.log_softmax(1))
+    seq.append(kiln.nn.relu())
+    import gc
+    gc.collect()
+    out = seq(kiln.ones(3, 4, device=cpu)).numpy()
+    assert out.shape == (3, 2)
+    assert len(seq.parameters()) == 5
+
+
+def test_module_subclass_errors(cpu):
+    class no_forward(kiln.nn.module):
+        pass
+
+    with pytest.raises(RuntimeError, match="forward"):
+        no_forward()(kiln.ones(2, device=cpu))
+    with pytest.raises(TypeError, match="written in Python"):
+        kiln.nn.linear(2, 2, device=cpu).register_parameter("w", kiln.ones(2, device=cpu))
