@@ -1,7 +1,9 @@
 // CPU operations unloaded and with other processes competing for the cores (issue 24: Kiln owns
 // the CPU threads, so an op stays within ~3x of its unloaded time when two busy processes share
 // a 2-core machine). Each row: the median wall time of --runs runs on cpu:0, alone, then with
-// --busy processes spinning; the ratio. Peers: OpenBLAS called directly with its own threads
+// --busy processes spinning; the ratio. Convolution rows run through oneDNN where the CPU
+// backend has it (one oneDNN thread per task over Kiln's pool; KILN_DNN_PORTABLE=1 for the
+// portable kernels). Peers: OpenBLAS called directly with its own threads
 // (what Kiln did before it owned them), and a plain one-thread loop.
 //
 //   bench_cpu_load [--busy 2] [--runs 7]
@@ -17,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <kiln/kiln.hpp>
+#include <kiln/tensor/conv.hpp>
 #include <string>
 #include <vector>
 
@@ -74,6 +77,12 @@ int main(int argc, char** argv) {
   const tensor a = tensor::randn(dev, {32, 200000}, 1), b = tensor::randn(dev, {200000, 16}, 2);
   const tensor s = tensor::randn(dev, {512, 512}, 3), t = tensor::randn(dev, {512, 512}, 4);
   const tensor x = tensor::randn(dev, {1 << 24}, 5), r = tensor::randn(dev, {4096, 1024}, 6);
+  // Convolution (oneDNN where the "dnn" extension loads, else im2col + GEMM): 3x3 64->64 at
+  // 56^2, batch 4, as bench_tensor's CPU rows.
+  const tensor cx = tensor::randn(dev, {4, 64, 56, 56}, 7),
+               cw = tensor::randn(dev, {64, 64, 3, 3}, 8);
+  const tensor cdy = tensor::randn(dev, {4, 64, 56, 56}, 9);
+  const kiln::conv2d_options pad1{.padding = {1, 1}};
   std::vector<float> hx(1 << 24, 1.f), hy(1 << 24);
   // OpenBLAS itself, with as many of its own threads as there are cores (set for the row only:
   // Kiln sets the process's OpenBLAS to one thread).
@@ -92,6 +101,11 @@ int main(int argc, char** argv) {
       {"fused x*2+1 then relu, 16M", [&] { (void)kiln::relu(x * 2.f + 1.f).eval(); }},
       {"sum 16M", [&] { (void)x.sum().item<float>(); }},
       {"softmax rows [4096,1024]", [&] { (void)r.softmax(1).eval(); }},
+      {"conv 3x3 64->64 56^2 N4 fwd", [&] { (void)kiln::conv2d(cx, cw, {}, pad1).eval(); }},
+      {"conv 3x3 bwd data",
+       [&] { (void)kiln::conv2d_backward_data(cdy, cw, cx.shape(), pad1).eval(); }},
+      {"conv 3x3 bwd filter",
+       [&] { (void)kiln::conv2d_backward_filter(cx, cdy, cw.shape(), pad1).eval(); }},
       {"plain loop y=x*2+1, 16M (1 thread)",
        [&] {
          for (std::size_t i = 0; i < hx.size(); ++i) hy[i] = hx[i] * 2.f + 1.f;

@@ -5,10 +5,12 @@
 // the queue's worker thread, in order with copies, launches and GEMMs.
 //
 // Threads: Kiln owns them, as with OpenBLAS (blas.cpp). Debian's libdnnl runs on OpenMP
-// (libgomp), whose threads busy-wait at barriers and collapse when other processes share the
-// cores. Every thread that calls oneDNN sets its OpenMP thread count to one, and a call is
-// split into chunks of images that run over the CPU backend's pool (whose workers steal a
-// preempted worker's chunks). Backward filter sums the chunks' partial gradients here.
+// (libgomp): its threads would be a second pool beside Kiln's, busy-waiting at barriers for
+// a preempted peer. Instead every thread that calls oneDNN sets its OpenMP thread count to
+// one, and a call is split into chunks of images times slices of channels that run over the
+// CPU backend's pool (whose workers steal a preempted worker's tasks). Backward filter sums
+// the chunks' partial gradients here, in a fixed order. KILN_DNNL_OPENMP=1 gives oneDNN its
+// own OpenMP threads instead, to compare (bench_cpu_load, bench_tensor).
 //
 // Layouts: Kiln's tensors are NCHW; oneDNN's fast kernels want blocked layouts (nChw16c, ...),
 // so each primitive is created with "any" layout and the operands are reordered in and out,
@@ -101,11 +103,21 @@ const dnnl_api& dnnl() {
   return api;
 }
 
+// KILN_DNNL_OPENMP=1: for comparison only, oneDNN's own OpenMP threads (as many as the pool)
+// and one call per convolution, instead of one thread per task over Kiln's pool.
+bool openmp_threads() {
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_DNNL_OPENMP");
+    return e && std::string_view(e) == "1";
+  }();
+  return on;
+}
+
 // One oneDNN thread on the calling thread (OpenMP's thread count is per thread), and that
 // thread's stream (a CPU stream runs primitives inline on the caller).
 dnnl_stream_t thread_stream() {
   thread_local dnnl_stream_t stream = [] {
-    if (dnnl().omp_set_num_threads) dnnl().omp_set_num_threads(1);
+    if (dnnl().omp_set_num_threads && !openmp_threads()) dnnl().omp_set_num_threads(1);
     dnnl_stream_t s = nullptr;
     dnnl().dnnl_stream_create(&s, dnnl().engine, dnnl_stream_default_flags);
     return s;  // never destroyed: the thread may outlive oneDNN's statics at exit
@@ -357,7 +369,7 @@ const plan* plan_for(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t n
   // and spawns that many threads when it runs: one. The caller's own count comes back after.
   const dnnl_api& d = dnnl();
   const int threads = d.omp_get_max_threads ? d.omp_get_max_threads() : 1;
-  if (d.omp_set_num_threads) d.omp_set_num_threads(1);
+  if (d.omp_set_num_threads) d.omp_set_num_threads(openmp_threads() ? int(pool().size()) : 1);
   struct restore {
     int n;
     ~restore() {
@@ -443,7 +455,7 @@ struct grid {
 
 grid grid_of(direction dir, const kiln_dnn_conv_desc& c, bool direct) {
   const std::uint64_t threads = pool().size(), want = 2 * threads;
-  const bool small = threads < 2 || flops_of(c) < 2e6;
+  const bool small = openmp_threads() || threads < 2 || flops_of(c) < 2e6;
   std::uint64_t chunks = small ? 1 : std::min<std::uint64_t>(c.n, want);
   if (dir == direction::backward_filter) {  // at most 64 MiB of partial gradients
     const std::uint64_t w_bytes = c.k * (c.c / c.groups) * c.r * c.s * sizeof(float);
