@@ -44,7 +44,10 @@ struct train_options {
   std::uint64_t seed = 0;
   bool batch_norm = false;
   double lr = 1e-3;
-  std::string autocast;  // "", "bf16" or "f16": forward passes under kiln::autocast
+  // fp32; tf32 (f32 GEMM/conv may use TensorFloat-32); bf16 or f16 (forward passes under
+  // kiln::autocast; f16 with optim::grad_scaler).
+  std::string precision = "fp32";
+  std::int64_t max_steps = 0;  // > 0: at most this many steps per epoch (smoke tests)
 };
 int train(const train_options& o);
 

@@ -112,8 +112,15 @@ int main(int argc, char** argv) {
       "reads them\n(docs/placement.md). Progress goes to stderr when it is a terminal.");
 
   train_options to;
-  CLI::App* tr = command("train", "Train the MLP and LeNet on MNIST (scripts/fetch_mnist.sh)",
-                         [&] { return train(to); });
+  CLI::Option* autocast = nullptr;  // the deprecated alias of --precision bf16|f16
+  CLI::App* tr = command("train", "Train the MLP and LeNet on MNIST (scripts/fetch_mnist.sh)", [&] {
+    if (autocast->count() > 0)
+      std::fprintf(stderr,
+                   "kiln train: --autocast is deprecated: use "
+                   "--precision %s\n",
+                   to.precision.c_str());
+    return train(to);
+  });
   tr->footer("Trains on the MNIST digits of scripts/fetch_mnist.sh (8,000 train / 2,000 test).");
   tr->add_option("model", to.model, "mlp, lenet, both, or mlp_wide (10M parameters)")
       ->check(CLI::IsMember({"mlp", "lenet", "both", "mlp_wide"}))
@@ -141,11 +148,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tr->add_option("--lr", to.lr, "Adam's learning rate")->type_name("X")->capture_default_str();
   tr->add_flag("--batch-norm", to.batch_norm, "LeNet with batch normalisation");
-  tr->add_option("--autocast", to.autocast,
-                 "Mixed precision: matrix products in bf16 or f16 (kiln::autocast), f32 "
-                 "parameters; f16 adds loss scaling")
-      ->check(CLI::IsMember({"bf16", "f16"}))
-      ->type_name("bf16|f16");
+  CLI::Option* precision =
+      tr->add_option("--precision", to.precision,
+                     "fp32; tf32 (f32 products and convolutions may use TensorFloat-32 where the "
+                     "device has it); bf16 or f16 (mixed precision: matrix products in 16 bits "
+                     "under kiln::autocast, f32 parameters; f16 adds loss scaling)")
+          ->check(CLI::IsMember({"fp32", "tf32", "bf16", "f16"}))
+          ->type_name("fp32|tf32|bf16|f16")
+          ->capture_default_str();
+  autocast = tr->add_option("--autocast", to.precision, "Deprecated: --precision bf16|f16")
+                 ->check(CLI::IsMember({"bf16", "f16"}))
+                 ->type_name("bf16|f16")
+                 ->excludes(precision);
+  tr->add_option("--steps", to.max_steps, "At most N steps per epoch (0: the whole epoch)")
+      ->check(CLI::Range(std::int64_t{0}, INT64_MAX).description(""))
+      ->type_name("N")
+      ->capture_default_str();
   tr->add_option("--data", to.data_dir, "The MNIST directory (default: scripts/fetch_mnist.sh's)")
       ->type_name("DIR");
   tr->add_option("--save", to.save_dir, "Save each model's checkpoint (safetensors) there")

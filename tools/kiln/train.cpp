@@ -5,6 +5,8 @@
 // With --devices A,B,... it trains data-parallel (kiln::nn::data_parallel), one rank per device:
 // each rank takes every N-th training digit and batch/N of each step's batch, so a step sees as
 // many digits as on one device, and rank 0 reports the test accuracy.
+// --precision: fp32; tf32 (TensorFloat-32 in the f32 products and convolutions); bf16 or f16
+// (kiln::autocast around the forward pass, f32 parameters; f16 with optim::grad_scaler).
 #include <unistd.h>
 
 #include <chrono>
@@ -24,6 +26,7 @@
 #include "kiln/nn/models.hpp"
 #include "kiln/optim.hpp"
 #include "kiln/optim/grad_scaler.hpp"
+#include "kiln/tensor/linear.hpp"
 
 namespace kiln::tool {
 namespace {
@@ -40,9 +43,27 @@ double since(clock_type::time_point t) {
   return std::chrono::duration<double>(clock_type::now() - t).count();
 }
 
+// --precision tf32: convolutions through their options; linear layers through kiln::linear
+// with tf32 (nn::linear has no such option), sequentials layer by layer.
+void convolutions_in_tf32(nn::module& m) {
+  if (auto* c = dynamic_cast<nn::conv2d*>(&m)) c->options.tf32 = true;
+  for (const auto& [name, child] : m.children()) convolutions_in_tf32(*child);
+}
+tensor forward_tf32(const nn::module& m, const tensor& x) {
+  if (const auto* l = dynamic_cast<const nn::linear*>(&m))
+    return kiln::linear(x, l->weight, l->bias, "none", {.tf32 = true});
+  if (dynamic_cast<const nn::sequential*>(&m) == nullptr) return m.forward(x);
+  tensor y = x;
+  for (const auto& [name, child] : m.children()) y = forward_tf32(*child, y);
+  return y;
+}
+tensor forward(const nn::module& m, const tensor& x, const train_options& o) {
+  return o.precision == "tf32" ? forward_tf32(m, x) : m.forward(x);
+}
+
 // Fraction of the set the model labels correctly (eval mode, no recording, batches of 500).
 double accuracy(const nn::module& model, const data::dataset& set, const device& dev,
-                const shape_t& sample) {
+                const shape_t& sample, const train_options& o) {
   no_grad off;
   std::int64_t correct = 0;
   const std::int64_t n = set.size(), f = set.features, step = 500;
@@ -54,7 +75,7 @@ double accuracy(const nn::module& model, const data::dataset& set, const device&
         dev, std::span<const float>(set.images.data() + i * f, std::size_t(b * f)), shape);
     const tensor y =
         tensor::from(dev, std::span<const std::int64_t>(set.labels.data() + i, std::size_t(b)));
-    correct += (model(x).argmax(1) == y).sum().item<std::int64_t>();
+    correct += (forward(model, x, o).argmax(1) == y).sum().item<std::int64_t>();
   }
   return n ? double(correct) / double(n) : 0;
 }
@@ -119,29 +140,34 @@ result train_one(const std::string& name, const train_options& o, const device& 
   nn::sequential model =
       name == "lenet" ? nn::models::lenet(dev, o.batch_norm) : nn::models::by_name(name, dev);
   const shape_t sample = nn::models::sample_shape(name);
+  if (o.precision == "tf32") convolutions_in_tf32(model);
   optim::optimizer opt = optim::adam(model.parameters(), {.lr = o.lr});
   std::unique_ptr<nn::data_parallel> ddp;
   if (comm) ddp = std::make_unique<nn::data_parallel>(model, opt, *comm);
   std::unique_ptr<optim::grad_scaler> scaler;
-  if (o.autocast == "f16") {
+  if (o.precision == "f16") {
     if (comm)
-      throw invalid_argument("kiln train: --autocast f16 with --devices is not supported yet "
-                             "(loss scaling across ranks); use bf16");
+      throw invalid_argument(
+          "kiln train: --precision f16 with --devices is not supported yet "
+          "(loss scaling across ranks); use bf16");
     scaler = std::make_unique<optim::grad_scaler>();
   }
   const data::dataset mine = comm ? shard(train, comm->rank(), ranks) : train;
   const std::int64_t batch = o.batch / ranks, n = mine.size();
-  const std::int64_t batches = (n + batch - 1) / batch;
+  std::int64_t batches = (n + batch - 1) / batch;
+  if (o.max_steps > 0) batches = std::min(batches, o.max_steps);
   const bool tty = lead && isatty(fileno(stdout));
   result r{name, 0, 0, 0, 0, model.parameter_count()};
   if (lead && comm)
-    std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %d ranks (batch %lld each)\n",
-                name.c_str(), (long long)r.parameters, o.lr, (long long)o.batch, ranks,
-                (long long)(o.batch / ranks));
+    std::printf(
+        "%s: %lld parameters, Adam lr %g, batch %lld, on %d ranks (batch %lld each), "
+        "precision %s\n",
+        name.c_str(), (long long)r.parameters, o.lr, (long long)o.batch, ranks,
+        (long long)(o.batch / ranks), o.precision.c_str());
   else if (lead)
-    std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s%s%s\n", name.c_str(),
+    std::printf("%s: %lld parameters, Adam lr %g, batch %lld, on %s, precision %s\n", name.c_str(),
                 (long long)r.parameters, o.lr, (long long)o.batch, dev.id().c_str(),
-                o.autocast.empty() ? "" : ", autocast ", o.autocast.c_str());
+                o.precision.c_str());
   const auto start = clock_type::now();
   double images = 0, train_seconds = 0;
   for (int e = 0; e < o.epochs; ++e) {
@@ -160,9 +186,10 @@ result train_one(const std::string& name, const train_options& o, const device& 
       tensor loss;
       {
         std::optional<kiln::autocast> mixed;
-        if (!o.autocast.empty())
-          mixed.emplace(o.autocast == "f16" ? scalar_type::f16 : scalar_type::bf16);
-        loss = nn::cross_entropy(ddp ? (*ddp)(x) : model(x), y);
+        if (o.precision == "bf16" || o.precision == "f16")
+          mixed.emplace(o.precision == "f16" ? scalar_type::f16 : scalar_type::bf16);
+        // data_parallel's forward is the model's (its work is in backward and step).
+        loss = nn::cross_entropy(forward(model, x, o), y);
       }
       if (scaler) {  // f16: loss scaling (not with data parallel: refused above)
         scaler->scale(loss).backward();
@@ -192,7 +219,7 @@ result train_one(const std::string& name, const train_options& o, const device& 
     images += double(seen) * ranks;
     if (!lead) continue;
     model.eval();
-    const double acc = accuracy(model, test, dev, sample);
+    const double acc = accuracy(model, test, dev, sample, o);
     r.final_loss = steps ? double(loss_sum.item<float>()) / double(steps) : 0;
     r.test_accuracy = acc;
     if (tty) std::printf("\r%*s\r", 100, "");
@@ -214,8 +241,8 @@ result train_one(const std::string& name, const train_options& o, const device& 
 
 void print_summary(const std::string& where, const train_options& o,
                    const std::vector<result>& results, bool ranks) {
-  std::printf("\nsummary (%s, %d epochs, batch %lld)\n", where.c_str(), o.epochs,
-              (long long)o.batch);
+  std::printf("\nsummary (%s, %d epochs, batch %lld, %s)\n", where.c_str(), o.epochs,
+              (long long)o.batch, o.precision.c_str());
   std::printf("  model  parameters  test accuracy  final loss  train img/s  total s%s\n",
               ranks ? "  max rank diff" : "");
   for (const result& r : results) {
