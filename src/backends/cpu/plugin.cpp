@@ -6,6 +6,8 @@
 #include <cstdio>
 
 #include "backends/cpu/cpu_backend.hpp"
+#include "blas_abi.h"
+#include "dnn_abi.h"
 #include "plugin_table.hpp"
 #include "runtime/builtin_backend.hpp"
 
@@ -43,11 +45,22 @@ namespace {
 using cpu::last_error;
 using cpu::set_error;
 
+// Names the compiler and the libraries behind the extensions ("...; OpenBLAS 0.3.21, oneDNN
+// 2.6.3"), as `kiln info` shows them; loading them here costs nothing extra, since the
+// registry asks for the extension list right after.
 kiln_status init() {
   availability_text = compiler_path().empty()
                           ? "no host C++ compiler (install g++ or set KILN_CXX): kernels cannot "
                             "be compiled"
                           : "kernels compiled by " + compiler_path();
+  std::string libraries;
+  if (auto* b =
+          static_cast<const kiln_blas_v1*>(blas_extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION)))
+    libraries = b->library;
+  if (auto* d =
+          static_cast<const kiln_dnn_v1*>(dnn_extension(KILN_DNN_EXTENSION, KILN_DNN_VERSION)))
+    libraries += (libraries.empty() ? "" : ", ") + std::string(d->library);
+  if (!libraries.empty()) availability_text += "; " + libraries;
   return KILN_OK;
 }
 void shutdown() {}

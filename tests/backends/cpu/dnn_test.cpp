@@ -57,6 +57,10 @@ TEST(CpuDnnTest, TableIsOneDnnAndConvolutionUsesIt) {
     if (b.name == "cpu")
       for (const std::string& e : b.extensions) listed = listed || e == "dnn/1";
   EXPECT_TRUE(listed) << "cpu backend does not list dnn/1";
+  for (const kiln::backend_status& b : kiln::backends())  // `kiln info` names the library
+    if (b.name == "cpu") {
+      EXPECT_NE(b.detail.find(dnn->library), std::string::npos) << b.detail;
+    }
   const kiln::tensor x = kiln::tensor::randn(cpu, {1, 2, 5, 5}, 3);
   (void)kiln::conv2d(x, kiln::tensor::randn(cpu, {2, 2, 3, 3}, 4)).eval();
   EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
