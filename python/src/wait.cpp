@@ -1,6 +1,7 @@
-// Interruptible waits (wait.hpp): poll the event, yielding at first (most waits are short) and
-// then sleeping, with the GIL released; every 20 ms take the GIL and let Python run its signal
-// handlers.
+// Interruptible waits (wait.hpp): poll the event with the GIL released, and every 20 ms take the
+// GIL and let Python run its signal handlers. (A thread blocked in the wait instead, woken
+// through a condition variable, would react sooner, but an interrupted wait would leave it
+// inside Kiln while the interpreter exits.)
 #include "wait.hpp"
 
 #include <chrono>
@@ -10,10 +11,14 @@ namespace kiln::python {
 
 namespace py = pybind11;
 
-void wait_interruptibly(const event& e) {
+void wait_interruptibly(const event& e, bool gpu) {
   if (e.done()) return;
   using clock = std::chrono::steady_clock;
   const auto start = clock::now();
+  // Yielding reacts at once but keeps a core busy: right while a GPU computes (what CUDA's own
+  // synchronisation does), wrong on the CPU backend, whose workers need the cores. After that
+  // the poll sleeps in 50 us steps, a small share of any wait that long.
+  const auto spin = gpu ? std::chrono::microseconds(5000) : std::chrono::microseconds(50);
   auto next_check = start + std::chrono::milliseconds(20);
   for (;;) {
     {
@@ -21,12 +26,10 @@ void wait_interruptibly(const event& e) {
       while (!e.done()) {
         const auto now = clock::now();
         if (now >= next_check) break;
-        // The first 200 us yield (a kernel about to finish); later polls sleep, so a long wait
-        // costs no core.
-        if (now - start < std::chrono::microseconds(200))
+        if (now - start < spin)
           std::this_thread::yield();
         else
-          std::this_thread::sleep_for(std::chrono::microseconds(100));
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
       }
     }
     if (e.done()) return;
@@ -35,6 +38,8 @@ void wait_interruptibly(const event& e) {
   }
 }
 
-void wait_for_default_queue(const device& dev) { wait_interruptibly(dev.default_queue().record()); }
+void wait_for_default_queue(const device& dev) {
+  wait_interruptibly(dev.default_queue().record(), dev.info().type == device_type::gpu);
+}
 
 }  // namespace kiln::python

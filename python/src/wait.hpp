@@ -11,8 +11,9 @@
 
 namespace kiln::python {
 
-// Until e is done, without the GIL; raises what a signal handler raised meanwhile.
-void wait_interruptibly(const event& e);
+// Until e is done, without the GIL; raises what a signal handler raised meanwhile. gpu: e
+// marks work on a GPU (the host may spin while it runs).
+void wait_interruptibly(const event& e, bool gpu);
 // Until the work queued so far on dev's default queue (where tensors and kernels run) is done.
 void wait_for_default_queue(const device& dev);
 
