@@ -13,8 +13,8 @@
 #   reduced   (issue 24) the f16/bf16 tests and GEMMs on every device
 #   gemm      (issue 24) bench_gemm on cuda:0 beside PyTorch's matmul, f32/TF32/bf16/f16
 #   mixed     (issue 24/27) autocast, external-memory and f16/bf16 tests on every device, and
-#             kiln train mlp_wide/mlp on cuda:0 in f32 and under --autocast bf16/f16
-#   changed   tensor_test, nn_test and linalg_test whole on every device
+#             kiln train mlp_wide/lenet on cuda:0 at --precision fp32/tf32/bf16/f16
+#   changed   $CHANGED (default tensor_test nn_test linalg_test optim_test) whole, every device
 #   python    (issue 27) the pytest suite and the tour with torch/CuPy on the GPUs
 build=${1:-build}
 shift
@@ -150,18 +150,17 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
         grep -hE "tests? ran|PASSED|FAILED \]|stress   \]" "$OUT/$l.log" | cut -c1-400 | head -12 |
           tee -a "$OUT/summary.txt"
       done
-      for m in mlp_wide mlp; do
-        for a in none bf16 f16; do
-          ac=; [ $a != none ] && ac="--autocast $a"
-          step "train_${m}_$a" 120 $B/kiln train $m --device cuda:0 --batch 256 --epochs 3 $ac \
-            --data data/mnist
-          tail -n 1 "$OUT/train_${m}_$a.log" | sed "s/^/$a /" | tee -a "$OUT/summary.txt"
+      for m in mlp_wide lenet; do
+        for p in fp32 tf32 bf16 f16; do
+          step "train_${m}_$p" 120 $B/kiln train $m --device cuda:0 --batch 256 --epochs 3 \
+            --precision $p --data data/mnist
+          tail -n 2 "$OUT/train_${m}_$p.log" | sed "s/^/$m $p /" | tee -a "$OUT/summary.txt"
         done
       done
       ;;
     changed)  # the binaries whose code changed since the last suite round, whole, 3 at a time
       export KILN_CONFORMANCE_REQUIRE=cuda,opencl
-      printf '%s\n' tensor_test nn_test linalg_test |
+      printf '%s\n' ${CHANGED:-tensor_test nn_test linalg_test optim_test} |
         xargs -P 3 -I{} sh -c 'timeout -k 5 420 '"$B"'/{} --gtest_brief=1 > '"$OUT"'/changed_{}.log 2>&1;
           echo "{} rc=$?"' | sort | tee -a "$OUT/summary.txt"
       grep -h "FAILED \]" "$OUT"/changed_*.log | sort -u | head -20 | tee -a "$OUT/summary.txt"
@@ -175,6 +174,9 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
       step pytest 300 python3 -m pytest -q -rsx -p no:cacheprovider tests/python
       tail -n 15 "$OUT/pytest.log" | tee -a "$OUT/summary.txt"
+      step pyquery 200 python3 bench/python_query.py --device cuda:0 --runs 50
+      step cppquery 200 $B/bench_query_python_peer --device cuda:0 --runs 50
+      grep -h "^n " "$OUT/pyquery.log" "$OUT/cppquery.log" | tee -a "$OUT/summary.txt"
       step tour 120 python3 examples/python/tour.py cuda:0
       step overhead 120 python3 examples/python/overhead.py cuda:0
       tail -n 8 "$OUT/tour.log" "$OUT/overhead.log" | tee -a "$OUT/summary.txt"

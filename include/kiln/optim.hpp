@@ -18,6 +18,11 @@
 // in a second flat buffer (each parameter's grad() is a view of it, so backward accumulates in
 // place), and the state (exp_avg, ...) in flat buffers too. step() is then one elementwise
 // kernel per group over the flat buffers, zero_grad() one fill. docs/optim.md has the design.
+//
+// bf16 and f16 parameters get f32 master weights: the optimizer keeps an f32 copy of each, the
+// step kernel updates the master and the state in f32 and writes the rounded 16-bit parameter
+// (the same one launch per group; gradients stay 16-bit). The step count lives on the device,
+// so a step that optim::grad_scaler skips changes nothing, the count included.
 #pragma once
 
 #include <cstdint>
@@ -54,7 +59,9 @@ class optimizer {
   void zero_grad();
   double lr() const;
   void set_lr(double lr);           // negative: kiln::invalid_argument
-  std::int64_t step_count() const;  // step() calls so far (restored by load_state_dict)
+  // step() calls that stepped so far (restored by load_state_dict); after a step a grad_scaler
+  // may have skipped, the first call reads the device's count back (a sync).
+  std::int64_t step_count() const;
   // The parameters, in the order given at construction (the same handles).
   const std::vector<tensor>& parameters() const;
   // "sgd", "adam", "adamw", "rmsprop", "adagrad".
@@ -64,7 +71,8 @@ class optimizer {
   // parameter i (construction order) its buffers "state.<i>.<buffer>" with the parameter's
   // shape and dtype, on its device: sgd "momentum_buffer" (with momentum), adam/adamw
   // "exp_avg", "exp_avg_sq" (+ "max_exp_avg_sq" with amsgrad), rmsprop "square_avg"
-  // (+ "momentum_buffer" with momentum, "grad_avg" when centered), adagrad "sum". Other
+  // (+ "momentum_buffer" with momentum, "grad_avg" when centered), adagrad "sum"; for a 16-bit
+  // parameter also "master" (its f32 master weights) and the buffers in f32. Other
   // hyper-parameters are not saved (they come from the options of the new optimizer).
   state_dict_t state_dict() const;
   // Restores what state_dict gave (from any device, any floating dtype: converted). Exactly
