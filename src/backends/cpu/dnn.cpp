@@ -156,16 +156,13 @@ buffers& thread_buffers() {
   return b;
 }
 
-// A buffer owned by one call (shared by its chunks).
-struct aligned_buffer {
-  void* p = nullptr;
-  explicit aligned_buffer(std::size_t bytes) {
-    if (bytes && !(p = std::aligned_alloc(64, (bytes + 63) / 64 * 64))) throw std::bad_alloc();
-  }
-  ~aligned_buffer() { std::free(p); }
-  aligned_buffer(const aligned_buffer&) = delete;
-  aligned_buffer& operator=(const aligned_buffer&) = delete;
-};
+// The buffers of the thread that runs a call (a queue's worker), for what the call's tasks
+// share; kept between calls, since large blocks freed and faulted in again on every call cost
+// as much as a small convolution. Separate from thread_buffers(): that thread runs tasks too.
+buffers& call_buffers() {
+  thread_local buffers b;
+  return b;
+}
 
 enum class direction { forward, backward_data, backward_filter };
 
@@ -520,36 +517,50 @@ void run(direction dir, const kiln_dnn_conv_desc& c, float alpha, float beta) {
   };
   const std::uint64_t chunks = g.ch.parts, slices = g.slices;
 
-  // in[0] per chunk, shared by the chunk's slices.
-  const bool share0 = slices > 1 && g.plans[0]->in[0].reorder;
-  std::vector<std::unique_ptr<aligned_buffer>> in0(share0 ? chunks : 0);
-  for (std::uint64_t t = 0; t < in0.size(); ++t)
-    in0[t] = std::make_unique<aligned_buffer>(g.plans[g.variant(t)]->in[0].inner_bytes);
-  pool().run(in0.size(), [&](std::uint64_t t) {
-    to_inner(g.plans[g.variant(t)]->in[0], in0_at(g.ch.first(t)), in0[t]->p);
-  });
-  // The weight per slice (and per chunk-size variant whose layout differs), shared by chunks.
+  // What tasks share, carved from one block of the calling thread: in[0] per chunk (shared
+  // by the chunk's slices), the weight per slice and per chunk-size variant whose layout
+  // differs (shared by the chunks), and backward filter's partial gradients.
+  std::size_t total = 0;
+  const auto carve = [&](std::size_t bytes) {
+    const std::size_t at = total;
+    total += (bytes + 63) / 64 * 64;
+    return at;
+  };
+  const bool share0 = slices > 1;
+  std::vector<std::size_t> in0_off(share0 ? chunks : 0);
+  for (std::uint64_t t = 0; t < in0_off.size(); ++t) {
+    const operand& o = g.plans[g.variant(t)]->in[0];
+    in0_off[t] = carve(o.reorder ? o.inner_bytes : 0);
+  }
   const bool same1 = !g.plans[1] || dnnl().dnnl_memory_desc_equal(&g.plans[0]->in[1].inner,
                                                                   &g.plans[1]->in[1].inner);
-  const int variants = filter ? 0 : same1 ? 1 : 2;
-  std::vector<std::unique_ptr<aligned_buffer>> wbuf(variants * slices);
-  std::vector<void*> w(variants * slices);
-  for (std::uint64_t v = 0; v < wbuf.size(); ++v)
-    wbuf[v] = std::make_unique<aligned_buffer>(g.plans[v / slices]->in[1].inner_bytes);
-  pool().run(w.size(), [&](std::uint64_t v) {
-    w[v] = to_inner(g.plans[v / slices]->in[1], in1_at(0, v % slices), wbuf[v]->p);
-  });
-
+  const std::uint64_t variants = filter ? 0 : same1 ? 1 : 2;
+  std::vector<std::size_t> w_off(variants * slices);
+  for (std::uint64_t v = 0; v < w_off.size(); ++v) {
+    const operand& o = g.plans[v / slices]->in[1];
+    w_off[v] = carve(o.reorder ? o.inner_bytes : 0);
+  }
   const std::size_t slot = filter ? g.plans[0]->out.inner_bytes / sizeof(float) : 0;
   const std::size_t slot_elems =
       filter ? std::max<std::size_t>(slot, sl * (c.c / c.groups) * c.r * c.s) : 0;
-  std::vector<float> partial(slot_elems * chunks * slices);
+  const std::size_t partial_off = carve(slot_elems * chunks * slices * sizeof(float));
+  char* shared = static_cast<char*>(call_buffers().get(0, total));
+  float* partial = reinterpret_cast<float*>(shared + partial_off);
+
+  std::vector<void*> in0(in0_off.size()), w(w_off.size());
+  pool().run(in0.size(), [&](std::uint64_t t) {
+    in0[t] = to_inner(g.plans[g.variant(t)]->in[0], in0_at(g.ch.first(t)), shared + in0_off[t]);
+  });
+  pool().run(w.size(), [&](std::uint64_t v) {
+    w[v] = to_inner(g.plans[v / slices]->in[1], in1_at(0, v % slices), shared + w_off[v]);
+  });
+
   pool().run(chunks * slices, [&](std::uint64_t task) {
     const std::uint64_t t = task / slices, j = task % slices, i0 = g.ch.first(t);
     const int variant = g.variant(t);
     const plan& p = *g.plans[variant];
     buffers& b = thread_buffers();
-    void* a0 = share0 ? in0[t]->p
+    void* a0 = share0 ? in0[t]
                       : to_inner(p.in[0], in0_at(i0),
                                  p.in[0].reorder ? b.get(0, p.in[0].inner_bytes) : nullptr);
     void* a1 = filter ? to_inner(p.in[1], in1_at(i0, j),
@@ -559,7 +570,7 @@ void run(direction dir, const kiln_dnn_conv_desc& c, float alpha, float beta) {
     if (filter) {  // the partial gradient, in the primitive's layout
       execute(p.prim, {{p.in[0].arg, &p.in[0].inner, a0},
                        {p.in[1].arg, &p.in[1].inner, a1},
-                       {p.out.arg, &p.out.inner, partial.data() + (j * chunks + t) * slot_elems},
+                       {p.out.arg, &p.out.inner, partial + (j * chunks + t) * slot_elems},
                        {DNNL_ARG_SCRATCHPAD, &p.scratch, scratch}});
       return;
     }
@@ -591,7 +602,7 @@ void run(direction dir, const kiln_dnn_conv_desc& c, float alpha, float beta) {
       chunks > 1 ? std::min<std::uint64_t>(pool().size(), slot / 4096 + 1) : 0;
   pool().run(ranges * slices, [&](std::uint64_t rj) {
     const std::uint64_t r = rj % ranges, j = rj / ranges;
-    float* sum = partial.data() + j * chunks * slot_elems;
+    float* sum = partial + j * chunks * slot_elems;
     const std::size_t e0 = slot * r / ranges, e1 = slot * (r + 1) / ranges;
     for (std::uint64_t t = 1; t < chunks; ++t) {
       const float* src = sum + t * slot_elems;
@@ -602,7 +613,7 @@ void run(direction dir, const kiln_dnn_conv_desc& c, float alpha, float beta) {
   const operand& dw = g.plans[0]->out;
   const std::size_t w_slice = sl * (c.c / c.groups) * c.r * c.s;
   pool().run(slices, [&](std::uint64_t j) {
-    float* sum = partial.data() + j * chunks * slot_elems;
+    float* sum = partial + j * chunks * slot_elems;
     float* out = reinterpret_cast<float*>(at(c.wt)) + j * w_slice;
     float* plain = sum;
     std::vector<float> tmp;
