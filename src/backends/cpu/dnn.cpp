@@ -6,10 +6,10 @@
 //
 // Threads: Kiln owns them, as with OpenBLAS (blas.cpp). Debian's libdnnl runs on OpenMP
 // (libgomp): its threads would be a second pool beside Kiln's, busy-waiting at barriers for
-// a preempted peer. Instead every thread that calls oneDNN sets its OpenMP thread count to
-// one, and a call is split into chunks of images times slices of channels that run over the
-// CPU backend's pool (whose workers steal a preempted worker's tasks). Backward filter sums
-// the chunks' partial gradients here, in a fixed order. KILN_DNNL_OPENMP=1 gives oneDNN its
+// a preempted peer. Instead oneDNN runs with an OpenMP thread count of one (set around each
+// call, per thread), and a call is split into chunks of images times slices of channels that run
+// over the CPU backend's pool (whose workers steal a preempted worker's tasks). Backward filter
+// sums the chunks' partial gradients here, in a fixed order. KILN_DNNL_OPENMP=1 gives oneDNN its
 // own OpenMP threads instead, to compare (bench_cpu_load, bench_tensor).
 //
 // Layouts: Kiln's tensors are NCHW; oneDNN's fast kernels want blocked layouts (nChw16c, ...),
@@ -113,11 +113,28 @@ bool openmp_threads() {
   return on;
 }
 
-// One oneDNN thread on the calling thread (OpenMP's thread count is per thread), and that
-// thread's stream (a CPU stream runs primitives inline on the caller).
+// The OpenMP thread count oneDNN sees on the calling thread (a per-thread setting) for a
+// scope, the caller's own restored after: a task may run on a user's thread (one waiting in
+// finish()), whose OpenMP code must keep its threads. One thread, or the pool's size with
+// KILN_DNNL_OPENMP=1.
+struct omp_threads_scope {
+  int before = 0;
+  omp_threads_scope() {
+    const dnnl_api& d = dnnl();
+    if (!d.omp_set_num_threads) return;
+    before = d.omp_get_max_threads();
+    d.omp_set_num_threads(openmp_threads() ? int(pool().size()) : 1);
+  }
+  ~omp_threads_scope() {
+    if (before > 0) dnnl().omp_set_num_threads(before);
+  }
+  omp_threads_scope(const omp_threads_scope&) = delete;
+  omp_threads_scope& operator=(const omp_threads_scope&) = delete;
+};
+
+// The calling thread's stream (a CPU stream runs primitives inline on the caller).
 dnnl_stream_t thread_stream() {
   thread_local dnnl_stream_t stream = [] {
-    if (dnnl().omp_set_num_threads && !openmp_threads()) dnnl().omp_set_num_threads(1);
     dnnl_stream_t s = nullptr;
     dnnl().dnnl_stream_create(&s, dnnl().engine, dnnl_stream_default_flags);
     return s;  // never destroyed: the thread may outlive oneDNN's statics at exit
@@ -363,16 +380,8 @@ const plan* plan_for(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t n
   std::lock_guard lock(mu);
   if (auto it = cache->find(key); it != cache->end()) return it->second;
   // oneDNN sizes a primitive's parallel loops for the creating thread's OpenMP thread count
-  // and spawns that many threads when it runs: one. The caller's own count comes back after.
-  const dnnl_api& d = dnnl();
-  const int threads = d.omp_get_max_threads ? d.omp_get_max_threads() : 1;
-  if (d.omp_set_num_threads) d.omp_set_num_threads(openmp_threads() ? int(pool().size()) : 1);
-  struct restore {
-    int n;
-    ~restore() {
-      if (dnnl().omp_set_num_threads) dnnl().omp_set_num_threads(n);
-    }
-  } back{threads};
+  // and spawns that many threads when it runs: one.
+  const omp_threads_scope threads;
   const plan* p = nullptr;
   try {
     p = make_plan(dir, c, nb, slices);
@@ -405,6 +414,7 @@ void execute(dnnl_primitive_t prim, std::initializer_list<exec_arg> args) {
     check(d.dnnl_memory_create(&m, x.md, d.engine, x.ptr), "oneDNN memory");
     a[n++] = {x.arg, m};
   }
+  const omp_threads_scope threads;
   check(d.dnnl_primitive_execute(prim, thread_stream(), n, a), "oneDNN execute");
 }
 

@@ -5,6 +5,7 @@
 // the thread pool (KILN_CPU_THREADS=8 splits more); alpha and
 // beta; and bad descriptors. Skips where oneDNN is absent (the portable path is then what
 // tests/tensor/conv_test.cpp checks).
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -133,6 +134,37 @@ TEST(CpuDnnTest, ThreeDirectionsAgreeWithThePortableKernels) {
     EXPECT_TRUE(agree(dx, pdx, kg)) << "backward data";
     EXPECT_TRUE(agree(dw, pdw, npq)) << "backward filter";
   }
+}
+
+// oneDNN runs with one OpenMP thread, set around each call: a thread of the caller's that ran
+// a task (synchronize runs queued work on the waiting thread) keeps its own OpenMP setting.
+TEST(CpuDnnTest, CallersOpenMpThreadCountIsKept) {
+  REQUIRE_DNN();
+  void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_NOLOAD);  // loaded with libdnnl
+  if (!gomp) GTEST_SKIP() << "libdnnl does not run on libgomp here";
+  auto set = reinterpret_cast<void (*)(int)>(dlsym(gomp, "omp_set_num_threads"));
+  auto get = reinterpret_cast<int (*)()>(dlsym(gomp, "omp_get_max_threads"));
+  ASSERT_TRUE(set && get);
+  set(3);
+  kiln_queue_h q = nullptr;
+  ASSERT_EQ(kiln::cpu::abi::queue_create(nullptr, &q), KILN_OK);
+  std::vector<float> x(4 * 16 * 20 * 20, 1.f), w(32 * 16 * 3 * 3, 1.f), y(4 * 32 * 20 * 20);
+  kiln_dnn_conv_desc d{};
+  d.dtype = KILN_DTYPE_F32;
+  d.n = 4, d.c = 16, d.h = 20, d.w = 20, d.k = 32, d.r = 3, d.s = 3, d.p = 20, d.q = 20;
+  d.stride_h = d.stride_w = d.dil_h = d.dil_w = d.groups = 1, d.pad_h = d.pad_w = 1;
+  const float one = 1, zero = 0;
+  d.alpha = &one, d.beta = &zero;
+  d.x = {x.data(), 0}, d.wt = {w.data(), 0}, d.y = {y.data(), 0};
+  // finish() right after queuing: the waiting thread usually runs the call itself.
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_EQ(table()->conv_forward(q, &d), KILN_OK) << kiln::cpu::last_error();
+    ASSERT_EQ(kiln::cpu::abi::queue_finish(q), KILN_OK);
+  }
+  kiln::cpu::abi::queue_destroy(q);
+  EXPECT_EQ(y[0], 16.f * 4);  // a corner: 2 x 2 of the 3 x 3 window inside, 16 channels
+  EXPECT_EQ(get(), 3);
+  dlclose(gomp);
 }
 
 // Through the table: y = alpha conv + beta y (beta 0 never reads y), and bad descriptors.
