@@ -1,7 +1,8 @@
 /* Kiln "dnn" extension table, version 1: convolution and pooling from a vendor library.
  *
  * A backend that has one returns a kiln_dnn_v1 from get_extension("dnn", 1) and answers
- * supports_op(dev, KILN_OP_CONV2D, KILN_DTYPE_F32 / F64) = 1. Every tensor is dense and
+ * supports_op(dev, KILN_OP_CONV2D, dtype) = 1 for each dtype it takes (F32, F64; F16 and BF16
+ * are computed in f32, with f32 alpha and beta). Every tensor is dense and
  * contiguous in NCHW order (filters KCRS: out channels, in channels / groups, rows, columns);
  * the core makes strided operands contiguous before calling.
  *
@@ -38,14 +39,14 @@ extern "C" {
  *   conv_backward_filter: wt = alpha corr(x, y)              + beta wt  (y holds dL/dy)
  * beta == 0 never reads the written tensor (it may hold NaN). */
 typedef struct kiln_dnn_conv_desc {
-  kiln_dtype dtype; /* KILN_DTYPE_F32 or KILN_DTYPE_F64 */
+  kiln_dtype dtype; /* F32, F64, F16 or BF16 */
   uint64_t n, c, h, w;
   uint64_t k, r, s;
   uint64_t p, q;
   uint32_t stride_h, stride_w, pad_h, pad_w, dil_h, dil_w;
   uint32_t groups; /* c and k are multiples of it */
   uint32_t math_mode;
-  const void* alpha; /* host pointers to one value of dtype */
+  const void* alpha; /* host pointers to one value of dtype (f32 for F16 and BF16) */
   const void* beta;
   kiln_mem_ref x, wt, y; /* device memory; offsets in bytes */
 } kiln_dnn_conv_desc;
@@ -62,7 +63,7 @@ typedef enum kiln_dnn_pool_mode {
  *   pool_forward:  y = pooled x
  *   pool_backward: dx = gradient of the pooling, given x, y and dy (dx is overwritten). */
 typedef struct kiln_dnn_pool_desc {
-  kiln_dtype dtype; /* KILN_DTYPE_F32 or KILN_DTYPE_F64 */
+  kiln_dtype dtype; /* F32, F64, F16 or BF16 */
   kiln_dnn_pool_mode mode;
   uint64_t n, c, h, w, p, q;
   uint32_t win_h, win_w, stride_h, stride_w, pad_h, pad_w;

@@ -115,6 +115,18 @@ batch_norm_result batch_norm_forward(const tensor& input, const tensor& weight, 
 batch_norm_result batch_norm(const tensor& input, const tensor& weight, const tensor& bias,
                              const tensor& running_mean, const tensor& running_var, bool training,
                              double momentum, double eps) {
+  // A 16-bit input (an autocast model's convolution output): normalised in f32, statistics and
+  // running statistics f32, the output rounded back to the input's type (PyTorch's rule). The
+  // casts are recorded, so gradients flow back in the input's type.
+  if (input.impl() && is_reduced_float(input.dtype())) {
+    const auto f32 = [](const tensor& t) {
+      return t.impl() && is_reduced_float(t.dtype()) ? t.to(scalar_type::f32) : t;
+    };
+    batch_norm_result r = batch_norm(input.to(scalar_type::f32), f32(weight), f32(bias),
+                                     running_mean, running_var, training, momentum, eps);
+    r.output = r.output.to(input.dtype());
+    return r;
+  }
   if (!detail::grad_wanted({&input, &weight, &bias}))
     return batch_norm_forward(input, weight, bias, running_mean, running_var, training, momentum,
                               eps);

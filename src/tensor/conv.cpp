@@ -109,10 +109,14 @@ conv_dims backward_dims(const char* fn, const shape_t& x, const shape_t& wt,
   return d;
 }
 
+// f16 and bf16 where the device's library has no convolution for them (or refuses the shape):
+// computed by the f32 kernels and the result rounded once. (An undefined tensor stays so.)
+tensor widened(const tensor& x) { return x.impl() ? x.to(scalar_type::f32) : x; }
+
 // Checked (check_float_operands), evaluated and contiguous operands.
 std::vector<tensor> operands(const char* fn,
                              std::initializer_list<std::pair<const char*, const tensor*>> xs) {
-  detail::check_float_operands(fn, xs);
+  detail::check_float_operands(fn, xs, true);
   std::vector<tensor> out;
   for (const auto& xt : xs) out.push_back(detail::contiguous_of(*xt.second));
   return out;
@@ -267,11 +271,15 @@ tensor conv2d_forward(const tensor& input, const tensor& weight, const tensor& b
   const std::uint64_t pqu = std::uint64_t(d.p * d.q);
   if (!empty(d) && !(pointwise(d) && run_pointwise(w, false, x, *y, ku, pqu, cu, d.n, o.tf32))) {
     const kiln_dnn_v1* t = detail::dnn_table(x.dev, x.dtype);
-    if (pointwise(d) && !t) {  // the products without im2col
+    const bool ran =
+        !(pointwise(d) && !t) && t && run_dnn(d, x, w, *y, 1, 0, t->conv_forward, "kiln::conv2d");
+    if (!ran && is_reduced_float(x.dtype))
+      return conv2d_forward(widened(input), widened(weight), widened(bias), o).to(x.dtype);
+    if (!ran && pointwise(d) && !t) {  // the products without im2col
       last = conv_path::portable;
       for (std::int64_t i = 0; i < d.n; ++i)
         gemm(w, 0, x, i * d.c * d.p * d.q, *y, i * d.k * d.p * d.q, ku, pqu, cu, {.tf32 = o.tf32});
-    } else if (!t || !run_dnn(d, x, w, *y, 1, 0, t->conv_forward, "kiln::conv2d")) {
+    } else if (!ran) {
       last = conv_path::portable;
       const std::int64_t chunk = chunk_of(d), pq = d.p * d.q;
       auto cols = detail::allocate_tensor(x.dev, {chunk, d.crs(), pq}, x.dtype);
@@ -295,11 +303,9 @@ tensor conv2d_forward(const tensor& input, const tensor& weight, const tensor& b
 
 tensor conv2d(const tensor& input0, const tensor& weight0, const tensor& bias0,
               const conv2d_options& o) {
-  // No 16-bit convolution yet: under kiln::autocast, 16-bit operands go back to f32.
-  const auto widen = [](const tensor& x) {
-    return autocast::active() ? detail::widen_reduced(x) : x;
-  };
-  const tensor input = widen(input0), weight = widen(weight0), bias = widen(bias0);
+  // Inside a kiln::autocast scope, f32 operands run in the scope's 16-bit type (as matmul).
+  const tensor input = detail::autocast_narrow(input0), weight = detail::autocast_narrow(weight0),
+               bias = detail::autocast_narrow(bias0);
   if (!detail::grad_wanted({&input, &weight, &bias}))  // recorded ones do not move (fallback.hpp)
     return detail::run_op_falling_back(
         "conv2d", {input, weight, bias},
@@ -335,6 +341,8 @@ tensor conv2d_backward_data(const tensor& grad_output, const tensor& weight,
   const kiln_dnn_v1* t = detail::dnn_table(dy.dev, dy.dtype);
   if (t && run_dnn(d, *dx, w, dy, 1, 0, t->conv_backward_data, "kiln::conv2d_backward_data"))
     return tensor(std::move(dx));
+  if (is_reduced_float(dy.dtype))
+    return conv2d_backward_data(widened(grad_output), widened(weight), input_shape, o).to(dy.dtype);
   last = conv_path::portable;
   if (pointwise(d)) {  // the products straight into dx: col2im of a 1 x 1 kernel is the identity
     for (std::int64_t i = 0; i < d.n; ++i)
@@ -381,6 +389,9 @@ tensor conv2d_backward_filter(const tensor& input, const tensor& grad_output,
   const kiln_dnn_v1* t = detail::dnn_table(x.dev, x.dtype);
   if (t && run_dnn(d, x, *dw, dy, 1, 0, t->conv_backward_filter, "kiln::conv2d_backward_filter"))
     return tensor(std::move(dw));
+  if (is_reduced_float(x.dtype))
+    return conv2d_backward_filter(widened(input), widened(grad_output), weight_shape, o)
+        .to(x.dtype);
   last = conv_path::portable;
   const std::int64_t chunk = chunk_of(d), pq = d.p * d.q, crs_g = d.cg() * d.r * d.s;
   auto cols = detail::allocate_tensor(x.dev, {chunk, d.crs(), pq}, x.dtype);

@@ -12,7 +12,12 @@
 namespace kiln::detail {
 
 inline kiln_dtype dnn_dtype(scalar_type t) {
-  return t == scalar_type::f64 ? KILN_DTYPE_F64 : KILN_DTYPE_F32;
+  switch (t) {
+    case scalar_type::f64: return KILN_DTYPE_F64;
+    case scalar_type::f16: return KILN_DTYPE_F16;
+    case scalar_type::bf16: return KILN_DTYPE_BF16;
+    default: return KILN_DTYPE_F32;
+  }
 }
 
 // The table when the device runs conv2d on t through it, else null. KILN_DNN_PORTABLE=1

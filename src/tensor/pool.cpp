@@ -77,11 +77,16 @@ shape_t out_shape(const pool_dims& d) {
 tensor operand(const char* fn, const char* name, const tensor& x) {
   if (!x.impl()) throw invalid_argument(std::string("kiln::") + fn + ": " + name + " is undefined");
   const scalar_type t = x.dtype();
-  if (t != scalar_type::f32 && t != scalar_type::f64)
+  if (t != scalar_type::f32 && t != scalar_type::f64 && !is_reduced_float(t))
     throw dtype_error(std::string("kiln::") + fn + ": " + name + " has dtype " + type_name(t) +
-                      "; only float and double are supported");
+                      "; only float, double, half and bfloat16 are supported");
   return detail::contiguous_of(x);
 }
+
+// f16 and bf16 have no portable pooling kernels: such a tensor is pooled in f32 and the result
+// rounded once (exact for max pooling; one rounding of the f32 mean for average pooling).
+bool reduced(const tensor& x) { return x.impl() && is_reduced_float(x.dtype()); }
+tensor widened(const tensor& x) { return x.to(scalar_type::f32); }
 
 void same_device(const char* fn, const tensor& a, const tensor& b) {
   if (!(a.get_device() == b.get_device()))
@@ -128,6 +133,10 @@ void check_output(const char* fn, const char* name, const tensor& t, const pool_
 
 namespace {
 pooled max_pool2d_with_indices_forward(const tensor& input, const pool2d_options& o) {
+  if (reduced(input)) {
+    pooled r = max_pool2d_with_indices_forward(widened(input), o);
+    return {r.values.to(input.dtype()), r.indices};
+  }
   detail::reset_stats();
   const tensor x = operand("max_pool2d", "input", input);
   const pool_dims d = dims_of("max_pool2d", x.shape(), o, true);
@@ -163,6 +172,9 @@ tensor max_pool2d(const tensor& input, const pool2d_options& o) {
 
 tensor max_pool2d_backward(const tensor& grad_output, const tensor& indices,
                            const shape_t& input_shape, const pool2d_options& o) {
+  if (reduced(grad_output))
+    return max_pool2d_backward(widened(grad_output), indices, input_shape, o)
+        .to(grad_output.dtype());
   detail::reset_stats();
   const char* fn = "max_pool2d_backward";
   const tensor dy = operand(fn, "grad_output", grad_output);
@@ -196,6 +208,7 @@ tensor avg_pool2d_forward(const tensor& input, const pool2d_options& o) {
   const auto mode =
       o.count_include_pad ? KILN_DNN_POOL_AVG_INCLUDE_PAD : KILN_DNN_POOL_AVG_EXCLUDE_PAD;
   if (d.n * d.c == 0 || run_dnn_pool(d, o, mode, xi, *y)) return tensor(std::move(y));
+  if (reduced(x)) return avg_pool2d_forward(widened(x), o).to(x.dtype());
   detail::launch_conv(xi.dev, xi.dtype, conv_kernel_kind::avg_pool,
                       {detail::tensor_arg(*y, 0, false), detail::tensor_arg(xi, 0, true)}, d.g,
                       d.n * d.c * d.p * d.q,
@@ -211,6 +224,8 @@ tensor avg_pool2d(const tensor& input, const pool2d_options& o) {
 
 tensor avg_pool2d_backward(const tensor& grad_output, const shape_t& input_shape,
                            const pool2d_options& o) {
+  if (reduced(grad_output))
+    return avg_pool2d_backward(widened(grad_output), input_shape, o).to(grad_output.dtype());
   detail::reset_stats();
   const char* fn = "avg_pool2d_backward";
   const tensor dy = operand(fn, "grad_output", grad_output);

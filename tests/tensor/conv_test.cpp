@@ -6,7 +6,9 @@
 // terms summed (docs/tensor.md).
 #include <cmath>
 #include <cstdlib>
+#include <kiln/tensor/autocast.hpp>
 #include <kiln/tensor/conv.hpp>
+#include <kiln/tensor/normalization.hpp>
 #include <kiln/tensor/placement.hpp>
 
 #include "tensor/conv_kernels.hpp"
@@ -147,6 +149,136 @@ TEST_P(TensorConvTest, MatchesDirectConvolutionForwardAndBackward) {
     check_config<float>(dev(), c, seed += 10);
     if (has_f64()) check_config<double>(dev(), c, seed += 10);
   }
+}
+
+// f16 and bf16 operands: held as the 16-bit values, the reference computed from them in double.
+template <class H>
+std::vector<float> rounded(const std::vector<float>& v) {
+  std::vector<float> out;
+  for (float x : v) out.push_back(float(H(x)));
+  return out;
+}
+template <class H>
+kiln::tensor upload_as(const kiln::device& dev, const std::vector<float>& v, const shape_t& s) {
+  std::vector<H> h;
+  for (float x : v) h.push_back(H(x));
+  return kiln::tensor::from(dev, h, s);
+}
+
+// Per element: the 16-bit rounding of the result (twice the unit roundoff, for libraries that
+// round an intermediate) plus f32 accumulation, relative to sum |terms|.
+::testing::AssertionResult near_reduced(const kiln::tensor& got, kiln::scalar_type t,
+                                        const shape_t& shape, const expected& e, double u16) {
+  if (got.shape() != shape || got.dtype() != t)
+    return ::testing::AssertionFailure()
+           << kiln::to_string(got.shape()) << " " << kiln::type_name(got.dtype()) << ", expected "
+           << kiln::to_string(shape) << " " << kiln::type_name(t);
+  const std::vector<float> g = got.to(kiln::scalar_type::f32).to_vector<float>();
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double tol = (4 * u16 + 2.0 * double(e.terms + 2) * 0x1p-23) * e.mag[i] + 1e-30;
+    if (!(std::fabs(double(g[i]) - e.v[i]) <= tol))
+      return ::testing::AssertionFailure() << "element " << i << ": " << g[i] << ", expected "
+                                           << e.v[i] << " (tolerance " << tol << ")";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+template <class H>
+void check_reduced(const kiln::device& dev, const config& cfg, std::uint64_t seed) {
+  SCOPED_TRACE("input " + kiln::to_string(cfg.x) + ", weight " + kiln::to_string(cfg.w) + ", " +
+               kiln::type_name(kiln::scalar_type_of<H>));
+  const kiln::scalar_type t = kiln::scalar_type_of<H>;
+  const double u16 = t == kiln::scalar_type::bf16 ? 0x1p-8 : 0x1p-11;
+  const dims d = dims_of(cfg);
+  const shape_t ys{d.n, d.k, d.p, d.q};
+  const auto x = rounded<H>(random_host<float>(cfg.x, seed).v);
+  const auto w = rounded<H>(random_host<float>(cfg.w, seed + 1).v);
+  const auto b = rounded<H>(random_host<float>({d.k}, seed + 2).v);
+  const auto dy = rounded<H>(random_host<float>(ys, seed + 3).v);
+  expected fy{std::vector<double>(numel(ys)), std::vector<double>(numel(ys)),
+              (d.c / d.g) * d.r * d.s + 1};
+  expected fx{std::vector<double>(x.size()), std::vector<double>(x.size()),
+              (d.k / d.g) * d.r * d.s};
+  expected fw{std::vector<double>(w.size()), std::vector<double>(w.size()), d.n * d.p * d.q};
+  for (std::size_t i = 0; i < fy.v.size(); ++i) {
+    fy.v[i] = double(b[(i / std::size_t(d.p * d.q)) % std::size_t(d.k)]);
+    fy.mag[i] = std::fabs(fy.v[i]);
+  }
+  for_each_term(cfg, [&](std::int64_t xi, std::int64_t wi, std::int64_t yi) {
+    const double tt = double(x[xi]) * w[wi], tx = double(dy[yi]) * w[wi],
+                 tw = double(dy[yi]) * x[xi];
+    fy.v[yi] += tt, fy.mag[yi] += std::fabs(tt);
+    fx.v[xi] += tx, fx.mag[xi] += std::fabs(tx);
+    fw.v[wi] += tw, fw.mag[wi] += std::fabs(tw);
+  });
+  const kiln::tensor tx = upload_as<H>(dev, x, cfg.x), tw = upload_as<H>(dev, w, cfg.w);
+  const kiln::tensor tdy = upload_as<H>(dev, dy, ys);
+  EXPECT_TRUE(
+      near_reduced(kiln::conv2d(tx, tw, upload_as<H>(dev, b, {d.k}), cfg.o), t, ys, fy, u16))
+      << "forward";
+  EXPECT_TRUE(near_reduced(kiln::conv2d_backward_data(tdy, tw, cfg.x, cfg.o), t, cfg.x, fx, u16))
+      << "backward data";
+  EXPECT_TRUE(near_reduced(kiln::conv2d_backward_filter(tx, tdy, cfg.w, cfg.o), t, cfg.w, fw, u16))
+      << "backward filter";
+}
+
+// f16 and bf16 convolutions: cuDNN (tensor cores, f32 accumulation) where the device has it;
+// elsewhere the f32 kernels with the result rounded once.
+TEST_P(TensorConvTest, SixteenBitConvolutionsMatchTheReference) {
+  std::uint64_t seed = 900;
+  for (const config& c : configs()) {
+    check_reduced<kiln::bfloat16>(dev(), c, seed += 10);
+    check_reduced<kiln::half>(dev(), c, seed += 10);
+  }
+  const auto x = kiln::tensor::randn(dev(), {1, 2, 5, 5}, 3, kiln::scalar_type::bf16);
+  kiln::conv2d(x, kiln::tensor::randn(dev(), {2, 2, 3, 3}, 4, kiln::scalar_type::bf16));
+  // cuDNN takes the 16-bit tensors itself (elsewhere the f32 path, whichever it is, ran).
+  if (dev().backend() == "cuda") {
+    EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
+  }
+  // Mixed 16-bit and f32 operands are refused, as in f32/f64.
+  EXPECT_THROW(kiln::conv2d(x, kiln::tensor::randn(dev(), {2, 2, 3, 3}, 4)), kiln::dtype_error);
+}
+
+// Under kiln::autocast a convolution runs in the scope's type, pooling keeps it, and batch norm
+// normalises in f32 and hands the input's type on; gradients reach the f32 leaves.
+TEST_P(TensorConvTest, AutocastRunsConvolutionPoolingAndBatchNormIn16Bit) {
+  auto x = kiln::tensor::randn(dev(), {2, 3, 8, 8}, 61).requires_grad_();
+  auto w = kiln::tensor::randn(dev(), {4, 3, 3, 3}, 62).requires_grad_();
+  auto gamma = kiln::tensor::ones(dev(), {4}).requires_grad_();
+  auto beta = kiln::tensor::zeros(dev(), {4}).requires_grad_();
+  kiln::tensor rm = kiln::tensor::zeros(dev(), {4}), rv = kiln::tensor::ones(dev(), {4});
+  kiln::tensor y, ref;
+  {
+    kiln::autocast mixed(kiln::scalar_type::bf16);
+    const kiln::tensor c = kiln::conv2d(x, w, {}, {.padding = {1, 1}});
+    EXPECT_EQ(c.dtype(), kiln::scalar_type::bf16);
+    const kiln::tensor n = kiln::batch_norm(c, gamma, beta, rm, rv, true).output;
+    EXPECT_EQ(n.dtype(), kiln::scalar_type::bf16);
+    y = kiln::max_pool2d(kiln::relu(n));
+    EXPECT_EQ(y.dtype(), kiln::scalar_type::bf16);
+  }
+  EXPECT_EQ(rm.dtype(), kiln::scalar_type::f32);  // running statistics stay f32
+  (y.to(kiln::scalar_type::f32) * y.to(kiln::scalar_type::f32)).sum().backward();
+  for (const kiln::tensor* p : {&x, &w, &gamma, &beta}) {
+    ASSERT_TRUE(p->grad().defined());
+    EXPECT_EQ(p->grad().dtype(), kiln::scalar_type::f32);
+    const auto g = p->grad().to_vector<float>();
+    double norm = 0;
+    for (float v : g) norm += double(v) * v;
+    EXPECT_TRUE(std::isfinite(norm) && norm > 0);
+  }
+  // The same network in f32: the 16-bit one agrees to bf16's precision.
+  {
+    kiln::no_grad off;
+    kiln::tensor r1 = kiln::tensor::zeros(dev(), {4}), r2 = kiln::tensor::ones(dev(), {4});
+    ref = kiln::max_pool2d(kiln::relu(
+        kiln::batch_norm(kiln::conv2d(x, w, {}, {.padding = {1, 1}}), gamma, beta, r1, r2, true)
+            .output));
+  }
+  const auto a = y.to(kiln::scalar_type::f32).to_vector<float>(), b = ref.to_vector<float>();
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) EXPECT_NEAR(a[i], b[i], 0.05 * (1 + std::fabs(b[i])));
 }
 
 // Where the device has a vendor library, its portable kernels are checked as well.

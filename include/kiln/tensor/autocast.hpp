@@ -1,7 +1,7 @@
 // Mixed precision (PyTorch's torch.autocast): inside an autocast scope, on this thread, matrix
-// products (matmul, gemm, nn::linear) cast their f32 operands to a 16-bit type and run on
-// tensor cores, returning that type; convolution, pooling and batch norm, which have no 16-bit
-// kernels yet, take 16-bit inputs back to f32; losses always compute in f32. Parameters stay
+// products (matmul, kiln::linear, nn::linear) and conv2d cast f32 operands to a 16-bit type and
+// run on tensor cores, returning that type; pooling keeps it; batch norm normalises in f32 and
+// returns the input's type; losses always compute in f32. Parameters stay
 // f32 (the optimizer's master weights): the recorded casts carry gradients back in f32.
 //
 //   {

@@ -235,7 +235,16 @@ bool product_fits_int(std::initializer_list<uint64_t> values) {
 void* ptr(const kiln_mem_ref& r) { return reinterpret_cast<void*>(dptr(r)); }
 
 cudnnDataType_t data_type(kiln_dtype t) {
-  return t == KILN_DTYPE_F64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  switch (t) {
+    case KILN_DTYPE_F64: return CUDNN_DATA_DOUBLE;
+    case KILN_DTYPE_F16: return CUDNN_DATA_HALF;
+    case KILN_DTYPE_BF16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
+
+bool dtype_ok(kiln_dtype t) {
+  return t == KILN_DTYPE_F32 || t == KILN_DTYPE_F64 || t == KILN_DTYPE_F16 || t == KILN_DTYPE_BF16;
 }
 
 constexpr const char* kConvNames[] = {"cuDNN conv_forward", "cuDNN conv_backward_data",
@@ -276,8 +285,8 @@ kiln_status conv(kiln_queue_h q, const kiln_dnn_conv_desc* d, ConvDir dir) {
   if (!q || !d) return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: NULL queue or descriptor", what);
   if (!d->alpha || !d->beta)
     return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: NULL alpha or beta", what);
-  if (d->dtype != KILN_DTYPE_F32 && d->dtype != KILN_DTYPE_F64)
-    return set_error(KILN_ERR_UNSUPPORTED, "%s: only f32 and f64 (dtype %d)", what,
+  if (!dtype_ok(d->dtype))
+    return set_error(KILN_ERR_UNSUPPORTED, "%s: only f32, f64, f16 and bf16 (dtype %d)", what,
                      static_cast<int>(d->dtype));
   if (d->groups == 0 || d->c % d->groups || d->k % d->groups || !d->stride_h || !d->stride_w ||
       !d->dil_h || !d->dil_w)
@@ -294,8 +303,12 @@ kiln_status conv(kiln_queue_h q, const kiln_dnn_conv_desc* d, ConvDir dir) {
       !product_fits_int({d->k, cg, d->r, d->s}))
     return set_error(KILN_ERR_UNSUPPORTED, "%s: a tensor exceeds cuDNN's 32-bit sizes", what);
   const cudnnDataType_t dt = data_type(d->dtype);
+  // 16-bit tensors are computed in f32 (PyTorch's choice too): tensor cores, f32 accumulation.
+  const cudnnDataType_t compute =
+      dt == CUDNN_DATA_HALF || dt == CUDNN_DATA_BFLOAT16 ? CUDNN_DATA_FLOAT : dt;
   // TF32 for f32 only when asked: cuDNN's default math allows it on Ampere and later, FMA math
-  // never uses tensor cores. f64 has no reduced-precision mode.
+  // never uses tensor cores. f64 has no reduced-precision mode; 16-bit types take the default
+  // (tensor cores).
   const cudnnMathType_t math = d->dtype == KILN_DTYPE_F32 && d->math_mode != KILN_DNN_MATH_TF32
                                    ? CUDNN_FMA_MATH
                                    : CUDNN_DEFAULT_MATH;
@@ -312,7 +325,7 @@ kiln_status conv(kiln_queue_h q, const kiln_dnn_conv_desc* d, ConvDir dir) {
                  i(d->p), i(d->q));
   KILN_DNN_CHECK(true, cudnnSetConvolution2dDescriptor, s->conv, i(d->pad_h), i(d->pad_w),
                  i(d->stride_h), i(d->stride_w), i(d->dil_h), i(d->dil_w), CUDNN_CROSS_CORRELATION,
-                 dt);
+                 compute);
   KILN_DNN_CHECK(true, cudnnSetConvolutionGroupCount, s->conv, i(d->groups));
   KILN_DNN_CHECK(true, cudnnSetConvolutionMathType, s->conv, math);
   int on = 0, oc = 0, oh = 0, ow = 0;
@@ -328,8 +341,9 @@ kiln_status conv(kiln_queue_h q, const kiln_dnn_conv_desc* d, ConvDir dir) {
   const std::vector<ConvAlgo>* algos = nullptr;
   if (kiln_status st = conv_algos(q, *s, *d, dir, math, &algos)) return st;
   if (algos->empty())
-    return set_error(KILN_ERR_UNSUPPORTED, "%s: cuDNN's heuristics offer no algorithm for this %s",
-                     what, d->dtype == KILN_DTYPE_F32 ? "f32 shape" : "f64 shape");
+    return set_error(KILN_ERR_UNSUPPORTED,
+                     "%s: cuDNN's heuristics offer no algorithm for this shape (dtype %d)", what,
+                     static_cast<int>(d->dtype));
   // Best first; one whose workspace cannot be had, or that cuDNN turns down when it runs, gives
   // way to the next.
   kiln_status last = KILN_OK;
@@ -350,8 +364,8 @@ kiln_status conv(kiln_queue_h q, const kiln_dnn_conv_desc* d, ConvDir dir) {
 kiln_status pool(kiln_queue_h q, const kiln_dnn_pool_desc* d, bool backward) {
   const char* what = backward ? "cuDNN pool_backward" : "cuDNN pool_forward";
   if (!q || !d) return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: NULL queue or descriptor", what);
-  if (d->dtype != KILN_DTYPE_F32 && d->dtype != KILN_DTYPE_F64)
-    return set_error(KILN_ERR_UNSUPPORTED, "%s: only f32 and f64 (dtype %d)", what,
+  if (!dtype_ok(d->dtype))
+    return set_error(KILN_ERR_UNSUPPORTED, "%s: only f32, f64, f16 and bf16 (dtype %d)", what,
                      static_cast<int>(d->dtype));
   cudnnPoolingMode_t mode;
   switch (d->mode) {

@@ -36,7 +36,7 @@ int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
          (kiln_plugin::is_op(op, KILN_OP_GEMM) && f32_f64 && blas_loaded()) ||
          (kiln_plugin::is_op(op, KILN_OP_GEMM) && f16_bf16 && blas_reduced_loaded()) ||
-         (kiln_plugin::is_op(op, KILN_OP_CONV2D) && f32_f64 && dnn_loaded()) ||
+         (kiln_plugin::is_op(op, KILN_OP_CONV2D) && (f32_f64 || f16_bf16) && dnn_loaded()) ||
          (kiln_plugin::is_op(op, KILN_OP_GRAPH) && g_cu.has_graphs);
 }
 
