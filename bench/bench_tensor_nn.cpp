@@ -97,17 +97,23 @@ const char* pass_name(pass p) {
   return p == pass::fwd ? "fwd" : p == pass::bwd_data ? "bwd-data" : "bwd-filter";
 }
 
+// The conv rows' arithmetic: f32, TF32, and bf16 tensors (f32 compute on tensor cores).
+enum class conv_math { f32, tf32, bf16 };
+const char* math_name(conv_math m) {
+  return m == conv_math::f32 ? "f32" : m == conv_math::tf32 ? "tf32" : "bf16";
+}
+
 // "conv 7x7 s2 p3 3->64 224^2 N32 fwd f32" (bench/torch_tensor.py spells it the same way).
-std::string conv_name(const conv_shape& c, pass p, bool tf32) {
+std::string conv_name(const conv_shape& c, pass p, conv_math m) {
   return "conv " + std::to_string(c.r) + "x" + std::to_string(c.r) + " s" +
          std::to_string(c.stride) + " p" + std::to_string(c.pad) + " " + std::to_string(c.c) +
          "->" + std::to_string(c.k) + " " + std::to_string(c.hw) + "^2 N" + std::to_string(c.n) +
-         " " + pass_name(p) + " " + precision(tf32);
+         " " + pass_name(p) + " " + math_name(m);
 }
 
 // Checks two elements of the pass's result (a corner, where padding matters, and an inner one).
 std::string conv_check(const conv_shape& sh, pass p, const kiln::tensor& x, const kiln::tensor& w,
-                       const kiln::tensor& dy, const kiln::tensor& out, bool tf32) {
+                       const kiln::tensor& dy, const kiln::tensor& out, double tolerance) {
   const i64 C = sh.c, K = sh.k, H = sh.hw, R = sh.r, P = sh.out(), st = sh.stride, pad = sh.pad;
   checker chk;
   if (p == pass::fwd) {
@@ -167,39 +173,51 @@ std::string conv_check(const conv_shape& sh, pass p, const kiln::tensor& x, cons
               want);
     }
   }
-  return chk.note(tf32 ? 5e-3 : 1e-3);  // cuDNN may pick Winograd or FFT algorithms
+  return chk.note(tolerance);  // cuDNN may pick Winograd or FFT algorithms: not 1 ulp
 }
 
-// For each pass, f32 then TF32 (f32 only on a device without TF32, i.e. with_tf32 false).
+// For each pass, f32, TF32 and bf16 (f32 only on a device without tensor cores, i.e.
+// with_tensor_cores false).
 void conv_cases(const kiln::device& dev, const options& o, const std::string& group,
-                const conv_shape& sh, bool with_tf32) {
+                const conv_shape& sh, bool with_tensor_cores) {
   const i64 P = sh.out();
-  kiln::tensor x, w, dy;
+  kiln::tensor x, w, dy, xh, wh, dyh;  // f32 operands; their bf16 roundings
   for (pass p : {pass::fwd, pass::bwd_data, pass::bwd_filter})
-    for (bool tf32 : {false, true}) {
-      if (tf32 && !with_tf32) continue;
-      const std::string name = conv_name(sh, p, tf32);
+    for (conv_math m : {conv_math::f32, conv_math::tf32, conv_math::bf16}) {
+      if (m != conv_math::f32 && !with_tensor_cores) continue;
+      const std::string name = conv_name(sh, p, m);
       if (!o.wants_case(name)) continue;
       if (!x.defined()) {
         x = uniform(dev, {sh.n, sh.c, sh.hw, sh.hw}, 21);
         w = uniform(dev, {sh.k, sh.c, sh.r, sh.r}, 22);
         dy = uniform(dev, {sh.n, sh.k, P, P}, 23);
       }
-      const kiln::conv2d_options co{
-          .stride = {sh.stride, sh.stride}, .padding = {sh.pad, sh.pad}, .tf32 = tf32};
+      const bool bf16 = m == conv_math::bf16;
+      if (bf16 && !xh.defined()) {
+        const auto t = kiln::scalar_type::bf16;
+        xh = x.to(t).eval(), wh = w.to(t).eval(), dyh = dy.to(t).eval();
+      }
+      const kiln::tensor &a = bf16 ? xh : x, &b = bf16 ? wh : w, &g = bf16 ? dyh : dy;
+      const kiln::conv2d_options co{.stride = {sh.stride, sh.stride},
+                                    .padding = {sh.pad, sh.pad},
+                                    .tf32 = m == conv_math::tf32};
       kiln::tensor out;
       const double ms = median_ms(dev.default_queue(), o, [&] {
         if (p == pass::fwd)
-          out = kiln::conv2d(x, w, {}, co).eval();
+          out = kiln::conv2d(a, b, {}, co).eval();
         else if (p == pass::bwd_data)
-          out = kiln::conv2d_backward_data(dy, w, x.shape(), co).eval();
+          out = kiln::conv2d_backward_data(g, b, a.shape(), co).eval();
         else
-          out = kiln::conv2d_backward_filter(x, dy, w.shape(), co).eval();
+          out = kiln::conv2d_backward_filter(a, g, b.shape(), co).eval();
       });
       const double flops = 2.0 * double(sh.n) * double(sh.k) * double(sh.c) * double(sh.r) *
                            double(sh.r) * double(P) * double(P);
-      add_result(
-          {group, name, "TFLOP/s", conv_check(sh, p, x, w, dy, out, tf32), ms, flops / ms * 1e-9});
+      const auto f32 = [](const kiln::tensor& t) { return t.to(kiln::scalar_type::f32); };
+      // bf16: the reference from the rounded operands; the result is checked to bf16's 2^-8.
+      const std::string check =
+          bf16 ? conv_check(sh, p, f32(a), f32(b), f32(g), f32(out), 2e-2)
+               : conv_check(sh, p, a, b, g, out, m == conv_math::tf32 ? 5e-3 : 1e-3);
+      add_result({group, name, "TFLOP/s", check, ms, flops / ms * 1e-9});
     }
 }
 

@@ -170,16 +170,19 @@ def gemm(b, dev):
 
 
 # (n, c, k, hw, r, stride, pad), named "conv 7x7 s2 p3 3->64 224^2 N32 fwd f32" as in Kiln.
+# With tensor cores: f32, tf32, bf16 (NCHW, as Kiln's) and "bf16 nhwc" (channels_last: the
+# layout PyTorch is fastest in, which Kiln has not yet).
 def conv_cases(b, group, dev, sh, with_tf32):
     n, c, k, hw, r, st, pad = sh
     p = (hw + 2 * pad - r) // st + 1
     flops = 2.0 * n * k * c * r * r * p * p
     tensors = None
     for pas in ("fwd", "bwd-data", "bwd-filter"):
-        for tf32 in (False, True):
-            if tf32 and not with_tf32:
+        for math in ("f32", "tf32", "bf16", "bf16 nhwc"):
+            if math != "f32" and not with_tf32:
                 continue
-            name = f"conv {r}x{r} s{st} p{pad} {c}->{k} {hw}^2 N{n} {pas} {'tf32' if tf32 else 'f32'}"
+            tf32 = math == "tf32"
+            name = f"conv {r}x{r} s{st} p{pad} {c}->{k} {hw}^2 N{n} {pas} {math}"
             if not b.wants(name):
                 continue
             if tensors is None:
@@ -187,6 +190,9 @@ def conv_cases(b, group, dev, sh, with_tf32):
                 tensors = (rand((n, c, hw, hw), dev, g), rand((k, c, r, r), dev, g),
                            rand((n, k, p, p), dev, g))
             x, w, dy = tensors
+            if math.startswith("bf16"):
+                fmt = torch.channels_last if math.endswith("nhwc") else torch.contiguous_format
+                x, w, dy = (t.to(torch.bfloat16).contiguous(memory_format=fmt) for t in tensors)
             set_tf32(tf32)
             if pas == "fwd":
                 fn = lambda: F.conv2d(x, w, None, st, pad)
