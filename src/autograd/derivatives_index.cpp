@@ -1,0 +1,71 @@
+// Gradients of the indexing operations: index_select / embedding scatter back by a CSR of the
+// indices; gather and scatter_add are each other's transposes; cat's pieces are views of the
+// gradient; a split piece's gradient is itself padded with zeros along dim.
+#include "autograd/derivatives_index.hpp"
+
+namespace kiln::detail::grad {
+
+tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out) {
+  const shape_t xs = x.shape();
+  return autograd::record("index_select", out, {x},
+                          [xs, dim, index](const tensor& g, const tensor&) -> std::vector<tensor> {
+                            return {index_add_rows(g, dim, index, xs)};
+                          });
+}
+
+tensor gather(const tensor& x, int dim, const tensor& index, const tensor& out) {
+  const shape_t xs = x.shape();
+  return autograd::record("gather", out, {x},
+                          [xs, dim, index](const tensor& g, const tensor&) -> std::vector<tensor> {
+                            return {scatter_add_into(tensor(), dim, index, g, xs)};
+                          });
+}
+
+tensor scatter_add(const tensor& x, int dim, const tensor& index, const tensor& src,
+                   const tensor& out) {
+  const bool want_src = needs_grad(src.impl().get());
+  if (want_src && src.shape() != index.shape())
+    throw invalid_argument("kiln::scatter_add: the gradient of src needs src's shape " +
+                           to_string(src.shape()) + " to equal index's " +
+                           to_string(index.shape()) + " (as PyTorch)");
+  return autograd::record(
+      "scatter_add", out, {x, src},
+      [dim, index, want_src](const tensor& g, const tensor&) -> std::vector<tensor> {
+        return {g, want_src ? kiln::gather(g, dim, index) : tensor()};
+      });
+}
+
+tensor cat(const std::vector<tensor>& xs, int dim, const tensor& out) {
+  std::vector<std::int64_t> sizes;
+  for (const tensor& x : xs) sizes.push_back(x.size(dim));
+  return autograd::record("cat", out, xs,
+                          [sizes, dim](const tensor& g, const tensor&) -> std::vector<tensor> {
+                            std::vector<tensor> r;
+                            std::int64_t at = 0;
+                            for (std::int64_t n : sizes) {
+                              r.push_back(g.slice(dim, at, at + n));
+                              at += n;
+                            }
+                            return r;
+                          });
+}
+
+tensor split_piece(const tensor& x, int dim, std::int64_t start, const tensor& out) {
+  const shape_t xs = x.shape();
+  return autograd::record(
+      "split", out, {x}, [xs, dim, start](const tensor& g, const tensor&) -> std::vector<tensor> {
+        const std::int64_t n = g.size(dim), total = xs[std::size_t(dim)];
+        std::vector<tensor> parts;
+        shape_t s = xs;
+        const device& dev = g.get_device();
+        if (start > 0)
+          parts.push_back(tensor::zeros(dev, (s[std::size_t(dim)] = start, s), g.dtype()));
+        parts.push_back(g);
+        if (start + n < total)
+          parts.push_back(
+              tensor::zeros(dev, (s[std::size_t(dim)] = total - start - n, s), g.dtype()));
+        return {parts.size() == 1 ? g : kiln::cat(parts, dim)};
+      });
+}
+
+}  // namespace kiln::detail::grad

@@ -1,0 +1,32 @@
+// Gradients of the indexing operations (kiln/tensor/indexing.hpp), and the deterministic
+// accumulations their backwards run (tensor/indexing.cpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "autograd/graph.hpp"
+#include "kiln/tensor/indexing.hpp"
+
+namespace kiln::detail {
+
+// The gradient of index_select(x, dim, index) for x of shape xs: g's slices summed into the
+// rows they came from, each row's in ascending position order (a CSR of index built on the
+// host). No recording.
+tensor index_add_rows(const tensor& g, int dim, const tensor& index, const shape_t& xs);
+// x (or zeros of `shape` when x is undefined) plus src scattered by index along dim, summed in
+// index order. No recording, no range check.
+tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const tensor& src,
+                        const shape_t& shape);
+
+namespace grad {
+tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out);
+tensor gather(const tensor& x, int dim, const tensor& index, const tensor& out);
+tensor scatter_add(const tensor& x, int dim, const tensor& index, const tensor& src,
+                   const tensor& out);
+tensor cat(const std::vector<tensor>& xs, int dim, const tensor& out);
+// out = x's slice [start, start + out.size(dim)) along dim (a split's piece).
+tensor split_piece(const tensor& x, int dim, std::int64_t start, const tensor& out);
+}  // namespace grad
+
+}  // namespace kiln::detail

@@ -1,0 +1,221 @@
+// Kernel texts and launches for the indexing operations; see indexing_kernels.hpp. Sources are
+// rendered per rank (the coordinates of an item decompose with the last dimension fastest) and
+// cached by (kind, rank, element width or dtype, index dtype).
+#include "tensor/indexing_kernels.hpp"
+
+#include <limits>
+#include <string>
+
+#include "codegen/expr_render.hpp"
+#include "codegen/text.hpp"
+#include "ir/hash.hpp"
+#include "kiln/kernel.hpp"
+#include "runtime/generated_kernels.hpp"
+
+namespace kiln::detail {
+namespace {
+
+using codegen::cat;
+using codegen::num;
+
+enum class kind : std::uint8_t { gather, place, scatter, csr_add };
+
+// The unsigned type of an element's width: copies move bits, whatever the dtype.
+scalar_type bits_type(scalar_type t) {
+  switch (size_of(t)) {
+    case 1: return scalar_type::u8;
+    case 2: return scalar_type::u16;
+    case 4: return scalar_type::u32;
+    default: return scalar_type::u64;
+  }
+}
+
+// "  int64_t r = i; const int64_t c<R-1> = r % n<R-1>; ... c0 = r;" over sizes n1..n<R-1>.
+std::string decompose(std::size_t rank) {
+  std::string s = "  int64_t r = i;\n";
+  for (std::size_t d = rank; d-- > 1;)
+    s += cat("  const int64_t c", num(d), " = r % n", num(d), "; r /= n", num(d), ";\n");
+  return s + "  const int64_t c0 = r;\n";
+}
+
+std::string params(const char* p, std::size_t from, std::size_t rank) {
+  std::string s;
+  for (std::size_t d = from; d < rank; ++d) s += cat(", int64_t ", p, num(d));
+  return s;
+}
+
+std::string dot(const char* p, std::size_t rank) {
+  std::string s = "0";
+  for (std::size_t d = 0; d < rank; ++d) s += cat(" + c", num(d), " * ", p, num(d));
+  return s;
+}
+
+std::string gather_source(std::size_t rank, scalar_type w, scalar_type it) {
+  const std::string W = type_name(w), I = type_name(it);
+  return cat("KILN_KERNEL void kt_index(KILN_GLOBAL ", W, "* KILN_RESTRICT out, KILN_GLOBAL const ",
+             W, "* KILN_RESTRICT x, KILN_GLOBAL const ", I,
+             "* KILN_RESTRICT idx, int64_t total, int64_t xsd", params("n", 1, rank),
+             params("xs", 0, rank), params("is", 0, rank),
+             ") {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n",
+             decompose(rank), "  const int64_t j = (int64_t)idx[", dot("is", rank),
+             "];\n  out[i] = x[", dot("xs", rank), " + j * xsd];\n}\n");
+}
+
+constexpr const char* place_text = R"(
+KILN_KERNEL void kt_index(KILN_GLOBAL T_* KILN_RESTRICT out, KILN_GLOBAL const T_* KILN_RESTRICT src,
+                          int64_t total, int64_t m, int64_t row, int64_t off) {
+  const int64_t i = (int64_t)kiln_global_id(0);
+  if (i >= total) return;
+  out[(i / m) * row + off + i % m] = src[i];
+}
+)";
+
+std::string scatter_source(std::size_t rank, scalar_type t, scalar_type it) {
+  const std::string T = type_name(t), I = type_name(it), V = codegen::value_type(t);
+  std::string cd = cat("c", num(rank - 1)), inside = "1";
+  for (std::size_t d = rank - 1; d-- > 0;) cd = cat("dim == ", num(d), " ? c", num(d), " : ", cd);
+  for (std::size_t d = 0; d < rank; ++d) inside += cat(" && c", num(d), " < iz", num(d));
+  return cat(
+      "KILN_KERNEL void kt_index(KILN_GLOBAL ", T, "* KILN_RESTRICT out, KILN_GLOBAL const ", T,
+      "* KILN_RESTRICT x, KILN_GLOBAL const ", I, "* KILN_RESTRICT idx, KILN_GLOBAL const ", T,
+      "* KILN_RESTRICT src, int64_t total, int64_t use_x, int64_t dim, int64_t J, int64_t isd, "
+      "int64_t ssd",
+      params("n", 1, rank), params("xs", 0, rank), params("is", 0, rank), params("ss", 0, rank),
+      params("iz", 0, rank),
+      ") {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n",
+      decompose(rank), "  ", V, " acc = use_x ? ",
+      codegen::load_value(t, cat("x[", dot("xs", rank), "]")), " : (", V, ")0;\n",
+      "  const int64_t cd = ", cd, ";\n  if (", inside,
+      ") {\n    const int64_t io = ", dot("is", rank), ", so = ", dot("ss", rank),
+      ";\n    for (int64_t j = 0; j < J; ++j)\n      if ((int64_t)idx[io + j * isd] == cd) acc += ",
+      codegen::load_value(t, "src[so + j * ssd]"),
+      ";\n  }\n  out[i] = ", codegen::store_value(t, "acc"), ";\n}\n");
+}
+
+std::string csr_source(scalar_type t) {
+  const std::string T = type_name(t), V = codegen::value_type(t);
+  return cat(
+      "KILN_KERNEL void kt_index(KILN_GLOBAL ", T, "* KILN_RESTRICT dx, KILN_GLOBAL const ", T,
+      "* KILN_RESTRICT g, KILN_GLOBAL const int64_t* KILN_RESTRICT offs, KILN_GLOBAL const "
+      "int64_t* KILN_RESTRICT order, int64_t total, int64_t rows, int64_t n, int64_t "
+      "inner) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) "
+      "return;\n  const int64_t r = i % inner, v = (i / inner) % rows, o = i / (inner * "
+      "rows);\n  ",
+      V, " acc = (", V, ")0;\n  for (int64_t k = offs[v]; k < offs[v + 1]; ++k)\n    acc += ",
+      codegen::load_value(t, "g[(o * n + order[k]) * inner + r]"),
+      ";\n  dx[i] = ", codegen::store_value(t, "acc"), ";\n}\n");
+}
+
+kernel index_kernel(const device& dev, kind k, std::size_t rank, scalar_type t, scalar_type it) {
+  ir::hasher h;
+  h.add("tensor index v1").add(std::uint64_t(k)).add(std::uint64_t{rank});
+  h.add(std::uint64_t(t)).add(std::uint64_t(it));
+  const generated_kernels g = get_generated(dev, "tensor_index", h.value(), [&] {
+    std::string src, what;
+    switch (k) {
+      case kind::gather: src = gather_source(rank, t, it), what = "gather"; break;
+      case kind::place:
+        src = codegen::with_element_type(place_text, type_name(t)), what = "place";
+        break;
+      case kind::scatter: src = scatter_source(rank, t, it), what = "scatter_add"; break;
+      case kind::csr_add: src = csr_source(t), what = "csr index_add"; break;
+    }
+    return generated_program{
+        src, {"kt_index"}, what + " of " + type_name(t) + ", rank " + std::to_string(rank)};
+  });
+  if (g.compiled) stats_now().programs_compiled++;
+  return g.kernels.at(0);
+}
+
+arg_binding mem(const tensor_impl& x, scalar_type as, bool is_const) {
+  arg_binding b;
+  b.is_mem = true;
+  b.mem = x.mem.get();
+  b.byte_offset = static_cast<std::uint64_t>(x.offset) * size_of(x.dtype);
+  b.type = as;
+  b.is_const = is_const;
+  return b;
+}
+
+void run(const kernel& k, const device& dev, std::int64_t total, std::vector<arg_binding>& a) {
+  queue& q = dev.default_queue();
+  launch(*k.impl(), *q.impl(), range(static_cast<std::uint64_t>(total)), nullptr, a.data(),
+         a.size());
+  stats_now().kernel_launches++;
+}
+
+}  // namespace
+
+void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& idx, int dim,
+                   const shape_t& x_strides, const shape_t& idx_strides,
+                   std::int64_t x_dim_stride) {
+  const std::int64_t total = numel_of(out.shape);
+  if (total == 0) return;
+  const std::size_t rank = out.shape.size();
+  const scalar_type w = bits_type(out.dtype);
+  std::vector<arg_binding> a{mem(out, w, false), mem(x, w, true), mem(idx, idx.dtype, true),
+                             bind_arg(total), bind_arg(x_dim_stride)};
+  for (std::size_t d = 1; d < rank; ++d) a.push_back(bind_arg(out.shape[d]));
+  for (std::size_t d = 0; d < rank; ++d)
+    a.push_back(bind_arg(int(d) == dim ? std::int64_t{0} : x_strides[d]));
+  for (std::size_t d = 0; d < rank; ++d) a.push_back(bind_arg(idx_strides[d]));
+  run(index_kernel(out.dev, kind::gather, rank, w, idx.dtype), out.dev, total, a);
+}
+
+void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
+                  std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
+  const std::int64_t total = outer * n * inner;
+  if (total == 0) return;
+  const scalar_type w = bits_type(out.dtype);
+  std::vector<arg_binding> a{
+      mem(out, w, false),  mem(src, w, true),           bind_arg(total),
+      bind_arg(n * inner), bind_arg(total_dim * inner), bind_arg(offset * inner)};
+  run(index_kernel(out.dev, kind::place, 0, w, w), out.dev, total, a);
+}
+
+void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& idx,
+                    const tensor_impl& src, int dim) {
+  const std::int64_t total = numel_of(out.shape);
+  if (total == 0) return;
+  const std::size_t rank = out.shape.size();
+  const auto ud = static_cast<std::size_t>(dim);
+  const bool empty = numel_of(idx.shape) == 0;
+  std::vector<arg_binding> a{mem(out, out.dtype, false),
+                             mem(x ? *x : src, out.dtype, true),
+                             mem(idx, idx.dtype, true),
+                             mem(src, out.dtype, true),
+                             bind_arg(total),
+                             bind_arg(std::int64_t{x != nullptr}),
+                             bind_arg(std::int64_t{dim}),
+                             bind_arg(empty ? std::int64_t{0} : idx.shape[ud]),
+                             bind_arg(idx.strides[ud]),
+                             bind_arg(src.strides[ud])};
+  for (std::size_t d = 1; d < rank; ++d) a.push_back(bind_arg(out.shape[d]));
+  for (std::size_t d = 0; d < rank; ++d) a.push_back(bind_arg(x ? x->strides[d] : std::int64_t{0}));
+  for (std::size_t d = 0; d < rank; ++d)
+    a.push_back(bind_arg(d == ud ? std::int64_t{0} : idx.strides[d]));
+  for (std::size_t d = 0; d < rank; ++d)
+    a.push_back(bind_arg(d == ud ? std::int64_t{0} : src.strides[d]));
+  for (std::size_t d = 0; d < rank; ++d)
+    a.push_back(bind_arg(d == ud ? std::numeric_limits<std::int64_t>::max()
+                                 : (empty ? std::int64_t{0} : idx.shape[d])));
+  run(index_kernel(out.dev, kind::scatter, rank, out.dtype, idx.dtype), out.dev, total, a);
+}
+
+void launch_csr_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& offsets,
+                    const tensor_impl& order, std::int64_t outer, std::int64_t rows, std::int64_t n,
+                    std::int64_t inner) {
+  const std::int64_t total = outer * rows * inner;
+  if (total == 0) return;
+  std::vector<arg_binding> a{mem(dx, dx.dtype, false),
+                             mem(g, g.dtype, true),
+                             mem(offsets, scalar_type::i64, true),
+                             mem(order, scalar_type::i64, true),
+                             bind_arg(total),
+                             bind_arg(rows),
+                             bind_arg(n),
+                             bind_arg(inner)};
+  run(index_kernel(dx.dev, kind::csr_add, 0, dx.dtype, scalar_type::i64), dx.dev, total, a);
+}
+
+}  // namespace kiln::detail
