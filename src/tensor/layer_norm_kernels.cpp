@@ -1,0 +1,278 @@
+// Kernel texts for layer_norm and rms_norm; see layer_norm_kernels.hpp.
+#include "tensor/layer_norm_kernels.hpp"
+
+#include "codegen/expr_render.hpp"
+#include "codegen/text.hpp"
+#include "ir/hash.hpp"
+#include "kiln/queue.hpp"
+#include "runtime/generated_kernels.hpp"
+#include "tensor/reduce_kernel.hpp"
+
+namespace kiln::detail {
+namespace {
+
+using codegen::cat;
+using codegen::num;
+constexpr std::uint32_t group = reduce_policy::group;
+
+struct text {
+  const norm_kernel_key& k;
+  const std::string X = type_name(k.x), W = type_name(k.w), A = type_name(norm_acc_type(k.x));
+  const bool grouped = k.lanes > 1;
+  const std::string L = num(k.lanes), R = num(group / k.lanes);
+
+  std::string lx(const std::string& e) const { return codegen::load_value(k.x, e); }
+  std::string lw(const std::string& e) const { return codegen::load_value(k.w, e); }
+  std::string in(const std::string& t, const std::string& name) const {
+    return cat(", KILN_GLOBAL const ", t, "* KILN_RESTRICT ", name);
+  }
+  std::string out(const std::string& t, const std::string& name) const {
+    return cat("KILN_GLOBAL ", t, "* KILN_RESTRICT ", name);
+  }
+
+  // Row `kt_row` of this item; kt_end is 0 for items past the last row (they still take part
+  // in the barriers), kt_base a valid row start for every item.
+  std::string prologue() const {
+    if (!grouped)
+      return "  const int64_t kt_lane = 0, kt_row = (int64_t)kiln_global_id(0);\n"
+             "  const int64_t kt_end = kt_n, kt_rc = kt_row, kt_base = kt_row * kt_n;\n";
+    return cat("  const uint32_t kt_t = (uint32_t)kiln_local_id(0);\n",
+               "  const int64_t kt_lane = (int64_t)(kt_t % ", L, "u);\n",
+               "  const int64_t kt_row = (int64_t)kiln_group_id(0) * ", R, " + kt_t / ", L, ";\n",
+               "  const int64_t kt_end = kt_row < kt_rows ? kt_n : 0;\n",
+               "  const int64_t kt_rc = kt_row < kt_rows ? kt_row : 0, kt_base = kt_rc * kt_n;\n");
+  }
+
+  // Sums `terms` (one expression per accumulator kt_s<first + j>, total kt_p<first + j>, reading
+  // element kt_i through `pre`) over this item's share of the row: four-way unrolled for
+  // independent adds.
+  std::string fold(std::size_t first, const std::string& pre,
+                   const std::vector<std::string>& terms) const {
+    std::string s;
+    for (std::size_t j = 0; j < terms.size(); ++j)
+      for (int u = 0; u < 4; ++u)
+        s += cat("  ", A, " kt_s", num(first + j), "_", num(u), " = 0;\n");
+    s += cat("  {\n    int64_t kt_i0 = kt_lane;\n    for (; kt_i0 + 3 * ", L,
+             " < kt_end; kt_i0 += 4 * ", L, ") {\n");
+    for (int u = 0; u < 4; ++u) {
+      s += cat("      {\n        const int64_t kt_i = kt_i0 + ", num(u), " * ", L, ";\n", pre);
+      for (std::size_t j = 0; j < terms.size(); ++j)
+        s += cat("        kt_s", num(first + j), "_", num(u), " += ", terms[j], ";\n");
+      s += "      }\n";
+    }
+    s += cat("    }\n    for (; kt_i0 < kt_end; kt_i0 += ", L,
+             ") {\n      const int64_t kt_i = kt_i0;\n", pre);
+    for (std::size_t j = 0; j < terms.size(); ++j)
+      s += cat("      kt_s", num(first + j), "_0 += ", terms[j], ";\n");
+    s += "    }\n  }\n";
+    for (std::size_t j = 0; j < terms.size(); ++j) {
+      const std::string J = num(first + j);
+      s += cat("  const ", A, " kt_p", J, " = (kt_s", J, "_0 + kt_s", J, "_1) + (kt_s", J,
+               "_2 + kt_s", J, "_3);\n");
+    }
+    return s;
+  }
+
+  // The row totals of kt_p<first..first+count>: in local kt_sh<j> (read at kt_t - kt_lane, not
+  // copied: a private copy living across later barriers crashed PoCL's work-group loops) or
+  // private kt_tot<j>. tot(j) names the total.
+  std::string reduce(std::size_t first, std::size_t count) const {
+    std::string s;
+    if (!grouped) {
+      for (std::size_t j = first; j < first + count; ++j)
+        s += cat("  const ", A, " kt_tot", num(j), " = kt_p", num(j), ";\n");
+      return s;
+    }
+    for (std::size_t j = first; j < first + count; ++j)
+      s += cat("  kt_sh", num(j), "[kt_t] = kt_p", num(j), ";\n");
+    s += cat("  kiln_barrier();\n  for (uint32_t kt_h = ", L,
+             " / 2; kt_h > 0; kt_h >>= 1) {\n    if ((uint32_t)kt_lane < kt_h) {\n");
+    for (std::size_t j = first; j < first + count; ++j)
+      s += cat("      kt_sh", num(j), "[kt_t] += kt_sh", num(j), "[kt_t + kt_h];\n");
+    return s + "    }\n    kiln_barrier();\n  }\n";
+  }
+  std::string tot(std::size_t j) const {
+    return grouped ? cat("kt_sh", num(j), "[kt_t - (uint32_t)kt_lane]") : cat("kt_tot", num(j));
+  }
+  std::string locals(std::size_t count) const {
+    std::string s;
+    for (std::size_t j = 0; j < count; ++j)
+      s += cat("  KILN_LOCAL ", A, " kt_sh", num(j), "[", num(group), "];\n");
+    return s;
+  }
+  // The last pass: the same trip count for every item of a group (PoCL's vectorised
+  // work-group loops crashed on a per-item one after barriers, see row_kernel.cpp).
+  std::string last_loop(const std::string& body) const {
+    return cat("  for (int64_t kt_i0 = 0; kt_i0 < kt_n; kt_i0 += ", L,
+               ") {\n    const int64_t kt_i = kt_i0 + kt_lane;\n",
+               "    if (kt_i >= kt_end) continue;\n", body, "  }\n");
+  }
+
+  std::string forward() const {
+    std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_y"), ", ");
+    if (!k.rms) s += out(A, "kt_mean") + ", ";
+    s += out(A, "kt_rstd") + in(X, "kt_x");
+    if (k.has_w) s += in(W, "kt_w");
+    if (k.has_b) s += in(W, "kt_b");
+    s += cat(", int64_t kt_n, int64_t kt_rows, ", A, " kt_eps) {\n");
+    if (grouped)
+      s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
+    s += prologue();
+    const std::string xv = cat("        const ", A, " kt_v = ", lx("kt_x[kt_base + kt_i]"), ";\n");
+    std::string mean = "0";
+    if (!k.rms) {
+      s += fold(0, xv, {"kt_v"}) + reduce(0, 1);
+      mean = cat("(", tot(0), " / (", A, ")kt_n)");
+      if (!grouped) {
+        s += cat("  const ", A, " kt_m = ", mean, ";\n");
+        mean = "kt_m";
+      }
+    }
+    s += fold(1, xv + cat("        const ", A, " kt_d = kt_v - ", mean, ";\n"), {"kt_d * kt_d"}) +
+         reduce(1, 1);
+    const std::string rstd = cat("rsqrt(", tot(1), " / (", A, ")kt_n + kt_eps)");
+    if (grouped) {
+      s += cat("  if (kt_lane == 0) {\n    kt_st[2 * (kt_t / ", L, ")] = ", mean, ";\n",
+               "    kt_st[2 * (kt_t / ", L, ") + 1] = ", rstd, ";\n",
+               "    if (kt_row < kt_rows) {\n",
+               k.rms ? "" : cat("      kt_mean[kt_row] = kt_st[2 * (kt_t / ", L, ")];\n"),
+               "      kt_rstd[kt_row] = kt_st[2 * (kt_t / ", L, ") + 1];\n    }\n  }\n",
+               "  kiln_barrier();\n");
+      s += cat("  const ", A, " kt_mu = kt_st[2 * (kt_t / ", L, ")], kt_r = kt_st[2 * (kt_t / ", L,
+               ") + 1];\n");
+    } else {
+      s += cat("  const ", A, " kt_mu = ", mean, ", kt_r = ", rstd, ";\n",
+               k.rms ? "" : "  kt_mean[kt_row] = kt_mu;\n", "  kt_rstd[kt_row] = kt_r;\n");
+    }
+    std::string v = cat("(", lx("kt_x[kt_base + kt_i]"), " - kt_mu) * kt_r");
+    if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_i]"));
+    if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_i]"));
+    return s +
+           last_loop(cat("    const ", A, " kt_o = ", v, ";\n    kt_y[kt_base + kt_i] = ",
+                         codegen::store_value(k.x, "kt_o"), ";\n")) +
+           "}\n";
+  }
+
+  std::string backward() const {
+    std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_dx"), in(X, "kt_dy"), in(X, "kt_x"));
+    if (!k.rms) s += in(A, "kt_mean");
+    s += in(A, "kt_rstd");
+    if (k.has_w) s += in(W, "kt_w");
+    s += ", int64_t kt_n, int64_t kt_rows) {\n";
+    if (grouped) s += locals(2);
+    s += prologue();
+    // Per element: g = dy w and xhat, reading mean and rstd from global memory at each use
+    // (cached; no private copy across the barriers).
+    const std::string mu = k.rms ? "" : " - kt_mean[kt_rc]";
+    std::string g = lx("kt_dy[kt_base + kt_i]");
+    if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_i]"));
+    const std::string pre =
+        cat("        const ", A, " kt_g = ", g, ";\n        const ", A, " kt_xh = (",
+            lx("kt_x[kt_base + kt_i]"), mu, ") * kt_rstd[kt_rc];\n");
+    if (k.rms) {
+      s += fold(0, pre, {"kt_g * kt_xh"}) + reduce(0, 1);
+    } else {
+      s += fold(0, pre, {"kt_g * kt_xh", "kt_g"}) + reduce(0, 2);
+    }
+    const std::string inner =
+        k.rms ? cat("kt_xh * ", tot(0)) : cat("(", tot(1), " + kt_xh * ", tot(0), ")");
+    return s +
+           last_loop(cat(
+               pre, "    const ", A, " kt_o = kt_rstd[kt_rc] * (kt_g - ", inner, " / (", A,
+               ")kt_n);\n    kt_dx[kt_base + kt_i] = ", codegen::store_value(k.x, "kt_o"), ";\n")) +
+           "}\n";
+  }
+
+  // Item i = p n + j sums column j over rows [p chunk, (p + 1) chunk): partials [P, n].
+  std::string params() const {
+    std::string s = "KILN_KERNEL void kt_ln(";
+    std::string sep;
+    if (k.has_w) s += out(A, "kt_pw"), sep = ", ";
+    if (k.has_b) s += sep + out(A, "kt_pb");
+    s += in(X, "kt_dy");
+    if (k.has_w) {
+      s += in(X, "kt_x");
+      if (!k.rms) s += in(A, "kt_mean");
+      s += in(A, "kt_rstd");
+    }
+    s +=
+        cat(", int64_t kt_n, int64_t kt_rows, int64_t kt_chunk) {\n",
+            "  const int64_t kt_it = (int64_t)kiln_global_id(0);\n",
+            "  const int64_t kt_j = kt_it % kt_n, kt_r0 = kt_it / kt_n * kt_chunk;\n",
+            "  const int64_t kt_r1 = kt_r0 + kt_chunk < kt_rows ? kt_r0 + kt_chunk : kt_rows;\n  ",
+            A, " kt_sw = 0, kt_sb = 0;\n", "  for (int64_t kt_r = kt_r0; kt_r < kt_r1; ++kt_r) {\n",
+            "    const ", A, " kt_g = ", lx("kt_dy[kt_r * kt_n + kt_j]"), ";\n");
+    if (k.has_b) s += "    kt_sb += kt_g;\n";
+    if (k.has_w)
+      s += cat("    kt_sw += kt_g * (", lx("kt_x[kt_r * kt_n + kt_j]"),
+               k.rms ? "" : " - kt_mean[kt_r]", ") * kt_rstd[kt_r];\n");
+    s += "  }\n";
+    if (k.has_w) s += "  kt_pw[kt_it] = kt_sw;\n";
+    if (k.has_b) s += "  kt_pb[kt_it] = kt_sb;\n";
+    return s + "}\n";
+  }
+};
+
+const char* kind_name(norm_kernel_kind k) {
+  switch (k) {
+    case norm_kernel_kind::forward: return "forward";
+    case norm_kernel_kind::backward: return "backward";
+    case norm_kernel_kind::params: return "weight/bias gradients";
+  }
+  return "?";
+}
+
+}  // namespace
+
+scalar_type norm_acc_type(scalar_type x) {
+  return x == scalar_type::f64 ? scalar_type::f64 : scalar_type::f32;
+}
+
+std::uint32_t norm_lanes(const device& dev, std::int64_t n) {
+  if (!dev.supports(feature::barrier) || n < reduce_policy::group_min_rows) return 1;
+  std::uint32_t lanes = reduce_policy::min_lanes;
+  while (lanes < group && lanes * 2 * reduce_policy::elems_per_lane <= n) lanes *= 2;
+  return lanes;
+}
+
+std::string norm_source(const norm_kernel_key& k) {
+  const text t{k};
+  switch (k.kind) {
+    case norm_kernel_kind::forward: return t.forward();
+    case norm_kernel_kind::backward: return t.backward();
+    case norm_kernel_kind::params: return t.params();
+  }
+  return {};
+}
+
+void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_binding> args,
+                 std::int64_t rows_or_items) {
+  if (rows_or_items <= 0) return;
+  ir::hasher h;
+  h.add("tensor layer_norm v1")
+      .add(std::uint64_t(k.kind))
+      .add(std::uint64_t(k.x))
+      .add(std::uint64_t(k.w))
+      .add(std::uint64_t(k.rms) | std::uint64_t(k.has_w) << 1 | std::uint64_t(k.has_b) << 2)
+      .add(std::uint64_t(k.lanes));
+  const generated_kernels g = get_generated(dev, "tensor_layer_norm", h.value(), [&] {
+    return generated_program{norm_source(k),
+                             {"kt_ln"},
+                             cat(k.rms ? "rms_norm " : "layer_norm ", kind_name(k.kind), " of ",
+                                 type_name(k.x), ", ", num(k.lanes), " lanes")};
+  });
+  if (g.compiled) stats_now().programs_compiled++;
+  queue& q = dev.default_queue();
+  const auto n = static_cast<std::uint64_t>(rows_or_items);
+  if (k.kind != norm_kernel_kind::params && k.lanes > 1) {
+    const std::uint64_t per_group = group / k.lanes;
+    const local_size ls(group);
+    launch(*g.kernels.at(0).impl(), *q.impl(), range((n + per_group - 1) / per_group * group), &ls,
+           args.data(), args.size());
+  } else {
+    launch(*g.kernels.at(0).impl(), *q.impl(), range(n), nullptr, args.data(), args.size());
+  }
+  stats_now().kernel_launches++;
+}
+
+}  // namespace kiln::detail

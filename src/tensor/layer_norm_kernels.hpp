@@ -1,0 +1,48 @@
+// The row kernels behind layer_norm and rms_norm (cache "tensor_layer_norm"), in the kernel
+// language. Statistics are computed in the accumulation type (float; double for f64) whatever
+// the storage type: 16-bit values are loaded as float and rounded once at the store.
+//
+//   forward:  per row, mean (layer norm only) and then the variance about it (two passes over
+//             the row, the second from cache), rstd = 1 / sqrt(var + eps), then the output;
+//   backward: per row, sum(g xhat) and sum(g) with g = dy w, then dx = rstd (g - (sum(g) +
+//             xhat sum(g xhat)) / n) (rms: without sum(g));
+//   params:   dweight / dbias partial column sums over chunks of rows (no atomics: the
+//             partials are summed by a tensor reduction in a fixed order, so runs repeat).
+//
+// Rows are folded by `lanes` work-items of a 256-item group through local memory on devices
+// with barriers (rows of 64 elements or more), else by one work-item per row.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/kernel.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln::detail {
+
+enum class norm_kernel_kind : std::uint8_t { forward, backward, params };
+
+struct norm_kernel_key {
+  norm_kernel_kind kind;
+  scalar_type x;        // input / output / gradient storage
+  scalar_type w;        // weight and bias storage (x's, or f32 with 16-bit x)
+  bool rms;             // rms_norm: no mean
+  bool has_w;           // forward, backward: a weight; params: dweight wanted
+  bool has_b;           // forward: a bias; params: dbias wanted
+  std::uint32_t lanes;  // work-items per row (1: no barriers)
+};
+
+// The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.
+scalar_type norm_acc_type(scalar_type x);
+// Work-items per row for rows of n elements on dev.
+std::uint32_t norm_lanes(const device& dev, std::int64_t n);
+std::string norm_source(const norm_kernel_key& k);
+
+// Launches the kernel k over `rows` rows (forward, backward) or `items` items (params) with the
+// arguments in the order of its parameters (buffers, then the scalars).
+void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_binding> args,
+                 std::int64_t rows_or_items);
+
+}  // namespace kiln::detail

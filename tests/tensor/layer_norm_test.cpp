@@ -1,0 +1,318 @@
+// layer_norm and rms_norm (forward, statistics, autograd backward) against a double-precision
+// host model, in f32, f64, f16 and bf16, over rows of 1 to 4097 elements and one or two
+// normalised dims; the host model's gradient formulas against central differences; bad input;
+// the nn modules.
+#include <cmath>
+#include <kiln/nn/normalization.hpp>
+#include <kiln/tensor/layer_norm.hpp>
+
+#include "tensor/tensor_fixture.hpp"
+
+namespace tensor_test {
+namespace {
+
+using kiln::scalar_type;
+using kiln::tensor;
+
+class TensorLayerNormTest : public TensorTest {};
+KILN_INSTANTIATE_TENSOR_PER_DEVICE(TensorLayerNormTest);
+
+// A device tensor of dtype with seeded values in [-4, 4] + offset (never zero), and the values
+// it holds after rounding to dtype, in double.
+struct operand {
+  tensor t;
+  std::vector<double> v;
+};
+operand make(const kiln::device& dev, const shape_t& s, std::uint64_t seed, scalar_type dtype,
+             double offset = 0) {
+  std::vector<float> v = values<float>(std::size_t(numel(s)), seed);
+  for (float& e : v) e += float(offset);
+  tensor t = tensor::from(dev, v, s).to(dtype).contiguous();
+  std::vector<float> back = t.to(scalar_type::f32).to_vector<float>();
+  return {t, {back.begin(), back.end()}};
+}
+
+std::vector<double> read(const tensor& t) {
+  if (t.dtype() == scalar_type::f64) return t.to_vector<double>();
+  const std::vector<float> v = t.to(scalar_type::f32).to_vector<float>();
+  return {v.begin(), v.end()};
+}
+
+::testing::AssertionResult close(const char* what, const std::vector<double>& got,
+                                 const std::vector<double>& want, double tol) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure()
+           << what << ": " << got.size() << " elements, expected " << want.size();
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (!(std::fabs(got[i] - want[i]) <= tol * std::max(1.0, std::fabs(want[i]))))
+      return ::testing::AssertionFailure()
+             << what << " element " << i << ": " << got[i] << ", expected " << want[i];
+  return ::testing::AssertionSuccess();
+}
+
+double tolerance(scalar_type t) {
+  switch (t) {
+    case scalar_type::f64: return 1e-10;
+    case scalar_type::f32: return 2e-5;
+    case scalar_type::f16: return 2e-3;
+    default: return 1.6e-2;  // bf16: 8 bits of mantissa
+  }
+}
+
+// The host model of rows x n values: statistics, output and gradients in double.
+struct model {
+  bool rms;
+  std::int64_t rows, n;
+  std::vector<double> x, w, b;  // w, b empty: none
+  double eps;
+  std::vector<double> mean, rstd;
+
+  double xhat(std::int64_t r, std::int64_t j) const {
+    return (x[std::size_t(r * n + j)] - mean[std::size_t(r)]) * rstd[std::size_t(r)];
+  }
+  std::vector<double> forward() {
+    mean.assign(std::size_t(rows), 0);
+    rstd.assign(std::size_t(rows), 0);
+    std::vector<double> y(x.size());
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double m = 0, v = 0;
+      for (std::int64_t j = 0; j < n; ++j) m += x[std::size_t(r * n + j)];
+      m = rms ? 0 : m / double(n);
+      for (std::int64_t j = 0; j < n; ++j) v += std::pow(x[std::size_t(r * n + j)] - m, 2);
+      mean[std::size_t(r)] = m;
+      rstd[std::size_t(r)] = 1 / std::sqrt(v / double(n) + eps);
+      for (std::int64_t j = 0; j < n; ++j)
+        y[std::size_t(r * n + j)] =
+            xhat(r, j) * (w.empty() ? 1 : w[std::size_t(j)]) + (b.empty() ? 0 : b[std::size_t(j)]);
+    }
+    return y;
+  }
+  // dx, dw, db of sum(y * dy) (after forward()).
+  void backward(const std::vector<double>& dy, std::vector<double>& dx, std::vector<double>& dw,
+                std::vector<double>& db) const {
+    dx.assign(x.size(), 0), dw.assign(std::size_t(n), 0), db.assign(std::size_t(n), 0);
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double sg = 0, sgx = 0;
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double g = dy[std::size_t(r * n + j)] * (w.empty() ? 1 : w[std::size_t(j)]);
+        sg += g, sgx += g * xhat(r, j);
+        dw[std::size_t(j)] += dy[std::size_t(r * n + j)] * xhat(r, j);
+        db[std::size_t(j)] += dy[std::size_t(r * n + j)];
+      }
+      for (std::int64_t j = 0; j < n; ++j) {
+        const double g = dy[std::size_t(r * n + j)] * (w.empty() ? 1 : w[std::size_t(j)]);
+        dx[std::size_t(r * n + j)] =
+            rstd[std::size_t(r)] * (g - ((rms ? 0 : sg) + xhat(r, j) * sgx) / double(n));
+      }
+    }
+  }
+};
+
+struct norm_case {
+  shape_t shape;
+  std::size_t dims;  // normalised trailing dims
+};
+
+// Runs layer_norm or rms_norm of x (dtype t, optional affine in pt) with autograd, checks the
+// output, the statistics and the gradients of sum(y * dy) against the host model.
+void check(const kiln::device& dev, bool rms, const norm_case& c, scalar_type t, bool affine,
+           scalar_type pt, std::uint64_t seed) {
+  SCOPED_TRACE(std::string(rms ? "rms_norm " : "layer_norm ") + kiln::to_string(c.shape) +
+               " over " + std::to_string(c.dims) + " dims, " + kiln::type_name(t) +
+               (affine ? std::string(", affine ") + kiln::type_name(pt) : ", no affine"));
+  const shape_t ns(c.shape.end() - std::ptrdiff_t(c.dims), c.shape.end());
+  const std::int64_t n = numel(ns), rows = numel(c.shape) / n;
+  operand x = make(dev, c.shape, seed, t, 3), dy = make(dev, c.shape, seed + 1, t);
+  operand w = affine ? make(dev, ns, seed + 2, pt) : operand{};
+  operand b = affine && !rms ? make(dev, ns, seed + 3, pt) : operand{};
+  x.t.requires_grad_();
+  if (affine) w.t.requires_grad_();
+  if (b.t.defined()) b.t.requires_grad_();
+  const double eps = 1e-5;
+  const kiln::layer_norm_result r = rms ? kiln::native_rms_norm(x.t, ns, w.t, eps)
+                                        : kiln::native_layer_norm(x.t, ns, w.t, b.t, eps);
+  model m{rms, rows, n, x.v, w.v, b.v, eps, {}, {}};
+  const std::vector<double> y = m.forward();
+  const double tol = tolerance(t);
+  ASSERT_EQ(r.output.shape(), c.shape);
+  ASSERT_EQ(r.output.dtype(), t);
+  EXPECT_TRUE(close("output", read(r.output), y, tol));
+  shape_t ss = c.shape;
+  for (std::size_t d = ss.size() - c.dims; d < ss.size(); ++d) ss[d] = 1;
+  const scalar_type acc = t == scalar_type::f64 ? t : scalar_type::f32;
+  ASSERT_EQ(r.rstd.shape(), ss);
+  ASSERT_EQ(r.rstd.dtype(), acc);
+  const double stol = t == scalar_type::f64 ? 1e-10 : 2e-5;
+  EXPECT_TRUE(close("rstd", read(r.rstd), m.rstd, stol));
+  if (!rms) {
+    ASSERT_EQ(r.mean.shape(), ss);
+    EXPECT_TRUE(close("mean", read(r.mean), m.mean, stol));
+  } else {
+    EXPECT_FALSE(r.mean.defined());
+  }
+  (r.output * dy.t).sum().backward();
+  std::vector<double> dx, dw, db;
+  m.backward(dy.v, dx, dw, db);
+  EXPECT_TRUE(close("x.grad", read(x.t.grad()), dx, 2 * tol));
+  if (affine) {
+    // Column sums over every row: the reference is a sum too, so scale by its length.
+    const double ptol = tolerance(pt) * std::max(1.0, std::sqrt(double(rows)) / 4);
+    EXPECT_EQ(w.t.grad().dtype(), pt);
+    EXPECT_EQ(w.t.grad().shape(), ns);
+    EXPECT_TRUE(close("weight.grad", read(w.t.grad()), dw, ptol));
+    if (b.t.defined()) {
+      EXPECT_TRUE(close("bias.grad", read(b.t.grad()), db, ptol));
+    }
+  }
+}
+
+bool has_fp64(const kiln::device& dev) { return dev.supports(kiln::feature::fp64); }
+
+TEST_P(TensorLayerNormTest, MatchesHostModelInEveryDtype) {
+  const std::vector<norm_case> cases{{{5, 1}, 1},    {{3, 4, 7}, 1}, {{9, 768}, 1},
+                                     {{3, 4097}, 1}, {{300, 33}, 1}, {{4, 6, 128}, 2},
+                                     {{2, 3, 5}, 2}};
+  std::uint64_t seed = 10;
+  for (scalar_type t : {scalar_type::f32, scalar_type::f64, scalar_type::f16, scalar_type::bf16}) {
+    if (t == scalar_type::f64 && !has_fp64(dev())) continue;
+    for (bool rms : {false, true})
+      for (const norm_case& c : cases)
+        for (bool affine : {true, false}) check(dev(), rms, c, t, affine, t, seed += 4);
+  }
+}
+
+TEST_P(TensorLayerNormTest, ManyRowsAndMixedWeightDtype) {
+  check(dev(), false, {{2048, 40}, 1}, scalar_type::f32, true, scalar_type::f32, 1);
+  check(dev(), true, {{1500, 96}, 1}, scalar_type::f32, true, scalar_type::f32, 2);
+  // PyTorch allows f32 parameters with 16-bit input: output in the input's dtype.
+  check(dev(), false, {{16, 768}, 1}, scalar_type::bf16, true, scalar_type::f32, 3);
+  check(dev(), true, {{16, 100}, 1}, scalar_type::f16, true, scalar_type::f32, 4);
+}
+
+// The host model's gradient formulas against central differences of its own loss.
+TEST_P(TensorLayerNormTest, HostModelGradientsMatchFiniteDifferences) {
+  for (bool rms : {false, true}) {
+    const std::int64_t rows = 3, n = 7;
+    model m{rms, rows, n, values<double>(21, 5), values<double>(7, 6), {}, 1e-3, {}, {}};
+    if (!rms) m.b = values<double>(7, 7);
+    const std::vector<double> dy = values<double>(21, 8);
+    std::vector<double> dx, dw, db;
+    m.forward();
+    m.backward(dy, dx, dw, db);
+    const auto loss = [&] {
+      const std::vector<double> y = m.forward();
+      double l = 0;
+      for (std::size_t i = 0; i < y.size(); ++i) l += y[i] * dy[i];
+      return l;
+    };
+    const auto diff = [&](std::vector<double>& v, std::size_t i) {
+      const double h = 1e-6, keep = v[i];
+      v[i] = keep + h;
+      const double up = loss();
+      v[i] = keep - h;
+      const double down = loss();
+      v[i] = keep;
+      return (up - down) / (2 * h);
+    };
+    for (std::size_t i = 0; i < dx.size(); ++i) EXPECT_NEAR(dx[i], diff(m.x, i), 1e-6) << i;
+    for (std::size_t j = 0; j < dw.size(); ++j) EXPECT_NEAR(dw[j], diff(m.w, j), 1e-6) << j;
+    if (!rms) {
+      for (std::size_t j = 0; j < db.size(); ++j) EXPECT_NEAR(db[j], diff(m.b, j), 1e-6) << j;
+    }
+  }
+}
+
+TEST_P(TensorLayerNormTest, NonContiguousInputAndDirectBackward) {
+  const operand x = make(dev(), {24, 10}, 41, scalar_type::f32, 1);
+  const tensor xt = x.t.transpose(0, 1);  // [10, 24], strided
+  const operand w = make(dev(), {24}, 42, scalar_type::f32);
+  const tensor y = kiln::layer_norm(xt, {24}, w.t);
+  const tensor y2 = kiln::layer_norm(xt.contiguous(), {24}, w.t);
+  EXPECT_TRUE(close("output", read(y), read(y2), 0));
+  const auto r = kiln::native_layer_norm(xt, {24}, w.t, {});
+  const tensor dy = tensor::ones(dev(), {10, 24});
+  const auto g = kiln::layer_norm_backward(dy, xt, {24}, r.mean, r.rstd, w.t, true, true);
+  EXPECT_EQ(g.input.shape(), (shape_t{10, 24}));
+  EXPECT_EQ(g.weight.shape(), (shape_t{24}));
+  EXPECT_EQ(g.bias.shape(), (shape_t{24}));
+  // dbias of a ones dy: the row count.
+  for (double v : read(g.bias)) EXPECT_EQ(v, 10.0);
+}
+
+TEST_P(TensorLayerNormTest, DefaultRmsEpsIsTheComputeTypeEpsilon) {
+  // Rows of equal values: rstd = 1 / sqrt(v^2 + eps), so a tiny v exposes eps.
+  const tensor x = tensor::full(dev(), {2, 8}, scalar_type::f32, 1e-4f);
+  const auto r = kiln::native_rms_norm(x, {8}, {});
+  const double want = 1 / std::sqrt(double(1e-4f) * double(1e-4f) + 0x1p-23);
+  EXPECT_NEAR(read(r.rstd)[0], want, want * 1e-5);
+}
+
+TEST_P(TensorLayerNormTest, BadInputIsRefusedWithClearErrors) {
+  const tensor x = make(dev(), {4, 6}, 51, scalar_type::f32).t;
+  const tensor w6 = tensor::ones(dev(), {6}), w5 = tensor::ones(dev(), {5});
+  EXPECT_THROW(kiln::layer_norm(x, {6}, w5), kiln::shape_error);
+  EXPECT_THROW(kiln::layer_norm(x, {6}, w6, w5), kiln::shape_error);
+  EXPECT_THROW(kiln::layer_norm(x, {4}), kiln::shape_error);        // not the trailing dims
+  EXPECT_THROW(kiln::layer_norm(x, {3, 4, 6}), kiln::shape_error);  // more dims than x
+  EXPECT_THROW(kiln::layer_norm(x, {}), kiln::shape_error);
+  EXPECT_THROW(kiln::layer_norm(x, {6}, {}, {}, 0.0), kiln::invalid_argument);
+  EXPECT_THROW(kiln::layer_norm(x, {6}, {}, {}, -1e-5), kiln::invalid_argument);
+  EXPECT_THROW(kiln::rms_norm(x, {6}, {}, 0.0), kiln::invalid_argument);
+  EXPECT_THROW(kiln::layer_norm(x.to(scalar_type::i32), {6}), kiln::dtype_error);
+  EXPECT_THROW(kiln::rms_norm(x.to(scalar_type::i64), {6}), kiln::dtype_error);
+  EXPECT_THROW(kiln::layer_norm(x.to(scalar_type::f16), {6}, w6.to(scalar_type::bf16)),
+               kiln::dtype_error);
+  if (has_fp64(dev())) {
+    EXPECT_THROW(kiln::layer_norm(x, {6}, w6.to(scalar_type::f64)), kiln::dtype_error);
+  }
+  EXPECT_THROW(kiln::layer_norm(tensor(), {6}), kiln::invalid_argument);
+  try {
+    kiln::layer_norm(x, {6}, w5);
+    ADD_FAILURE() << "no error";
+  } catch (const kiln::shape_error& e) {
+    EXPECT_NE(std::string(e.what()).find("weight is [5]"), std::string::npos) << e.what();
+  }
+  const auto r = kiln::native_layer_norm(x, {6}, w6, {});
+  EXPECT_THROW(kiln::layer_norm_backward(tensor::ones(dev(), {4, 5}), x, {6}, r.mean, r.rstd, w6,
+                                         true, true),
+               kiln::shape_error);
+  EXPECT_THROW(
+      kiln::layer_norm_backward(tensor::ones(dev(), {4, 6}), x, {6}, r.mean, {}, w6, true, true),
+      kiln::invalid_argument);
+  EXPECT_THROW(kiln::layer_norm_backward(tensor::ones(dev(), {4, 6}), x, {6}, r.mean, r.rstd, {},
+                                         true, false),
+               kiln::invalid_argument);
+}
+
+TEST_P(TensorLayerNormTest, NnModulesHavePyTorchParameters) {
+  kiln::nn::layer_norm ln(dev(), {4, 6});
+  const auto sd = ln.state_dict();
+  ASSERT_EQ(sd.size(), 2u);
+  EXPECT_EQ(sd[0].first, "weight");
+  EXPECT_EQ(sd[1].first, "bias");
+  EXPECT_EQ(sd[0].second.shape(), (shape_t{4, 6}));
+  for (double v : read(ln.weight)) EXPECT_EQ(v, 1.0);
+  for (double v : read(ln.bias)) EXPECT_EQ(v, 0.0);
+  const operand x = make(dev(), {3, 4, 6}, 61, scalar_type::f32, 2);
+  EXPECT_TRUE(close("module", read(ln(x.t)), read(kiln::layer_norm(x.t, {4, 6})), 1e-6));
+
+  kiln::nn::rms_norm rn(dev(), {6});
+  ASSERT_EQ(rn.state_dict().size(), 1u);
+  EXPECT_EQ(rn.state_dict()[0].first, "weight");
+  EXPECT_TRUE(close("rms module", read(rn(x.t)), read(kiln::rms_norm(x.t, {6})), 1e-6));
+
+  kiln::nn::layer_norm plain(dev(), {6}, 1e-5, {.elementwise_affine = false});
+  EXPECT_TRUE(plain.state_dict().empty());
+  kiln::nn::layer_norm no_bias(dev(), {6}, 1e-5, {.bias = false});
+  EXPECT_EQ(no_bias.state_dict().size(), 1u);
+  EXPECT_THROW(kiln::nn::layer_norm(dev(), {6}, 0.0), kiln::invalid_argument);
+  EXPECT_THROW(kiln::nn::layer_norm(dev(), {}), kiln::shape_error);
+
+  // Training through the module reaches its parameters.
+  (ln(x.t) * x.t).sum().backward();
+  EXPECT_TRUE(ln.weight.grad().defined());
+  EXPECT_TRUE(ln.bias.grad().defined());
+}
+
+}  // namespace
+}  // namespace tensor_test
