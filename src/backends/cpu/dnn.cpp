@@ -19,8 +19,9 @@
 // its own scratchpad). A configuration only oneDNN's reference kernels take is refused
 // (KILN_ERR_UNSUPPORTED): Kiln's portable path is faster than those.
 //
-// Pooling stays portable: oneDNN's max pooling lets a NaN lose to later elements, where Kiln
-// (as PyTorch) lets it win; and pooling is memory-bound, where oneDNN gains little.
+// Pooling: average pooling (both divisors) through oneDNN, over chunks of planes. Max pooling
+// stays portable: oneDNN's lets a NaN lose to the other elements of its window, where Kiln
+// (as PyTorch) lets it win.
 #include "backends/cpu/cpu_backend.hpp"
 #include "dl_library.hpp"
 #include "dnn_abi.h"
@@ -55,6 +56,7 @@ namespace {
   X(dnnl_dilated_convolution_forward_desc_init)          \
   X(dnnl_dilated_convolution_backward_data_desc_init)    \
   X(dnnl_dilated_convolution_backward_weights_desc_init) \
+  X(dnnl_pooling_v2_forward_desc_init)                   \
   X(dnnl_primitive_attr_create)                          \
   X(dnnl_primitive_attr_destroy)                         \
   X(dnnl_primitive_attr_set_scratchpad_mode)             \
@@ -683,9 +685,137 @@ kiln_status conv_backward_data(kiln_queue_h q, const kiln_dnn_conv_desc* d) noex
 kiln_status conv_backward_filter(kiln_queue_h q, const kiln_dnn_conv_desc* d) noexcept {
   return submit(q, d, direction::backward_filter, "conv_backward_filter");
 }
-kiln_status pool_refused(kiln_queue_h, const kiln_dnn_pool_desc*) noexcept {
-  return set_error(KILN_ERR_UNSUPPORTED,
-                   "oneDNN pooling: not used (Kiln's max pooling lets NaN win; portable kernels)");
+// Average pooling of planes [i0, i0 + np) of n x c, each task a chunk of planes read as one
+// [1, np, h, w] NCHW tensor (no reorder: oneDNN's kernels take NCHW for pooling).
+struct pool_plan {
+  dnnl_primitive_t prim = nullptr;
+  dnnl_memory_desc_t src{}, dst{}, scratch{};
+  std::size_t scratch_bytes = 0;
+};
+
+const pool_plan* pool_plan_for(const kiln_dnn_pool_desc& p, std::uint64_t planes) {
+  static std::mutex mu;
+  static auto* cache = new std::map<std::array<std::uint64_t, 12>, const pool_plan*>;
+  const std::array<std::uint64_t, 12> key = {std::uint64_t(p.mode),
+                                             planes,
+                                             p.h,
+                                             p.w,
+                                             p.p,
+                                             p.q,
+                                             p.win_h,
+                                             p.win_w,
+                                             p.stride_h,
+                                             p.stride_w,
+                                             p.pad_h,
+                                             p.pad_w};
+  std::lock_guard lock(mu);
+  if (auto it = cache->find(key); it != cache->end()) return it->second;
+  const omp_threads_scope threads;
+  const dnnl_api& d = dnnl();
+  using D = dnnl_dim_t;
+  auto pp = std::make_unique<pool_plan>();
+  const dnnl_dims_t src_dims = {1, D(planes), D(p.h), D(p.w)},
+                    dst_dims = {1, D(planes), D(p.p), D(p.q)};
+  check(d.dnnl_memory_desc_init_by_tag(&pp->src, 4, src_dims, dnnl_f32, dnnl_nchw), "md");
+  check(d.dnnl_memory_desc_init_by_tag(&pp->dst, 4, dst_dims, dnnl_f32, dnnl_nchw), "md");
+  const dnnl_dims_t strides = {p.stride_h, p.stride_w}, kernel = {p.win_h, p.win_w}, dil = {0, 0};
+  const dnnl_dims_t pad_l = {p.pad_h, p.pad_w};
+  const dnnl_dims_t pad_r = {D((p.p - 1) * p.stride_h + p.win_h) - D(p.h + p.pad_h),
+                             D((p.q - 1) * p.stride_w + p.win_w) - D(p.w + p.pad_w)};
+  dnnl_pooling_v2_desc_t desc;
+  const dnnl_alg_kind_t alg = p.mode == KILN_DNN_POOL_AVG_INCLUDE_PAD
+                                  ? dnnl_pooling_avg_include_padding
+                                  : dnnl_pooling_avg_exclude_padding;
+  check(d.dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference, alg, &pp->src, &pp->dst,
+                                            strides, kernel, dil, pad_l, pad_r),
+        "oneDNN pooling descriptor");
+  struct attr_holder {
+    dnnl_primitive_attr_t a = nullptr;
+    ~attr_holder() {
+      if (a) dnnl().dnnl_primitive_attr_destroy(a);
+    }
+  } attr;
+  check(d.dnnl_primitive_attr_create(&attr.a), "oneDNN attributes");
+  check(d.dnnl_primitive_attr_set_scratchpad_mode(attr.a, dnnl_scratchpad_mode_user),
+        "oneDNN scratchpad mode");
+  pd_holder pd;
+  const pool_plan* out = nullptr;
+  const char* impl = nullptr;
+  if (d.dnnl_primitive_desc_create(&pd.pd, &desc, attr.a, d.engine, nullptr) == dnnl_success &&
+      d.dnnl_primitive_desc_query(pd.pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success &&
+      impl && !std::string_view(impl).starts_with("ref")) {
+    pp->scratch = *d.dnnl_primitive_desc_query_md(pd.pd, dnnl_query_scratchpad_md, 0);
+    pp->scratch_bytes = d.dnnl_memory_desc_get_size(&pp->scratch);
+    check(d.dnnl_primitive_create(&pp->prim, pd.pd), "oneDNN pooling");
+    out = pp.release();
+  }
+  cache->emplace(key, out);
+  return out;
+}
+
+// Planes per task: a few chunks per pool thread; one below ~0.2 ms of one core.
+chunking pool_chunks(const kiln_dnn_pool_desc& p) {
+  const std::uint64_t planes = p.n * p.c, threads = pool().size();
+  const double work = double(planes) * double(p.p * p.q * p.win_h * p.win_w + p.h * p.w);
+  const std::uint64_t parts =
+      threads < 2 || work < 1e6 ? 1 : std::min<std::uint64_t>(planes, threads * 4);
+  return chunking(planes, parts);
+}
+
+// Average pooling (both divisors) through oneDNN; max pooling is refused: oneDNN lets a NaN
+// lose to the other elements of its window, Kiln (as PyTorch) lets it win.
+kiln_status pool_forward(kiln_queue_h q, const kiln_dnn_pool_desc* d) noexcept try {
+  if (!d) return set_error(KILN_ERR_INVALID_ARGUMENT, "oneDNN pool_forward: null descriptor");
+  if (d->mode == KILN_DNN_POOL_MAX)
+    return set_error(KILN_ERR_UNSUPPORTED,
+                     "oneDNN pool_forward: max pooling stays portable (oneDNN drops NaN)");
+  if (d->mode != KILN_DNN_POOL_AVG_INCLUDE_PAD && d->mode != KILN_DNN_POOL_AVG_EXCLUDE_PAD)
+    return set_error(KILN_ERR_INVALID_ARGUMENT, "oneDNN pool_forward: unknown mode %d",
+                     int(d->mode));
+  if (d->dtype != KILN_DTYPE_F32)
+    return set_error(KILN_ERR_UNSUPPORTED, "oneDNN pool_forward: f32 only on the CPU");
+  if (d->win_h == 0 || d->win_w == 0 || d->stride_h == 0 || d->stride_w == 0 ||
+      d->h + 2 * d->pad_h < d->win_h || d->w + 2 * d->pad_w < d->win_w ||
+      d->p != (d->h + 2 * d->pad_h - d->win_h) / d->stride_h + 1 ||
+      d->q != (d->w + 2 * d->pad_w - d->win_w) / d->stride_w + 1 || d->pad_h >= d->win_h ||
+      d->pad_w >= d->win_w)
+    return set_error(KILN_ERR_INVALID_ARGUMENT,
+                     "oneDNN pool_forward: window and stride must be >= 1, padding below the "
+                     "window, and p x q the output of h x w");
+  if (d->n * d->c == 0) return set_error(KILN_ERR_UNSUPPORTED, "oneDNN pool_forward: empty");
+  const kiln_dnn_pool_desc p = *d;
+  const chunking ch = pool_chunks(p);
+  if (!pool_plan_for(p, ch.size(0)) || (ch.extra && !pool_plan_for(p, ch.base)))
+    return set_error(KILN_ERR_UNSUPPORTED,
+                     "oneDNN pool_forward: only reference kernels take this shape");
+  q->q.push([p] {
+    try {
+      const chunking ch = pool_chunks(p);
+      const pool_plan* plans[2] = {pool_plan_for(p, ch.size(0)),
+                                   ch.extra ? pool_plan_for(p, ch.base) : nullptr};
+      pool().run(ch.parts, [&](std::uint64_t t) {
+        const pool_plan& pp = *plans[ch.size(t) == ch.size(0) ? 0 : 1];
+        const std::uint64_t i0 = ch.first(t);
+        execute(pp.prim,
+                {{DNNL_ARG_SRC, &pp.src, at(p.x) + i0 * p.h * p.w * sizeof(float)},
+                 {DNNL_ARG_DST, &pp.dst, at(p.y) + i0 * p.p * p.q * sizeof(float)},
+                 {DNNL_ARG_SCRATCHPAD, &pp.scratch, thread_buffers().get(2, pp.scratch_bytes)}});
+      });
+    } catch (...) {  // out of memory or a oneDNN failure on the worker: nothing to report to
+      std::abort();
+    }
+  });
+  return KILN_OK;
+} catch (const dnnl_error& e) {
+  return set_error(KILN_ERR_BACKEND, "oneDNN pool_forward: %s", e.what());
+} catch (const std::exception& e) {
+  return set_error(KILN_ERR_OUT_OF_MEMORY, "oneDNN pool_forward: %s", e.what());
+}
+
+// The core computes pooling gradients with its own kernels (cuDNN's need the forward's
+// output, which a caller holding indices does not keep): none here.
+kiln_status pool_backward(kiln_queue_h, const kiln_dnn_pool_desc*) noexcept {
+  return set_error(KILN_ERR_UNSUPPORTED, "oneDNN pool_backward: not provided (portable kernels)");
 }
 
 bool loaded() noexcept {
@@ -706,8 +836,8 @@ const void* dnn_extension(const char* name, uint32_t version) noexcept {
                                     conv_forward,
                                     conv_backward_data,
                                     conv_backward_filter,
-                                    pool_refused,
-                                    pool_refused};
+                                    pool_forward,
+                                    pool_backward};
   return &table;
 }
 bool dnn_loaded() noexcept { return loaded(); }

@@ -2,9 +2,9 @@
 // used where libdnnl loads; its three directions agree with Kiln's portable kernels
 // (KILN_DNN_PORTABLE=1) on random operands for strided, padded, dilated, grouped, depthwise and
 // 1 x 1 shapes, including ones split into chunks of two sizes and into slices of channels over
-// the thread pool (KILN_CPU_THREADS=8 splits more); alpha and
-// beta; and bad descriptors. Skips where oneDNN is absent (the portable path is then what
-// tests/tensor/conv_test.cpp checks).
+// the thread pool (KILN_CPU_THREADS=8 splits more); alpha and beta; average pooling; the
+// caller's OpenMP setting kept; and bad descriptors. Skips where oneDNN is absent (the portable
+// path is then what tests/tensor/conv_test.cpp checks).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 
@@ -208,6 +208,65 @@ TEST(CpuDnnTest, AlphaBetaAndBadDescriptors) {
   EXPECT_EQ(dnn->conv_backward_filter(q, nullptr), KILN_ERR_INVALID_ARGUMENT);
   kiln_dnn_pool_desc pool{};
   EXPECT_EQ(dnn->pool_forward(q, &pool), KILN_ERR_UNSUPPORTED);  // pooling stays portable
+  kiln::cpu::abi::queue_destroy(q);
+}
+
+// Average pooling through the table (both divisors, padded, strided, non-square, and planes
+// split into chunks of two sizes) against the portable kernels; max pooling is refused (oneDNN
+// lets a NaN lose) and so are bad descriptors.
+TEST(CpuDnnTest, AveragePoolingAgreesWithThePortableKernels) {
+  REQUIRE_DNN();
+  const kiln::device cpu = kiln::device::get("cpu:0");
+  kiln_queue_h q = nullptr;
+  ASSERT_EQ(kiln::cpu::abi::queue_create(nullptr, &q), KILN_OK);
+  struct shape {
+    shape_t x;
+    kiln::pool2d_options o;
+  };
+  const std::vector<shape> shapes = {
+      {{2, 3, 8, 7}, {.kernel = {2, 2}}},
+      {{1, 2, 9, 7}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},
+      {{2, 1, 5, 6}, {.kernel = {4, 5}, .stride = {1, 1}, .padding = {2, 2}}},
+      {{5, 50, 40, 40}, {.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}}},  // chunks
+  };
+  std::uint64_t seed = 40;
+  for (const shape& sh : shapes)
+    for (bool include_pad : {true, false}) {
+      kiln::pool2d_options o = sh.o;
+      o.count_include_pad = include_pad;
+      const kiln::tensor x = kiln::tensor::randn(cpu, sh.x, ++seed);
+      const kiln::tensor want = portable([&] { return kiln::avg_pool2d(x, o).eval(); });
+      std::vector<float> hx = x.to_vector<float>(), hy(want.numel(), -1.f);
+      kiln_dnn_pool_desc d{};
+      d.dtype = KILN_DTYPE_F32;
+      d.mode = include_pad ? KILN_DNN_POOL_AVG_INCLUDE_PAD : KILN_DNN_POOL_AVG_EXCLUDE_PAD;
+      d.n = std::uint64_t(sh.x[0]), d.c = std::uint64_t(sh.x[1]);
+      d.h = std::uint64_t(sh.x[2]), d.w = std::uint64_t(sh.x[3]);
+      d.p = std::uint64_t(want.shape()[2]), d.q = std::uint64_t(want.shape()[3]);
+      d.win_h = uint32_t(o.kernel[0]), d.win_w = uint32_t(o.kernel[1]);
+      const auto stride = o.stride[0] ? o.stride : o.kernel;
+      d.stride_h = uint32_t(stride[0]), d.stride_w = uint32_t(stride[1]);
+      d.pad_h = uint32_t(o.padding[0]), d.pad_w = uint32_t(o.padding[1]);
+      d.x = {hx.data(), 0}, d.y = {hy.data(), 0};
+      ASSERT_EQ(dnn->pool_forward(q, &d), KILN_OK) << kiln::cpu::last_error();
+      ASSERT_EQ(kiln::cpu::abi::queue_finish(q), KILN_OK);
+      const std::vector<float> w = want.to_vector<float>();
+      for (std::size_t i = 0; i < w.size(); ++i)
+        ASSERT_NEAR(hy[i], w[i], 1e-6f * (1 + std::fabs(w[i])))
+            << i << (include_pad ? " include pad" : " exclude pad");
+      if (&sh == &shapes.back() && include_pad) {
+        kiln_dnn_pool_desc bad = d;
+        bad.mode = KILN_DNN_POOL_MAX;
+        EXPECT_EQ(dnn->pool_forward(q, &bad), KILN_ERR_UNSUPPORTED);
+        bad = d;
+        bad.p += 1;  // not the output of h x w
+        EXPECT_EQ(dnn->pool_forward(q, &bad), KILN_ERR_INVALID_ARGUMENT);
+        EXPECT_NE(std::string(kiln::cpu::last_error()).find("p x q"), std::string::npos);
+        bad = d;
+        bad.dtype = KILN_DTYPE_F64;
+        EXPECT_EQ(dnn->pool_forward(q, &bad), KILN_ERR_UNSUPPORTED);
+      }
+    }
   kiln::cpu::abi::queue_destroy(q);
 }
 
