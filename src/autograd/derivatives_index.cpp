@@ -5,11 +5,11 @@
 
 namespace kiln::detail::grad {
 
-tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out) {
+tensor index_select(const tensor& x, int dim, const row_csr& csr, const tensor& out) {
   const shape_t xs = x.shape();
   return autograd::record("index_select", out, {x},
-                          [xs, dim, index](const tensor& g, const tensor&) -> std::vector<tensor> {
-                            return {index_add_rows(g, dim, index, xs)};
+                          [xs, dim, csr](const tensor& g, const tensor&) -> std::vector<tensor> {
+                            return {index_add_rows(g, dim, csr, xs)};
                           });
 }
 

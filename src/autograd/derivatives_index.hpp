@@ -10,17 +10,23 @@
 
 namespace kiln::detail {
 
+// index_select's indices grouped by the row they read, on the device: row v's positions are
+// order[offsets[v] .. offsets[v + 1]), ascending (a counting sort on the host, O(n + rows)).
+struct row_csr {
+  tensor offsets, order;  // int64 [rows + 1], int64 [max(n, 1)]
+  std::int64_t n = 0;
+};
+row_csr build_row_csr(const std::vector<std::int64_t>& ids, std::int64_t rows, const device& dev);
 // The gradient of index_select(x, dim, index) for x of shape xs: g's slices summed into the
-// rows they came from, each row's in ascending position order (a CSR of index built on the
-// host). No recording.
-tensor index_add_rows(const tensor& g, int dim, const tensor& index, const shape_t& xs);
+// rows they came from, each row's in ascending position order. No recording.
+tensor index_add_rows(const tensor& g, int dim, const row_csr& csr, const shape_t& xs);
 // x (or zeros of `shape` when x is undefined) plus src scattered by index along dim, summed in
 // index order. No recording, no range check.
 tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const tensor& src,
                         const shape_t& shape);
 
 namespace grad {
-tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out);
+tensor index_select(const tensor& x, int dim, const row_csr& csr, const tensor& out);
 tensor gather(const tensor& x, int dim, const tensor& index, const tensor& out);
 tensor scatter_add(const tensor& x, int dim, const tensor& index, const tensor& src,
                    const tensor& out);

@@ -74,15 +74,27 @@ std::int64_t prod(const shape_t& s, std::size_t from, std::size_t to) {
   return p;
 }
 
-tensor index_select_forward(const tensor& x0, int dim, const tensor& index0) {
-  const tensor x = stored(defined("index_select", "the input", x0));
-  check_index("index_select", x, index0);
-  if (x.dim() == 0) throw shape_error("kiln::index_select: the input must have at least 1 dim");
-  if (index0.dim() > 1)
-    throw shape_error("kiln::index_select: index must be 0-D or 1-D, got " +
-                      to_string(index0.shape()));
-  const int d = detail::normalise_axis(dim, x.dim(), "kiln::index_select");
-  check_range("index_select", index0, x.size(d));
+// The indices on the host, each checked in [0, bound) there (index_select reads them back once:
+// the check and, for the backward, the CSR need them).
+std::vector<std::int64_t> host_indices(const char* fn, const tensor& index, std::int64_t bound) {
+  std::vector<std::int64_t> v;
+  {
+    no_grad off;
+    v = index.to(scalar_type::i64).to_vector<std::int64_t>();
+  }
+  std::size_t bad = 0, first = v.size();
+  for (std::size_t k = 0; k < v.size(); ++k)
+    if (v[k] < 0 || v[k] >= bound) {
+      if (!bad++) first = k;
+    }
+  if (bad)
+    throw invalid_argument(name(fn) + ": " + std::to_string(bad) + " index(es) out of range [0, " +
+                           std::to_string(bound) + "), the first " + std::to_string(v[first]) +
+                           " at flat position " + std::to_string(first));
+  return v;
+}
+
+tensor index_select_forward(const tensor& x, int d, const tensor& index0) {
   const tensor index = stored(index0);
   shape_t shape = x.shape();
   shape[std::size_t(d)] = index.numel();
@@ -133,23 +145,23 @@ tensor select_keep(const tensor& cond, const tensor& a, const tensor& x) {
 
 namespace detail {
 
-tensor index_add_rows(const tensor& g0, int dim, const tensor& index, const shape_t& xs) {
+row_csr build_row_csr(const std::vector<std::int64_t>& ids, std::int64_t rows, const device& dev) {
+  std::vector<std::int64_t> offs(std::size_t(rows) + 1, 0),
+      order(std::max<std::size_t>(ids.size(), 1), 0);
+  for (std::int64_t r : ids) offs[std::size_t(r) + 1]++;
+  for (std::size_t r = 0; r < std::size_t(rows); ++r) offs[r + 1] += offs[r];
+  std::vector<std::int64_t> next(offs.begin(), offs.end() - 1);
+  for (std::size_t k = 0; k < ids.size(); ++k)
+    order[std::size_t(next[std::size_t(ids[k])]++)] = std::int64_t(k);
+  return {tensor::from(dev, offs), tensor::from(dev, order), std::int64_t(ids.size())};
+}
+
+tensor index_add_rows(const tensor& g0, int dim, const row_csr& csr, const shape_t& xs) {
   const tensor g = detail::contiguous_of(g0);
   const std::size_t d = std::size_t(dim);
-  const std::int64_t rows = xs[d], n = index.numel();
-  // The CSR on the host: counts, offsets, then positions by row in ascending order.
-  const std::vector<std::int64_t> v = index.to(scalar_type::i64).to_vector<std::int64_t>();
-  std::vector<std::int64_t> offs(std::size_t(rows) + 1, 0), order(std::size_t(n) + 1, 0), next;
-  for (std::int64_t r : v) offs[std::size_t(r) + 1]++;
-  for (std::size_t r = 0; r < std::size_t(rows); ++r) offs[r + 1] += offs[r];
-  next.assign(offs.begin(), offs.end() - 1);
-  for (std::size_t k = 0; k < v.size(); ++k)
-    order[std::size_t(next[std::size_t(v[k])]++)] = std::int64_t(k);
-  const device& dev = g.get_device();
-  const tensor o = tensor::from(dev, offs), p = tensor::from(dev, order);
-  auto dx = allocate_tensor(dev, xs, g.dtype());
-  launch_csr_add(*dx, *g.impl(), *o.impl(), *p.impl(), prod(xs, 0, d), rows, n,
-                 prod(xs, d + 1, xs.size()));
+  auto dx = allocate_tensor(g.get_device(), xs, g.dtype());
+  launch_csr_add(*dx, *g.impl(), *csr.offsets.impl(), *csr.order.impl(), prod(xs, 0, d), xs[d],
+                 csr.n, prod(xs, d + 1, xs.size()));
   return tensor(std::move(dx));
 }
 
@@ -199,10 +211,18 @@ tensor triangle(const char* fn, const tensor& x, std::int64_t k, bool lower) {
 tensor tril(const tensor& x, std::int64_t k) { return triangle("tril", x, k, true); }
 tensor triu(const tensor& x, std::int64_t k) { return triangle("triu", x, k, false); }
 
-tensor index_select(const tensor& x, int dim, const tensor& index) {
-  const tensor r = index_select_forward(x, dim, index);
-  if (!detail::grad_wanted({&x})) return r;
-  return detail::grad::index_select(x, detail::normalise_axis(dim, x.dim(), "index_select"), index,
+tensor index_select(const tensor& x0, int dim, const tensor& index) {
+  const tensor x = stored(defined("index_select", "the input", x0));
+  check_index("index_select", x, index);
+  if (x.dim() == 0) throw shape_error("kiln::index_select: the input must have at least 1 dim");
+  if (index.dim() > 1)
+    throw shape_error("kiln::index_select: index must be 0-D or 1-D, got " +
+                      to_string(index.shape()));
+  const int d = detail::normalise_axis(dim, x.dim(), "kiln::index_select");
+  const std::vector<std::int64_t> ids = host_indices("index_select", index, x.size(d));
+  const tensor r = index_select_forward(x, d, index);
+  if (!detail::grad_wanted({&x0})) return r;
+  return detail::grad::index_select(x0, d, detail::build_row_csr(ids, x.size(d), x.get_device()),
                                     r);
 }
 
