@@ -463,9 +463,14 @@ struct grid {
 };
 
 grid grid_of(direction dir, const kiln_dnn_conv_desc& c, bool direct) {
-  const std::uint64_t threads = pool().size(), want = 2 * threads;
-  const bool small = openmp_threads() || threads < 2 || flops_of(c) < 2e6;
-  std::uint64_t chunks = small ? 1 : std::min<std::uint64_t>(c.n, want);
+  // Tasks: two per pool thread, each at least ~1 MFLOP (some 10 us: a task's memory objects
+  // and reorders cost a few), one below ~2 MFLOP.
+  const std::uint64_t threads = pool().size();
+  const double flops = flops_of(c);
+  const bool small = openmp_threads() || threads < 2 || flops < 2e6;
+  const std::uint64_t target =
+      small ? 1 : std::min<std::uint64_t>(2 * threads, std::uint64_t(flops / 1e6));
+  std::uint64_t chunks = std::min<std::uint64_t>(c.n, target);
   if (dir == direction::backward_filter) {  // at most 64 MiB of partial gradients
     const std::uint64_t w_bytes = c.k * (c.c / c.groups) * c.r * c.s * sizeof(float);
     chunks = std::clamp<std::uint64_t>(
@@ -476,12 +481,9 @@ grid grid_of(direction dir, const kiln_dnn_conv_desc& c, bool direct) {
   // Slices where the images alone give too few tasks (a dense output: alpha 1, beta 0).
   std::uint64_t slices = 1;
   const std::uint64_t len = dir == direction::backward_data ? c.c : c.k;
-  if (!small && direct && c.groups == 1 && chunks < want)
-    for (std::uint64_t s = 2; s <= len / 16; ++s)
-      if (len % s == 0 && (len / s) % 16 == 0) {
-        slices = s;
-        if (chunks * s >= want) break;
-      }
+  if (direct && c.groups == 1 && chunks < target)
+    for (std::uint64_t s = 2; s <= len / 16 && chunks * s <= target; ++s)
+      if (len % s == 0 && (len / s) % 16 == 0) slices = s;
   grid g;
   g.slices = slices;
   g.ch = chunking(c.n, chunks);
