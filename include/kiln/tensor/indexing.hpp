@@ -11,7 +11,8 @@
 //
 // Indices are int32 or int64 tensors (else kiln::dtype_error) on the data's device; an index
 // outside the indexed dimension is kiln::invalid_argument (checked by one fused reduction read
-// back before the launch: a host wait per call). Negative dims count from the end.
+// back before the launch: a host wait per call; index_select and embedding read the indices
+// back once, which their backward reuses). Negative dims count from the end.
 // Backwards are deterministic (no floating-point atomics): embedding / index_select sum each
 // row's occurrences in ascending position order through a CSR of the indices built on the host;
 // gather / scatter_add sum along the index dimension in order (see docs/indexing.md for costs).
