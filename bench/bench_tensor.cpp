@@ -4,7 +4,9 @@
 //
 // Groups (--only), in run order:
 //   elementwise  fused elementwise chains, softmax, row normalisation and axis reductions on
-//                64M floats, beside a device-to-device copy of the same bytes (GB/s)
+//                64M floats, beside a device-to-device copy of the same bytes (GB/s);
+//                layer_norm / rms_norm forward and backward at [8192, 768] and [16384, 4096]
+//                in f32 and bf16 (issue 25's target: >= 90% of copy)
 //   gemm         SGEMM 4096^3 and 8192^3 (f32 and TF32), batched 64 x 256^3, SGEMV 8192^2
 //   conv         ResNet-50 convolutions at batch 32 (7x7/2 3->64 at 224^2, 3x3 64->64 and
 //                1x1 256->64 at 56^2): forward, backward-data, backward-filter; f32 and TF32
@@ -33,6 +35,7 @@
 #include <functional>
 #include <kiln/kiln.hpp>
 #include <kiln/tensor.hpp>
+#include <kiln/tensor/layer_norm.hpp>
 #include <map>
 #include <string>
 #include <vector>
@@ -65,8 +68,9 @@ std::string count_label(std::int64_t n) {
 // ---- the elementwise group (the original rows) ----
 
 // Times evaluating make() (a fresh lazy expression each run).
+// count_launches: false where make() ends in several evaluating calls (the stats see the last).
 void tensor_case(kiln::queue& q, const options& o, const std::string& name, double bytes,
-                 const std::function<kiln::tensor()>& make) {
+                 const std::function<kiln::tensor()>& make, bool count_launches = true) {
   if (!o.wants_case(name)) return;
   kiln::tensor keep;
   const double ms = median_ms(q, o, [&] { keep = make().eval(); });
@@ -74,9 +78,47 @@ void tensor_case(kiln::queue& q, const options& o, const std::string& name, doub
   const auto launches = unsigned(kiln::last_tensor_stats().kernel_launches);
   const double gbs = bytes / ms * 1e-6;
   char note[96];
-  std::snprintf(note, sizeof note, "%.1f%% of copy, %u launch%s",
-                copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0, launches, launches == 1 ? "" : "es");
+  if (count_launches)
+    std::snprintf(note, sizeof note, "%.1f%% of copy, %u launch%s",
+                  copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0, launches, launches == 1 ? "" : "es");
+  else
+    std::snprintf(note, sizeof note, "%.1f%% of copy", copy_gbs > 0 ? 100 * gbs / copy_gbs : 0.0);
   add_result({"elementwise", name, "GB/s", note, ms, gbs});
+}
+
+// layer_norm and rms_norm rows. GB/s counts what must move: forward x in and y out, backward dy
+// and x in and dx out (weight, bias, mean, rstd and their gradients are a row's worth).
+void run_norm_rows(const kiln::device& dev, kiln::queue& q, const options& o, bool gpu) {
+  const std::int64_t scale = o.quick ? 64 : gpu ? 1 : 16;
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {{8192, 768}, {16384, 4096}};
+  for (const auto& [rows0, cols] : shapes)
+    for (const kiln::scalar_type t : {kiln::scalar_type::f32, kiln::scalar_type::bf16}) {
+      const std::int64_t rows = rows0 / scale;
+      const std::string shape = "[" + std::to_string(rows) + ", " + std::to_string(cols) + "] " +
+                                (t == kiln::scalar_type::f32 ? "f32" : "bf16");
+      const kiln::tensor x = (uniform(dev, {rows, cols}, 5) * 4.f - 2.f).to(t).eval();
+      const kiln::tensor dy = (uniform(dev, {rows, cols}, 6) * 4.f - 2.f).to(t).eval();
+      const kiln::tensor w = (uniform(dev, {cols}, 7) + 0.5f).to(t).eval();
+      const kiln::tensor b = uniform(dev, {cols}, 8).to(t).eval();
+      const double nb = double(rows * cols) * double(kiln::size_of(t));
+      tensor_case(
+          q, o, "layer_norm forward " + shape, 2 * nb,
+          [&] { return kiln::layer_norm(x, {cols}, w, b); }, false);
+      const kiln::layer_norm_result l = kiln::native_layer_norm(x, {cols}, w, b);
+      tensor_case(
+          q, o, "layer_norm backward " + shape, 3 * nb,
+          [&] {
+            return kiln::layer_norm_backward(dy, x, {cols}, l.mean, l.rstd, w, true, true).input;
+          },
+          false);
+      tensor_case(
+          q, o, "rms_norm forward " + shape, 2 * nb,
+          [&] { return kiln::rms_norm(x, {cols}, w, 1e-6); }, false);
+      const kiln::layer_norm_result r = kiln::native_rms_norm(x, {cols}, w, 1e-6);
+      tensor_case(
+          q, o, "rms_norm backward " + shape, 3 * nb,
+          [&] { return kiln::rms_norm_backward(dy, x, {cols}, r.rstd, w, true).input; }, false);
+    }
 }
 
 void run_elementwise(const kiln::device& dev, const options& o) {
@@ -112,6 +154,7 @@ void run_elementwise(const kiln::device& dev, const options& o) {
   tensor_case(q, o, "sum all " + count_label(n), 4 * nb, [&] { return a.sum(); });
   tensor_case(q, o, "relu(a * b + c).sum()", 12 * nb, [&] { return kiln::relu(a * b + c).sum(); });
   tensor_case(q, o, "argmax rows", 4 * nb, [&] { return x.argmax(1); });
+  run_norm_rows(dev, q, o, gpu);
 }
 
 // ---- PyTorch: bench/torch_tensor.py --tsv prints "ROW\tgroup\tname\tvariant\tvalue\tunit" ----

@@ -135,6 +135,39 @@ def elementwise(b, dev):
     b.case("elementwise", "relu(a * b + c).sum()", "GB/s", 12.0 * n,
            lambda: torch.relu(x1 * b1 + c1).sum(), dev)
     b.case("elementwise", "argmax rows", "GB/s", 4.0 * n, lambda: x.argmax(1), dev)
+    norm_rows(b, dev)
+
+
+# layer_norm and rms_norm rows, as bench_tensor's run_norm_rows: forward x in and y out, backward
+# (autograd over a kept graph: dx, dweight, dbias) dy and x in and dx out.
+def norm_rows(b, dev):
+    a = b.a
+    scale = 64 if a.quick else (1 if dev.type == "cuda" else 16)
+    F = torch.nn.functional
+    g = torch.Generator(device=dev).manual_seed(5)
+    for rows0, cols in ((8192, 768), (16384, 4096)):
+        for dt, label in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+            rows = rows0 // scale
+            shape = f"[{rows}, {cols}] {label}"
+            x = (rand((rows, cols), dev, g) * 4 - 2).to(dt).requires_grad_()
+            dy = (rand((rows, cols), dev, g) * 4 - 2).to(dt)
+            w = (rand(cols, dev, g) + 0.5).to(dt).requires_grad_()
+            bias = rand(cols, dev, g).to(dt).requires_grad_()
+            nb = float(rows * cols * x.element_size())
+            with torch.no_grad():
+                b.case("elementwise", f"layer_norm forward {shape}", "GB/s", 2 * nb,
+                       lambda: F.layer_norm(x, (cols,), w, bias), dev)
+            y = F.layer_norm(x, (cols,), w, bias)
+            b.case("elementwise", f"layer_norm backward {shape}", "GB/s", 3 * nb,
+                   lambda: torch.autograd.grad(y, (x, w, bias), dy, retain_graph=True), dev)
+            if not hasattr(F, "rms_norm"):  # PyTorch < 2.4
+                continue
+            with torch.no_grad():
+                b.case("elementwise", f"rms_norm forward {shape}", "GB/s", 2 * nb,
+                       lambda: F.rms_norm(x, (cols,), w, 1e-6), dev)
+            z = F.rms_norm(x, (cols,), w, 1e-6)
+            b.case("elementwise", f"rms_norm backward {shape}", "GB/s", 3 * nb,
+                   lambda: torch.autograd.grad(z, (x, w), dy, retain_graph=True), dev)
 
 
 def gemm_case(b, group, dev, s, batch, tf32):

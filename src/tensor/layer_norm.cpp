@@ -189,15 +189,19 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
     detail::launch_norm(dev, k, std::move(a), r.rows);
   }
   if (!want_weight && !want_bias) return g;
-  // Partial column sums over chunks of rows: enough items to fill a GPU, at most 64K partials.
-  const std::int64_t parts = std::max<std::int64_t>(
-      1, std::min<std::int64_t>(r.rows, (std::int64_t(1) << 17) / std::max<std::int64_t>(r.n, 1)));
+  // Partial column sums over chunks of rows. Devices with barriers (GPUs): one item per chunk
+  // and column, about 128K of them. Else one item per chunk of whole rows: 64 chunks at most.
+  const bool by_columns = dev.supports(feature::barrier);
+  const std::int64_t want =
+      by_columns ? (std::int64_t(1) << 17) / std::max<std::int64_t>(r.n, 1) : 64;
+  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(r.rows, want));
   const std::int64_t chunk = (r.rows + parts - 1) / parts;
   const std::int64_t used = chunk ? (r.rows + chunk - 1) / chunk : 1;
   tensor pw, pb;
   if (want_weight) pw = tensor(detail::allocate_tensor(dev, {used, r.n}, acc));
   if (want_bias) pb = tensor(detail::allocate_tensor(dev, {used, r.n}, acc));
-  const norm_kernel_key k{norm_kernel_kind::params, x.dtype(), pt, rms, want_weight, want_bias, 1};
+  const norm_kernel_key k{norm_kernel_kind::params, x.dtype(), pt, rms, want_weight, want_bias,
+                          by_columns ? 0u : 1u};
   std::vector<detail::arg_binding> a;
   if (want_weight) add(a, pw);
   if (want_bias) add(a, pb);
@@ -210,7 +214,7 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   a.push_back(detail::bind_arg(r.n));
   a.push_back(detail::bind_arg(r.rows));
   a.push_back(detail::bind_arg(chunk));
-  detail::launch_norm(dev, k, std::move(a), r.rows ? used * r.n : 0);
+  detail::launch_norm(dev, k, std::move(a), r.rows ? (by_columns ? used * r.n : used) : 0);
   const auto finish = [&](const tensor& p) {
     tensor s = r.rows ? p.sum(0) : tensor::zeros(dev, {r.n}, acc);
     if (s.dtype() != pt) s = s.to(pt);

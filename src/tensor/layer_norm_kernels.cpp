@@ -1,6 +1,8 @@
 // Kernel texts for layer_norm and rms_norm; see layer_norm_kernels.hpp.
 #include "tensor/layer_norm_kernels.hpp"
 
+#include <algorithm>
+
 #include "codegen/expr_render.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
@@ -19,7 +21,7 @@ struct text {
   const norm_kernel_key& k;
   const std::string X = type_name(k.x), W = type_name(k.w), A = type_name(norm_acc_type(k.x));
   const bool grouped = k.lanes > 1;
-  const std::string L = num(k.lanes), R = num(group / k.lanes);
+  const std::string L = num(k.lanes), R = num(group / std::max(k.lanes, 1u));
 
   std::string lx(const std::string& e) const { return codegen::load_value(k.x, e); }
   std::string lw(const std::string& e) const { return codegen::load_value(k.w, e); }
@@ -183,8 +185,41 @@ struct text {
            "}\n";
   }
 
+  // Item p sums rows [p chunk, (p + 1) chunk) into partial row p (partials [P, n]), row by
+  // row: the CPU form.
+  std::string params_by_rows() const {
+    std::string s = "KILN_KERNEL void kt_ln(";
+    std::string sep;
+    if (k.has_w) s += out(A, "kt_pw"), sep = ", ";
+    if (k.has_b) s += sep + out(A, "kt_pb");
+    s += in(X, "kt_dy");
+    if (k.has_w) {
+      s += in(X, "kt_x");
+      if (!k.rms) s += in(A, "kt_mean");
+      s += in(A, "kt_rstd");
+    }
+    s += cat(", int64_t kt_n, int64_t kt_rows, int64_t kt_chunk) {\n",
+             "  const int64_t kt_p = (int64_t)kiln_global_id(0), kt_r0 = kt_p * kt_chunk;\n",
+             "  const int64_t kt_r1 = kt_r0 + kt_chunk < kt_rows ? kt_r0 + kt_chunk : kt_rows;\n",
+             "  for (int64_t kt_j = 0; kt_j < kt_n; ++kt_j) {\n");
+    if (k.has_w) s += "    kt_pw[kt_p * kt_n + kt_j] = 0;\n";
+    if (k.has_b) s += "    kt_pb[kt_p * kt_n + kt_j] = 0;\n";
+    s += "  }\n  for (int64_t kt_r = kt_r0; kt_r < kt_r1; ++kt_r) {\n";
+    if (k.has_w)
+      s += cat("    const ", A, " kt_m = ", k.rms ? "0" : "kt_mean[kt_r]",
+               ", kt_s = kt_rstd[kt_r];\n");
+    s += "    for (int64_t kt_j = 0; kt_j < kt_n; ++kt_j) {\n";
+    s += cat("      const ", A, " kt_g = ", lx("kt_dy[kt_r * kt_n + kt_j]"), ";\n");
+    if (k.has_b) s += "      kt_pb[kt_p * kt_n + kt_j] += kt_g;\n";
+    if (k.has_w)
+      s += cat("      kt_pw[kt_p * kt_n + kt_j] += kt_g * (", lx("kt_x[kt_r * kt_n + kt_j]"),
+               " - kt_m) * kt_s;\n");
+    return s + "    }\n  }\n}\n";
+  }
+
   // Item i = p n + j sums column j over rows [p chunk, (p + 1) chunk): partials [P, n].
   std::string params() const {
+    if (k.lanes == 1) return params_by_rows();
     std::string s = "KILN_KERNEL void kt_ln(";
     std::string sep;
     if (k.has_w) s += out(A, "kt_pw"), sep = ", ";

@@ -7,7 +7,9 @@
 //   backward: per row, sum(g xhat) and sum(g) with g = dy w, then dx = rstd (g - (sum(g) +
 //             xhat sum(g xhat)) / n) (rms: without sum(g));
 //   params:   dweight / dbias partial column sums over chunks of rows (no atomics: the
-//             partials are summed by a tensor reduction in a fixed order, so runs repeat).
+//             partials are summed by a tensor reduction in a fixed order, so runs repeat): one
+//             item per (chunk, column) where lanes > 1 (coalesced on a GPU), else one item per
+//             chunk walking its rows in order (sequential, vectorisable on the CPU).
 //
 // Rows are folded by `lanes` work-items of a 256-item group through local memory on devices
 // with barriers (rows of 64 elements or more), else by one work-item per row.
@@ -31,7 +33,7 @@ struct norm_kernel_key {
   bool rms;             // rms_norm: no mean
   bool has_w;           // forward, backward: a weight; params: dweight wanted
   bool has_b;           // forward: a bias; params: dbias wanted
-  std::uint32_t lanes;  // work-items per row (1: no barriers)
+  std::uint32_t lanes;  // work-items per row (1: no barriers); params: the form, as above
 };
 
 // The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.
