@@ -18,7 +18,7 @@ namespace {
 using codegen::cat;
 using codegen::num;
 
-enum class kind : std::uint8_t { gather, place, scatter, csr_add };
+using kind = index_kernel_kind;
 
 // The unsigned type of an element's width: copies move bits, whatever the dtype.
 scalar_type bits_type(scalar_type t) {
@@ -106,22 +106,25 @@ std::string csr_source(scalar_type t) {
       ";\n  dx[i] = ", codegen::store_value(t, "acc"), ";\n}\n");
 }
 
+const char* name_of(kind k) {
+  switch (k) {
+    case kind::gather: return "gather";
+    case kind::place: return "place";
+    case kind::scatter: return "scatter_add";
+    case kind::csr_add: return "csr index_add";
+  }
+  return "";
+}
+
 kernel index_kernel(const device& dev, kind k, std::size_t rank, scalar_type t, scalar_type it) {
   ir::hasher h;
   h.add("tensor index v1").add(std::uint64_t(k)).add(std::uint64_t{rank});
   h.add(std::uint64_t(t)).add(std::uint64_t(it));
   const generated_kernels g = get_generated(dev, "tensor_index", h.value(), [&] {
-    std::string src, what;
-    switch (k) {
-      case kind::gather: src = gather_source(rank, t, it), what = "gather"; break;
-      case kind::place:
-        src = codegen::with_element_type(place_text, type_name(t)), what = "place";
-        break;
-      case kind::scatter: src = scatter_source(rank, t, it), what = "scatter_add"; break;
-      case kind::csr_add: src = csr_source(t), what = "csr index_add"; break;
-    }
     return generated_program{
-        src, {"kt_index"}, what + " of " + type_name(t) + ", rank " + std::to_string(rank)};
+        index_source(k, rank, t, it),
+        {"kt_index"},
+        std::string(name_of(k)) + " of " + type_name(t) + ", rank " + std::to_string(rank)};
   });
   if (g.compiled) stats_now().programs_compiled++;
   return g.kernels.at(0);
@@ -145,6 +148,16 @@ void run(const kernel& k, const device& dev, std::int64_t total, std::vector<arg
 }
 
 }  // namespace
+
+std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it) {
+  switch (k) {
+    case kind::gather: return gather_source(rank, t, it);
+    case kind::place: return codegen::with_element_type(place_text, type_name(t));
+    case kind::scatter: return scatter_source(rank, t, it);
+    case kind::csr_add: return csr_source(t);
+  }
+  return "";
+}
 
 void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& idx, int dim,
                    const shape_t& x_strides, const shape_t& idx_strides,

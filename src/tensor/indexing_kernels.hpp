@@ -10,11 +10,17 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln::detail {
+
+enum class index_kernel_kind : std::uint8_t { gather, place, scatter, csr_add };
+// A kernel's source (kernel "kt_index"): rank for gather / scatter, t the element type (the
+// unsigned type of its width for gather / place), it the index type (gather / scatter).
+std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it);
 
 // out (contiguous, shape `shape`) = x gathered along dim by idx (i32/i64). x_strides and
 // idx_strides are per dimension of `shape` (0 broadcasts); x's stride along dim is x_dim_stride

@@ -8,6 +8,7 @@
 #include <kiln/tensor/indexing.hpp>
 #include <random>
 
+#include "tensor/indexing_kernels.hpp"
 #include "tensor/tensor_fixture.hpp"
 
 namespace tensor_test {
@@ -371,6 +372,26 @@ TEST_P(TensorIndexingTest, BadInputGetsClearErrors) {
     EXPECT_THROW(kiln::embedding(w, index_tensor(host, {1}, {1}, scalar_type::i64)),
                  kiln::device_mismatch);
   }
+}
+
+// The kernels compile for CUDA too (NVRTC, where the backend is compile-only).
+TEST_P(TensorIndexingTest, SourcesCompileEverywhere) {
+  using k = kiln::detail::index_kernel_kind;
+  for (const auto it : {scalar_type::i32, scalar_type::i64}) {
+    for (const std::size_t rank : {1u, 3u}) {
+      EXPECT_NO_THROW(conformance::compile_everywhere(
+          kiln::detail::index_source(k::gather, rank, scalar_type::u16, it)));
+      for (const auto t : {scalar_type::f32, scalar_type::bf16, scalar_type::i32})
+        EXPECT_NO_THROW(
+            conformance::compile_everywhere(kiln::detail::index_source(k::scatter, rank, t, it)));
+    }
+  }
+  for (const auto t : {scalar_type::f32, scalar_type::f16, scalar_type::f64}) {
+    EXPECT_NO_THROW(conformance::compile_everywhere(
+        kiln::detail::index_source(k::csr_add, 0, t, scalar_type::i64)));
+  }
+  EXPECT_NO_THROW(conformance::compile_everywhere(
+      kiln::detail::index_source(k::place, 0, scalar_type::u8, scalar_type::u8)));
 }
 
 }  // namespace
