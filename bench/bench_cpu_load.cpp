@@ -1,10 +1,10 @@
 // CPU operations unloaded and with other processes competing for the cores (issue 24: Kiln owns
 // the CPU threads, so an op stays within ~3x of its unloaded time when two busy processes share
 // a 2-core machine). Each row: the median wall time of --runs runs on cpu:0, alone, then with
-// --busy processes spinning; the ratio. Convolution rows run through oneDNN where the CPU
-// backend has it (one oneDNN thread per task over Kiln's pool; KILN_DNN_PORTABLE=1 for the
-// portable kernels). Peers: OpenBLAS called directly with its own threads
-// (what Kiln did before it owned them), and a plain one-thread loop.
+// --busy processes spinning; the ratio. Convolution and average pooling rows run through
+// oneDNN where the CPU backend has it (one oneDNN thread per task over Kiln's pool;
+// KILN_DNN_PORTABLE=1 for the portable kernels). Peers: OpenBLAS called directly with its own
+// threads (what Kiln did before it owned them), and a plain one-thread loop.
 //
 //   bench_cpu_load [--busy 2] [--runs 7]
 #include <dlfcn.h>
@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
                cw = tensor::randn(dev, {64, 64, 3, 3}, 8);
   const tensor cdy = tensor::randn(dev, {4, 64, 56, 56}, 9);
   const kiln::conv2d_options pad1{.padding = {1, 1}};
+  const tensor px = tensor::randn(dev, {8, 64, 112, 112}, 10);
+  const kiln::pool2d_options pool3{.kernel = {3, 3}, .stride = {2, 2}, .padding = {1, 1}};
   std::vector<float> hx(1 << 24, 1.f), hy(1 << 24);
   // OpenBLAS itself, with as many of its own threads as there are cores (set for the row only:
   // Kiln sets the process's OpenBLAS to one thread).
@@ -106,6 +108,7 @@ int main(int argc, char** argv) {
        [&] { (void)kiln::conv2d_backward_data(cdy, cw, cx.shape(), pad1).eval(); }},
       {"conv 3x3 bwd filter",
        [&] { (void)kiln::conv2d_backward_filter(cx, cdy, cw.shape(), pad1).eval(); }},
+      {"avg_pool2d 3x3/2 [8,64,112,112]", [&] { (void)kiln::avg_pool2d(px, pool3).eval(); }},
       {"plain loop y=x*2+1, 16M (1 thread)",
        [&] {
          for (std::size_t i = 0; i < hx.size(); ++i) hy[i] = hx[i] * 2.f + 1.f;
