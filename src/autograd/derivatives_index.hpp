@@ -10,11 +10,12 @@
 
 namespace kiln::detail {
 
-// index_select's indices grouped by the row they read, on the device: row v's positions are
-// order[offsets[v] .. offsets[v + 1]), ascending (a counting sort on the host, O(n + rows)).
+// index_select's indices grouped by the row they read, on the device (tensor/
+// indexing_kernels.hpp's csr_arrays): a counting sort on the host, O(n + rows), and frequent
+// rows cut into chunks of max(16, sqrt(largest count)) positions so no item loops long.
 struct row_csr {
-  tensor offsets, order;  // int64 [rows + 1], int64 [max(n, 1)]
-  std::int64_t n = 0;
+  tensor offsets, order, first, span;  // int64 [rows + 1], [max(n, 1)], [rows + 1], [2 chunks]
+  std::int64_t n = 0, chunks = 0;
 };
 row_csr build_row_csr(const std::vector<std::int64_t>& ids, std::int64_t rows, const device& dev);
 // The gradient of index_select(x, dim, index) for x of shape xs: g's slices summed into the

@@ -3,6 +3,8 @@
 // elementwise nodes (masked_fill, tril, triu); autograd/derivatives_index.cpp records them.
 #include "kiln/tensor/indexing.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "autograd/derivatives.hpp"
@@ -146,22 +148,45 @@ tensor select_keep(const tensor& cond, const tensor& a, const tensor& x) {
 namespace detail {
 
 row_csr build_row_csr(const std::vector<std::int64_t>& ids, std::int64_t rows, const device& dev) {
-  std::vector<std::int64_t> offs(std::size_t(rows) + 1, 0),
-      order(std::max<std::size_t>(ids.size(), 1), 0);
+  const auto R = static_cast<std::size_t>(rows);
+  std::vector<std::int64_t> offs(R + 1, 0), order(std::max<std::size_t>(ids.size(), 1), 0);
   for (std::int64_t r : ids) offs[std::size_t(r) + 1]++;
-  for (std::size_t r = 0; r < std::size_t(rows); ++r) offs[r + 1] += offs[r];
+  std::int64_t most = 0;
+  for (std::size_t r = 0; r < R; ++r) {
+    most = std::max(most, offs[r + 1]);
+    offs[r + 1] += offs[r];
+  }
   std::vector<std::int64_t> next(offs.begin(), offs.end() - 1);
   for (std::size_t k = 0; k < ids.size(); ++k)
     order[std::size_t(next[std::size_t(ids[k])]++)] = std::int64_t(k);
-  return {tensor::from(dev, offs), tensor::from(dev, order), std::int64_t(ids.size())};
+  // Chunks of about sqrt(most) positions: a row of `most` positions then costs about 2 sqrt(most)
+  // dependent steps (pass 1, then pass 2) instead of most.
+  const auto size =
+      std::max<std::int64_t>(16, static_cast<std::int64_t>(std::ceil(std::sqrt(double(most)))));
+  std::vector<std::int64_t> first(R + 1, 0), span;
+  for (std::size_t r = 0; r < R; ++r) {
+    const std::int64_t lo = offs[r], hi = offs[r + 1];
+    if (hi - lo > size)
+      for (std::int64_t k = lo; k < hi; k += size) {
+        span.push_back(k);
+        span.push_back(std::min(hi, k + size));
+      }
+    first[r + 1] = std::int64_t(span.size() / 2);
+  }
+  const auto chunks = std::int64_t(span.size() / 2);
+  if (span.empty()) span.assign(2, 0);
+  return {tensor::from(dev, offs), tensor::from(dev, order), tensor::from(dev, first),
+          tensor::from(dev, span), std::int64_t(ids.size()), chunks};
 }
 
 tensor index_add_rows(const tensor& g0, int dim, const row_csr& csr, const shape_t& xs) {
   const tensor g = detail::contiguous_of(g0);
   const std::size_t d = std::size_t(dim);
   auto dx = allocate_tensor(g.get_device(), xs, g.dtype());
-  launch_csr_add(*dx, *g.impl(), *csr.offsets.impl(), *csr.order.impl(), prod(xs, 0, d), xs[d],
-                 csr.n, prod(xs, d + 1, xs.size()));
+  launch_csr_add(
+      *dx, *g.impl(),
+      {*csr.offsets.impl(), *csr.order.impl(), *csr.first.impl(), *csr.span.impl(), csr.chunks},
+      prod(xs, 0, d), xs[d], csr.n, prod(xs, d + 1, xs.size()));
   return tensor(std::move(dx));
 }
 

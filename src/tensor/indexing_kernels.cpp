@@ -92,18 +92,44 @@ std::string scatter_source(std::size_t rank, scalar_type t, scalar_type it) {
       ";\n  }\n  out[i] = ", codegen::store_value(t, "acc"), ";\n}\n");
 }
 
+// The accumulation's storage type (partial sums): float, or double for f64.
+scalar_type accum_type(scalar_type t) { return t == scalar_type::f64 ? t : scalar_type::f32; }
+
+// Pass 1 (rows with several chunks): part[o, c, r] = sum of chunk c's positions, in order.
+std::string csr_part_source(scalar_type t) {
+  const std::string T = type_name(t), A = type_name(accum_type(t));
+  return cat("KILN_KERNEL void kt_index(KILN_GLOBAL ", A,
+             "* KILN_RESTRICT part, KILN_GLOBAL const ", T,
+             "* KILN_RESTRICT g, KILN_GLOBAL const int64_t* KILN_RESTRICT order, KILN_GLOBAL const "
+             "int64_t* KILN_RESTRICT span, int64_t total, int64_t n, int64_t inner, int64_t "
+             "chunks) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) "
+             "return;\n  const int64_t r = i % inner, c = (i / inner) % chunks, o = i / (inner * "
+             "chunks);\n  ",
+             A, " acc = (", A, ")0;\n  for (int64_t k = span[2 * c]; k < span[2 * c + 1]; ++k)\n",
+             "    acc += ", codegen::load_value(t, "g[(o * n + order[k]) * inner + r]"),
+             ";\n  part[i] = acc;\n}\n");
+}
+
+// Pass 2: dx[o, v, r] = the sum of row v's chunk partials in order, or of its positions when
+// it has one chunk (no partials).
 std::string csr_source(scalar_type t) {
-  const std::string T = type_name(t), V = codegen::value_type(t);
+  const std::string T = type_name(t), A = type_name(accum_type(t));
   return cat(
       "KILN_KERNEL void kt_index(KILN_GLOBAL ", T, "* KILN_RESTRICT dx, KILN_GLOBAL const ", T,
       "* KILN_RESTRICT g, KILN_GLOBAL const int64_t* KILN_RESTRICT offs, KILN_GLOBAL const "
-      "int64_t* KILN_RESTRICT order, int64_t total, int64_t rows, int64_t n, int64_t "
-      "inner) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) "
-      "return;\n  const int64_t r = i % inner, v = (i / inner) % rows, o = i / (inner * "
-      "rows);\n  ",
-      V, " acc = (", V, ")0;\n  for (int64_t k = offs[v]; k < offs[v + 1]; ++k)\n    acc += ",
+      "int64_t* KILN_RESTRICT order, KILN_GLOBAL const int64_t* KILN_RESTRICT first, "
+      "KILN_GLOBAL const ",
+      A,
+      "* KILN_RESTRICT part, int64_t total, int64_t rows, int64_t n, int64_t inner, int64_t "
+      "chunks) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n"
+      "  const int64_t r = i % inner, v = (i / inner) % rows, o = i / (inner * rows);\n  ",
+      A, " acc = (", A, ")0;\n  const int64_t c0 = first[v], c1 = first[v + 1];\n",
+      "  if (c1 > c0) {\n    for (int64_t c = c0; c < c1; ++c) acc += part[(o * chunks + c) * "
+      "inner + r];\n  } else {\n    for (int64_t k = offs[v]; k < offs[v + 1]; ++k)\n      acc "
+      "+= ",
       codegen::load_value(t, "g[(o * n + order[k]) * inner + r]"),
-      ";\n  dx[i] = ", codegen::store_value(t, "acc"), ";\n}\n");
+      ";\n  }\n  dx[i] = ", codegen::store_value(t, cat("(", codegen::value_type(t), ")acc")),
+      ";\n}\n");
 }
 
 const char* name_of(kind k) {
@@ -111,6 +137,7 @@ const char* name_of(kind k) {
     case kind::gather: return "gather";
     case kind::place: return "place";
     case kind::scatter: return "scatter_add";
+    case kind::csr_part: return "csr index_add partials";
     case kind::csr_add: return "csr index_add";
   }
   return "";
@@ -154,6 +181,7 @@ std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, s
     case kind::gather: return gather_source(rank, t, it);
     case kind::place: return codegen::with_element_type(place_text, type_name(t));
     case kind::scatter: return scatter_source(rank, t, it);
+    case kind::csr_part: return csr_part_source(t);
     case kind::csr_add: return csr_source(t);
   }
   return "";
@@ -215,20 +243,37 @@ void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& i
   run(index_kernel(out.dev, kind::scatter, rank, out.dtype, idx.dtype), out.dev, total, a);
 }
 
-void launch_csr_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& offsets,
-                    const tensor_impl& order, std::int64_t outer, std::int64_t rows, std::int64_t n,
-                    std::int64_t inner) {
+void launch_csr_add(tensor_impl& dx, const tensor_impl& g, const csr_arrays& c, std::int64_t outer,
+                    std::int64_t rows, std::int64_t n, std::int64_t inner) {
   const std::int64_t total = outer * rows * inner;
   if (total == 0) return;
+  const device& dev = dx.dev;
+  const scalar_type at = accum_type(dx.dtype);
+  auto part = allocate_tensor(dev, {std::max<std::int64_t>(outer * c.chunks * inner, 1)}, at);
+  if (c.chunks > 0) {
+    std::vector<arg_binding> a{mem(*part, at, false),
+                               mem(g, g.dtype, true),
+                               mem(c.order, scalar_type::i64, true),
+                               mem(c.span, scalar_type::i64, true),
+                               bind_arg(outer * c.chunks * inner),
+                               bind_arg(n),
+                               bind_arg(inner),
+                               bind_arg(c.chunks)};
+    run(index_kernel(dev, kind::csr_part, 0, dx.dtype, scalar_type::i64), dev,
+        outer * c.chunks * inner, a);
+  }
   std::vector<arg_binding> a{mem(dx, dx.dtype, false),
                              mem(g, g.dtype, true),
-                             mem(offsets, scalar_type::i64, true),
-                             mem(order, scalar_type::i64, true),
+                             mem(c.offsets, scalar_type::i64, true),
+                             mem(c.order, scalar_type::i64, true),
+                             mem(c.first, scalar_type::i64, true),
+                             mem(*part, at, true),
                              bind_arg(total),
                              bind_arg(rows),
                              bind_arg(n),
-                             bind_arg(inner)};
-  run(index_kernel(dx.dev, kind::csr_add, 0, dx.dtype, scalar_type::i64), dx.dev, total, a);
+                             bind_arg(inner),
+                             bind_arg(c.chunks)};
+  run(index_kernel(dev, kind::csr_add, 0, dx.dtype, scalar_type::i64), dev, total, a);
 }
 
 }  // namespace kiln::detail

@@ -6,7 +6,8 @@
 //   scatter: out[c] = x[c] + sum over j, in order, of src[c, j along dim] where
 //            idx[c, j along dim] == c[dim] (scatter_add and gather's backward);
 //   csr_add: dx[o, v, r] = sum over the positions k of v's occurrences (CSR, ascending) of
-//            g[o, k, r] (index_select's and embedding's backward).
+//            g[o, k, r] (index_select's and embedding's backward); a frequent row is summed
+//            in chunks of about sqrt(its count) (csr_part), then the chunks in order.
 #pragma once
 
 #include <cstdint>
@@ -17,7 +18,7 @@
 
 namespace kiln::detail {
 
-enum class index_kernel_kind : std::uint8_t { gather, place, scatter, csr_add };
+enum class index_kernel_kind : std::uint8_t { gather, place, scatter, csr_part, csr_add };
 // A kernel's source (kernel "kt_index"): rank for gather / scatter, t the element type (the
 // unsigned type of its width for gather / place), it the index type (gather / scatter).
 std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it);
@@ -39,10 +40,17 @@ void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
 void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& idx,
                     const tensor_impl& src, int dim);
 
-// dx (contiguous [outer, rows, inner]) from g (contiguous [outer, n, inner]) and the CSR of
-// the n row indices (offsets [rows + 1], order [n], int64, on dx's device).
-void launch_csr_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& offsets,
-                    const tensor_impl& order, std::int64_t outer, std::int64_t rows, std::int64_t n,
-                    std::int64_t inner);
+// The CSR of n row indices on the device (int64): row v's positions are
+// order[offsets[v] .. offsets[v + 1]), ascending. A row with more than one chunk's worth of
+// positions is cut into chunks: its chunks are first[v] .. first[v + 1], chunk c covering
+// order[span[2c] .. span[2c + 1]); rows of one chunk have first[v] == first[v + 1].
+struct csr_arrays {
+  const tensor_impl &offsets, &order, &first, &span;
+  std::int64_t chunks;
+};
+// dx (contiguous [outer, rows, inner]) from g (contiguous [outer, n, inner]): pass 1 sums each
+// chunk (one item per chunk element), pass 2 each row's chunk partials or positions, in order.
+void launch_csr_add(tensor_impl& dx, const tensor_impl& g, const csr_arrays& c, std::int64_t outer,
+                    std::int64_t rows, std::int64_t n, std::int64_t inner);
 
 }  // namespace kiln::detail
