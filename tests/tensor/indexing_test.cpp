@@ -233,6 +233,22 @@ TEST_P(TensorIndexingTest, ScatterAddDeterministicWithGradients) {
     }
     ASSERT_TRUE(matches(st.grad(), ds));
   }
+  // bf16 (accumulated in float, rounded once), and no indices at all (x unchanged).
+  const tensor xb = upload(dev(), x).to(scalar_type::bf16).eval();
+  const tensor sb = upload(dev(), src).to(scalar_type::bf16).eval();
+  const std::vector<float> xbv = read32(xb), sbv = read32(sb);
+  std::vector<float> wb = xbv;
+  for (std::int64_t i = 0; i < numel(is); ++i) {
+    shape_t c = coords(is, i);
+    c[1] = ids[std::size_t(i)];
+    wb[std::size_t(flat(x.shape, c))] += sbv[std::size_t(i)];
+  }
+  const std::vector<float> gotb = read32(kiln::scatter_add(xb, 1, idx, sb));
+  for (std::size_t i = 0; i < wb.size(); ++i)
+    EXPECT_NEAR(gotb[i], wb[i], 1e-2 * std::max(1.f, std::fabs(wb[i]))) << i;
+  const tensor none = index_tensor(dev(), {}, {3, 0, 4}, scalar_type::i64);
+  ASSERT_TRUE(matches(kiln::scatter_add(upload(dev(), x), 1, none, upload(dev(), src)), x));
+  EXPECT_EQ(kiln::gather(upload(dev(), x), 1, none).shape(), (shape_t{3, 0, 4}));
   // Integers, and an index smaller than src.
   const host<std::int32_t> xi = random_host<std::int32_t>({2, 6}, 45),
                            si = random_host<std::int32_t>({3, 8}, 46);
