@@ -155,6 +155,88 @@ struct text {
            "}\n";
   }
 
+  // ---- the cached forms: each lane keeps its k.cap elements of the row in registers ----
+  std::string each(const std::string& f) const {  // f with "#" spelled as each c
+    std::string s;
+    for (std::uint32_t c = 0; c < k.cap; ++c) s += codegen::with_element_type(f, num(c));
+    return s;
+  }
+  std::string tree(const std::string& term) const {  // pairwise sum of term over c ("#": c)
+    std::vector<std::string> v;
+    for (std::uint32_t c = 0; c < k.cap; ++c) v.push_back(codegen::with_element_type(term, num(c)));
+    while (v.size() > 1) {
+      std::vector<std::string> w;
+      for (std::size_t i = 0; i + 1 < v.size(); i += 2)
+        w.push_back(cat("(", v[i], " + ", v[i + 1], ")"));
+      if (v.size() % 2) w.push_back(v.back());
+      v = std::move(w);
+    }
+    return v.at(0);
+  }
+
+  std::string forward_cached() const {
+    std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_y"), ", ");
+    if (!k.rms) s += out(A, "kt_mean") + ", ";
+    s += out(A, "kt_rstd") + in(X, "kt_x");
+    if (k.has_w) s += in(W, "kt_w");
+    if (k.has_b) s += in(W, "kt_b");
+    s += cat(", int64_t kt_n, int64_t kt_rows, ", A, " kt_eps) {\n");
+    s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
+    s += prologue();
+    s +=
+        each(cat("  const int64_t kt_iT_ = kt_lane + T_ * ", L, ";\n  const ", A,
+                 " kt_cT_ = kt_iT_ < kt_end ? ", lx("kt_x[kt_base + kt_iT_]"), " : (", A, ")0;\n"));
+    std::string mean = "0";
+    if (!k.rms) {
+      s += cat("  const ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
+      mean = cat("(", tot(0), " / (", A, ")kt_n)");
+    }
+    s +=
+        each(cat("  const ", A, " kt_dT_ = kt_iT_ < kt_end ? kt_cT_ - ", mean, " : (", A, ")0;\n"));
+    s += cat("  const ", A, " kt_p1 = ", tree("kt_dT_ * kt_dT_"), ";\n") + reduce(1, 1);
+    s += cat("  if (kt_lane == 0) {\n    kt_st[2 * (kt_t / ", L, ")] = ", mean, ";\n",
+             "    kt_st[2 * (kt_t / ", L, ") + 1] = rsqrt(", tot(1), " / (", A,
+             ")kt_n + kt_eps);\n    if (kt_row < kt_rows) {\n",
+             k.rms ? "" : cat("      kt_mean[kt_row] = kt_st[2 * (kt_t / ", L, ")];\n"),
+             "      kt_rstd[kt_row] = kt_st[2 * (kt_t / ", L, ") + 1];\n    }\n  }\n",
+             "  kiln_barrier();\n");
+    s += cat("  const ", A, " kt_mu = kt_st[2 * (kt_t / ", L, ")], kt_r = kt_st[2 * (kt_t / ", L,
+             ") + 1];\n");
+    std::string v = "(kt_cT_ - kt_mu) * kt_r";
+    if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_iT_]"));
+    if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_iT_]"));
+    return s +
+           each(cat("  if (kt_iT_ < kt_end) kt_y[kt_base + kt_iT_] = ",
+                    codegen::store_value(k.x, v), ";\n")) +
+           "}\n";
+  }
+
+  std::string backward_cached() const {
+    std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_dx"), in(X, "kt_dy"), in(X, "kt_x"));
+    if (!k.rms) s += in(A, "kt_mean");
+    s += in(A, "kt_rstd");
+    if (k.has_w) s += in(W, "kt_w");
+    s += ", int64_t kt_n, int64_t kt_rows) {\n";
+    s += locals(2) + prologue();
+    std::string g = lx("kt_dy[kt_base + kt_iT_]");
+    if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_iT_]"));
+    s += each(cat("  const int64_t kt_iT_ = kt_lane + T_ * ", L, ";\n  const ", A,
+                  " kt_gT_ = kt_iT_ < kt_end ? ", g, " : (", A, ")0;\n  const ", A,
+                  " kt_hT_ = kt_iT_ < kt_end ? (", lx("kt_x[kt_base + kt_iT_]"),
+                  k.rms ? "" : " - kt_mean[kt_rc]", ") * kt_rstd[kt_rc] : (", A, ")0;\n"));
+    s += cat("  const ", A, " kt_p0 = ", tree("kt_gT_ * kt_hT_"), ";\n");
+    if (!k.rms) s += cat("  const ", A, " kt_p1 = ", tree("kt_gT_"), ";\n");
+    s += reduce(0, k.rms ? 1 : 2);
+    const std::string inner =
+        k.rms ? cat("kt_hT_ * ", tot(0)) : cat("(", tot(1), " + kt_hT_ * ", tot(0), ")");
+    return s +
+           each(cat("  if (kt_iT_ < kt_end) kt_dx[kt_base + kt_iT_] = ",
+                    codegen::store_value(
+                        k.x, cat("kt_rstd[kt_rc] * (kt_gT_ - ", inner, " / (", A, ")kt_n)")),
+                    ";\n")) +
+           "}\n";
+  }
+
   std::string backward() const {
     std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_dx"), in(X, "kt_dy"), in(X, "kt_x"));
     if (!k.rms) s += in(A, "kt_mean");
@@ -270,11 +352,17 @@ std::uint32_t norm_lanes(const device& dev, std::int64_t n) {
   return lanes;
 }
 
+std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n) {
+  if (lanes <= 1) return 0;
+  const std::int64_t cap = (n + lanes - 1) / lanes;
+  return cap <= 32 ? std::uint32_t(cap) : 0;  // more would spill registers
+}
+
 std::string norm_source(const norm_kernel_key& k) {
   const text t{k};
   switch (k.kind) {
-    case norm_kernel_kind::forward: return t.forward();
-    case norm_kernel_kind::backward: return t.backward();
+    case norm_kernel_kind::forward: return k.cap ? t.forward_cached() : t.forward();
+    case norm_kernel_kind::backward: return k.cap ? t.backward_cached() : t.backward();
     case norm_kernel_kind::params: return t.params();
   }
   return {};
@@ -289,12 +377,14 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
       .add(std::uint64_t(k.x))
       .add(std::uint64_t(k.w))
       .add(std::uint64_t(k.rms) | std::uint64_t(k.has_w) << 1 | std::uint64_t(k.has_b) << 2)
-      .add(std::uint64_t(k.lanes));
+      .add(std::uint64_t(k.lanes))
+      .add(std::uint64_t(k.cap));
   const generated_kernels g = get_generated(dev, "tensor_layer_norm", h.value(), [&] {
-    return generated_program{norm_source(k),
-                             {"kt_ln"},
-                             cat(k.rms ? "rms_norm " : "layer_norm ", kind_name(k.kind), " of ",
-                                 type_name(k.x), ", ", num(k.lanes), " lanes")};
+    return generated_program{
+        norm_source(k),
+        {"kt_ln"},
+        cat(k.rms ? "rms_norm " : "layer_norm ", kind_name(k.kind), " of ", type_name(k.x), ", ",
+            num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string())};
   });
   if (g.compiled) stats_now().programs_compiled++;
   queue& q = dev.default_queue();

@@ -3,7 +3,8 @@
 // the storage type: 16-bit values are loaded as float and rounded once at the store.
 //
 //   forward:  per row, mean (layer norm only) and then the variance about it (two passes over
-//             the row, the second from cache), rstd = 1 / sqrt(var + eps), then the output;
+//             the row), rstd = 1 / sqrt(var + eps), then the output. With lanes, rows of up to
+//             32 elements per lane are kept in registers (read once), else re-read from cache;
 //   backward: per row, sum(g xhat) and sum(g) with g = dy w, then dx = rstd (g - (sum(g) +
 //             xhat sum(g xhat)) / n) (rms: without sum(g));
 //   params:   dweight / dbias partial column sums over chunks of rows (no atomics: the
@@ -34,12 +35,17 @@ struct norm_kernel_key {
   bool has_w;           // forward, backward: a weight; params: dweight wanted
   bool has_b;           // forward: a bias; params: dbias wanted
   std::uint32_t lanes;  // work-items per row (1: no barriers); params: the form, as above
+  // forward, backward with lanes > 1: elements per lane kept in registers (the row read once
+  // from memory), 0: re-read for each pass (from cache)
+  std::uint32_t cap = 0;
 };
 
 // The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.
 scalar_type norm_acc_type(scalar_type x);
 // Work-items per row for rows of n elements on dev.
 std::uint32_t norm_lanes(const device& dev, std::int64_t n);
+// Elements per lane to keep in registers for rows of n over `lanes` (0: too long to keep).
+std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n);
 std::string norm_source(const norm_kernel_key& k);
 
 // Launches the kernel k over `rows` rows (forward, backward) or `items` items (params) with the
