@@ -6,6 +6,7 @@
 #include <kiln/nn/normalization.hpp>
 #include <kiln/tensor/layer_norm.hpp>
 
+#include "tensor/layer_norm_kernels.hpp"
 #include "tensor/tensor_fixture.hpp"
 
 namespace tensor_test {
@@ -312,6 +313,29 @@ TEST_P(TensorLayerNormTest, NnModulesHavePyTorchParameters) {
   (ln(x.t) * x.t).sum().backward();
   EXPECT_TRUE(ln.weight.grad().defined());
   EXPECT_TRUE(ln.bias.grad().defined());
+}
+
+// Every form of the kernels through NVRTC too (this machine runs only the CPU and OpenCL ones).
+TEST_P(TensorLayerNormTest, NormSourcesCompileEverywhere) {
+  if (!conformance::cuda_compile_only()) GTEST_SKIP() << "CUDA is not in compile-only mode here";
+  using kiln::detail::norm_kernel_kind;
+  struct form {
+    std::uint32_t lanes, cap;
+  };
+  for (scalar_type t : {scalar_type::f32, scalar_type::f64, scalar_type::f16, scalar_type::bf16})
+    for (bool rms : {false, true}) {
+      const scalar_type w = t == scalar_type::f16 ? scalar_type::f32 : t;  // mixed once
+      for (norm_kernel_kind kind : {norm_kernel_kind::forward, norm_kernel_kind::backward})
+        for (form f : {form{1, 0}, form{64, 0}, form{256, 17}})
+          EXPECT_NO_THROW(conformance::compile_everywhere(
+              kiln::detail::norm_source({kind, t, w, rms, true, !rms, f.lanes, f.cap})));
+      for (std::uint32_t by_rows : {0u, 1u})
+        EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::norm_source(
+            {norm_kernel_kind::params, t, w, rms, true, !rms, by_rows, 0})));
+    }
+  EXPECT_NO_THROW(conformance::compile_everywhere(
+      kiln::detail::norm_source({norm_kernel_kind::forward, scalar_type::f32, scalar_type::f32,
+                                 false, false, false, 32, 3})));
 }
 
 }  // namespace
