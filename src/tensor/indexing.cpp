@@ -236,19 +236,25 @@ tensor triangle(const char* fn, const tensor& x, std::int64_t k, bool lower) {
 tensor tril(const tensor& x, std::int64_t k) { return triangle("tril", x, k, true); }
 tensor triu(const tensor& x, std::int64_t k) { return triangle("triu", x, k, false); }
 
-tensor index_select(const tensor& x0, int dim, const tensor& index) {
-  const tensor x = stored(defined("index_select", "the input", x0));
-  check_index("index_select", x, index);
-  if (x.dim() == 0) throw shape_error("kiln::index_select: the input must have at least 1 dim");
+namespace {
+// index_select, with errors named after fn (embedding calls it too).
+tensor select_rows(const char* fn, const tensor& x0, int dim, const tensor& index) {
+  const tensor x = stored(defined(fn, "the input", x0));
+  check_index(fn, x, index);
+  if (x.dim() == 0) throw shape_error(name(fn) + ": the input must have at least 1 dim");
   if (index.dim() > 1)
-    throw shape_error("kiln::index_select: index must be 0-D or 1-D, got " +
-                      to_string(index.shape()));
+    throw shape_error(name(fn) + ": index must be 0-D or 1-D, got " + to_string(index.shape()));
   const int d = detail::normalise_axis(dim, x.dim(), "kiln::index_select");
-  const std::vector<std::int64_t> ids = host_indices("index_select", index, x.size(d));
+  const std::vector<std::int64_t> ids = host_indices(fn, index, x.size(d));
   const tensor r = index_select_forward(x, d, index);
   if (!detail::grad_wanted({&x0})) return r;
   return detail::grad::index_select(x0, d, detail::build_row_csr(ids, x.size(d), x.get_device()),
                                     r);
+}
+}  // namespace
+
+tensor index_select(const tensor& x, int dim, const tensor& index) {
+  return select_rows("index_select", x, dim, index);
 }
 
 tensor embedding(const tensor& weight, const tensor& indices) {
@@ -260,7 +266,7 @@ tensor embedding(const tensor& weight, const tensor& indices) {
   shape_t shape = indices.shape();
   shape.push_back(weight.size(1));
   const tensor flat = indices.reshape({indices.numel()});
-  return index_select(weight, 0, flat).reshape(shape);
+  return select_rows("embedding", weight, 0, flat).reshape(shape);
 }
 
 tensor gather(const tensor& x, int dim, const tensor& index) {
