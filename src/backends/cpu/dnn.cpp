@@ -22,6 +22,8 @@
 // Pooling: average pooling (both divisors) through oneDNN, over chunks of planes. Max pooling
 // stays portable: oneDNN's lets a NaN lose to the other elements of its window, where Kiln
 // (as PyTorch) lets it win.
+#include "backends/cpu/dnn.hpp"
+
 #include "backends/cpu/cpu_backend.hpp"
 #include "dl_library.hpp"
 #include "dnn_abi.h"
@@ -41,42 +43,7 @@
 #include <vector>
 
 namespace kiln::cpu {
-namespace {
-
-#define KILN_DNNL_FUNCS(X)                               \
-  X(dnnl_version)                                        \
-  X(dnnl_engine_create)                                  \
-  X(dnnl_stream_create)                                  \
-  X(dnnl_memory_desc_init_by_tag)                        \
-  X(dnnl_memory_desc_init_by_strides)                    \
-  X(dnnl_memory_desc_equal)                              \
-  X(dnnl_memory_desc_get_size)                           \
-  X(dnnl_memory_create)                                  \
-  X(dnnl_memory_destroy)                                 \
-  X(dnnl_dilated_convolution_forward_desc_init)          \
-  X(dnnl_dilated_convolution_backward_data_desc_init)    \
-  X(dnnl_dilated_convolution_backward_weights_desc_init) \
-  X(dnnl_pooling_v2_forward_desc_init)                   \
-  X(dnnl_primitive_attr_create)                          \
-  X(dnnl_primitive_attr_destroy)                         \
-  X(dnnl_primitive_attr_set_scratchpad_mode)             \
-  X(dnnl_primitive_desc_create)                          \
-  X(dnnl_primitive_desc_destroy)                         \
-  X(dnnl_primitive_desc_query)                           \
-  X(dnnl_primitive_desc_query_md)                        \
-  X(dnnl_reorder_primitive_desc_create)                  \
-  X(dnnl_primitive_create)                               \
-  X(dnnl_primitive_execute)
-
-struct dnnl_api {
-  void* lib = nullptr;
-  std::string library;  // "oneDNN 2.6.3"
-  dnnl_engine_t engine = nullptr;
-  KILN_DNNL_FUNCS(KILN_DL_MEMBER)
-  // libgomp's, where libdnnl runs on OpenMP.
-  void (*omp_set_num_threads)(int) = nullptr;
-  int (*omp_get_max_threads)() = nullptr;
-};
+namespace onednn {
 
 // $KILN_DNNL_LIBRARY, else the Debian sonames; loaded once. Only the v2 C API (these headers):
 // libdnnl.so.3 lacks the *_desc_init functions, so it resolves to no extension.
@@ -104,6 +71,12 @@ const dnnl_api& dnnl() {
   });
   return api;
 }
+
+}  // namespace onednn
+
+namespace {
+
+using namespace onednn;
 
 // KILN_DNNL_OPENMP=1: for comparison only, oneDNN's own OpenMP threads (as many as the pool)
 // and one call per convolution, instead of one thread per task over Kiln's pool.
@@ -181,177 +154,6 @@ buffers& thread_buffers() {
 buffers& call_buffers() {
   thread_local buffers b;
   return b;
-}
-
-enum class direction { forward, backward_data, backward_filter };
-
-// What a call's primitives are for: the direction, images per chunk, slices and the geometry.
-using plan_key = std::array<std::uint64_t, 19>;
-
-// One operand of a primitive: its layout in Kiln (NCHW / OIHW / GOIHW, strided when sliced),
-// the primitive's layout, and the reorder between them (null when they are the same).
-struct operand {
-  int arg = 0;
-  dnnl_memory_desc_t user{}, inner{};
-  dnnl_primitive_t reorder = nullptr;
-  std::size_t inner_bytes = 0;
-};
-
-// The primitives of one direction, chunk size and slice: in[0] is the chunk's images (src,
-// or diff_dst for backward data), in[1] the weight (diff_dst for backward filter), out the
-// result (dst, diff_src, diff_weights).
-struct plan {
-  dnnl_primitive_t prim = nullptr;
-  operand in[2], out;
-  std::size_t scratch_bytes = 0;
-  dnnl_memory_desc_t scratch{};
-};
-
-struct dnnl_error : std::runtime_error {
-  dnnl_status_t status;
-  dnnl_error(dnnl_status_t s, const std::string& what) : std::runtime_error(what), status(s) {}
-};
-void check(dnnl_status_t s, const char* what) {
-  if (s != dnnl_success)
-    throw dnnl_error(s, std::string(what) + " failed (dnnl status " + std::to_string(int(s)) + ")");
-}
-
-// A refusal: only oneDNN's reference kernels (or none) take this configuration.
-struct refused {};
-
-struct pd_holder {
-  dnnl_primitive_desc_t pd = nullptr;
-  ~pd_holder() {
-    if (pd) dnnl().dnnl_primitive_desc_destroy(pd);
-  }
-};
-
-// The operand's Kiln layout against the primitive's chosen one, with the reorder when they
-// differ (user -> inner for inputs, inner -> user for the output).
-operand make_operand(const dnnl_primitive_desc_t pd, dnnl_query_t what, int arg,
-                     const dnnl_memory_desc_t& user, bool input) {
-  const dnnl_api& d = dnnl();
-  operand o;
-  o.arg = arg;
-  o.user = user;
-  o.inner = *d.dnnl_primitive_desc_query_md(pd, what, 0);
-  o.inner_bytes = d.dnnl_memory_desc_get_size(&o.inner);
-  if (d.dnnl_memory_desc_equal(&o.user, &o.inner)) return o;
-  pd_holder r;
-  const dnnl_memory_desc_t* from = input ? &o.user : &o.inner;
-  const dnnl_memory_desc_t* to = input ? &o.inner : &o.user;
-  check(d.dnnl_reorder_primitive_desc_create(&r.pd, from, d.engine, to, d.engine, nullptr),
-        "oneDNN reorder descriptor");
-  check(d.dnnl_primitive_create(&o.reorder, r.pd), "oneDNN reorder");
-  return o;
-}
-
-// A dense-or-strided f32 memory descriptor: dims with the strides of the full tensor.
-dnnl_memory_desc_t strided_md(int nd, const dnnl_dims_t dims, const dnnl_dims_t strides) {
-  dnnl_memory_desc_t md;
-  check(dnnl().dnnl_memory_desc_init_by_strides(&md, nd, dims, dnnl_f32, strides), "md");
-  return md;
-}
-
-// The primitives for nb images of shape c, one of `slices` equal slices of the output
-// channels (forward, backward filter) or input channels (backward data); slices > 1 only
-// without groups. Throws refused or dnnl_error.
-plan* make_plan(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t nb,
-                std::uint64_t slices) {
-  const dnnl_api& d = dnnl();
-  using D = dnnl_dim_t;
-  const bool grouped = c.groups > 1;
-  const D g = c.groups;
-  const D ks = D(dir == direction::backward_data ? c.k : c.k / slices);
-  const D cs = D(dir == direction::backward_data ? c.c / slices : c.c);
-  const dnnl_dims_t src_dims = {D(nb), cs, D(c.h), D(c.w)};
-  const dnnl_dims_t dst_dims = {D(nb), ks, D(c.p), D(c.q)};
-  const dnnl_dims_t src_str = {D(c.c * c.h * c.w), D(c.h * c.w), D(c.w), 1};
-  const dnnl_dims_t dst_str = {D(c.k * c.p * c.q), D(c.p * c.q), D(c.q), 1};
-  const dnnl_dims_t wt_dims_g = {g, D(c.k) / g, D(c.c) / g, D(c.r), D(c.s)};
-  const dnnl_dims_t wt_dims = {ks, cs, D(c.r), D(c.s)};
-  const dnnl_dims_t wt_str = {D(c.c * c.r * c.s), D(c.r * c.s), D(c.s), 1};
-  const int wt_nd = grouped ? 5 : 4;
-  const D* wdims = grouped ? wt_dims_g : wt_dims;
-  dnnl_memory_desc_t src_u = strided_md(4, src_dims, src_str);
-  dnnl_memory_desc_t dst_u = strided_md(4, dst_dims, dst_str);
-  dnnl_memory_desc_t wt_u, src_a, dst_a, wt_a;
-  if (grouped)
-    check(d.dnnl_memory_desc_init_by_tag(&wt_u, 5, wt_dims_g, dnnl_f32, dnnl_goihw), "md");
-  else
-    wt_u = strided_md(4, wt_dims, wt_str);
-  check(d.dnnl_memory_desc_init_by_tag(&src_a, 4, src_dims, dnnl_f32, dnnl_format_tag_any), "md");
-  check(d.dnnl_memory_desc_init_by_tag(&dst_a, 4, dst_dims, dnnl_f32, dnnl_format_tag_any), "md");
-  check(d.dnnl_memory_desc_init_by_tag(&wt_a, wt_nd, wdims, dnnl_f32, dnnl_format_tag_any), "md");
-  const dnnl_dims_t strides = {c.stride_h, c.stride_w};
-  const dnnl_dims_t dilates = {D(c.dil_h) - 1, D(c.dil_w) - 1};
-  const dnnl_dims_t pad_l = {c.pad_h, c.pad_w};
-  // Right padding as oneDNN counts it: what the last window reaches past the input.
-  const dnnl_dims_t pad_r = {
-      D((c.p - 1) * c.stride_h + (c.r - 1) * c.dil_h + 1) - D(c.h + c.pad_h),
-      D((c.q - 1) * c.stride_w + (c.s - 1) * c.dil_w + 1) - D(c.w + c.pad_w)};
-
-  struct attr_holder {
-    dnnl_primitive_attr_t a = nullptr;
-    ~attr_holder() {
-      if (a) dnnl().dnnl_primitive_attr_destroy(a);
-    }
-  } attr;
-  check(d.dnnl_primitive_attr_create(&attr.a), "oneDNN attributes");
-  check(d.dnnl_primitive_attr_set_scratchpad_mode(attr.a, dnnl_scratchpad_mode_user),
-        "oneDNN scratchpad mode");
-
-  dnnl_convolution_desc_t fwd_desc;
-  check(d.dnnl_dilated_convolution_forward_desc_init(
-            &fwd_desc, dnnl_forward_training, dnnl_convolution_direct, &src_a, &wt_a, nullptr,
-            &dst_a, strides, dilates, pad_l, pad_r),
-        "oneDNN convolution descriptor");
-  pd_holder fwd, pd;
-  if (d.dnnl_primitive_desc_create(&fwd.pd, &fwd_desc, attr.a, d.engine, nullptr) != dnnl_success)
-    throw refused{};
-  if (dir == direction::forward) {
-    std::swap(pd.pd, fwd.pd);
-  } else {
-    dnnl_convolution_desc_t bwd_desc;
-    if (dir == direction::backward_data)
-      check(d.dnnl_dilated_convolution_backward_data_desc_init(&bwd_desc, dnnl_convolution_direct,
-                                                               &src_a, &wt_a, &dst_a, strides,
-                                                               dilates, pad_l, pad_r),
-            "oneDNN convolution descriptor");
-    else
-      check(d.dnnl_dilated_convolution_backward_weights_desc_init(
-                &bwd_desc, dnnl_convolution_direct, &src_a, &wt_a, nullptr, &dst_a, strides,
-                dilates, pad_l, pad_r),
-            "oneDNN convolution descriptor");
-    if (d.dnnl_primitive_desc_create(&pd.pd, &bwd_desc, attr.a, d.engine, fwd.pd) != dnnl_success)
-      throw refused{};
-  }
-  const char* impl = nullptr;
-  d.dnnl_primitive_desc_query(pd.pd, dnnl_query_impl_info_str, 0, &impl);
-  if (!impl || std::string_view(impl).starts_with("ref")) throw refused{};
-
-  auto p = std::make_unique<plan>();
-  switch (dir) {
-    case direction::forward:
-      p->in[0] = make_operand(pd.pd, dnnl_query_src_md, DNNL_ARG_SRC, src_u, true);
-      p->in[1] = make_operand(pd.pd, dnnl_query_weights_md, DNNL_ARG_WEIGHTS, wt_u, true);
-      p->out = make_operand(pd.pd, dnnl_query_dst_md, DNNL_ARG_DST, dst_u, false);
-      break;
-    case direction::backward_data:
-      p->in[0] = make_operand(pd.pd, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST, dst_u, true);
-      p->in[1] = make_operand(pd.pd, dnnl_query_weights_md, DNNL_ARG_WEIGHTS, wt_u, true);
-      p->out = make_operand(pd.pd, dnnl_query_diff_src_md, DNNL_ARG_DIFF_SRC, src_u, false);
-      break;
-    case direction::backward_filter:
-      p->in[0] = make_operand(pd.pd, dnnl_query_src_md, DNNL_ARG_SRC, src_u, true);
-      p->in[1] = make_operand(pd.pd, dnnl_query_diff_dst_md, DNNL_ARG_DIFF_DST, dst_u, true);
-      p->out = make_operand(pd.pd, dnnl_query_diff_weights_md, DNNL_ARG_DIFF_WEIGHTS, wt_u, false);
-      break;
-  }
-  p->scratch = *d.dnnl_primitive_desc_query_md(pd.pd, dnnl_query_scratchpad_md, 0);
-  p->scratch_bytes = d.dnnl_memory_desc_get_size(&p->scratch);
-  check(d.dnnl_primitive_create(&p->prim, pd.pd), "oneDNN convolution");
-  return p.release();
 }
 
 // The cached plan (null: refused). Plans are never destroyed: a cache of a process's shapes,
