@@ -178,7 +178,9 @@ TEST_P(TensorLayerNormTest, MatchesHostModelInEveryDtype) {
     if (t == scalar_type::f64 && !has_fp64(dev())) continue;
     for (bool rms : {false, true})
       for (const norm_case& c : cases)
-        for (bool affine : {true, false}) check(dev(), rms, c, t, affine, t, seed += 4);
+        for (bool affine : {true, false})
+          // Without affine in f32 only: each combination is its own kernels to compile.
+          if (affine || t == scalar_type::f32) check(dev(), rms, c, t, affine, t, seed += 4);
   }
 }
 
@@ -238,6 +240,13 @@ TEST_P(TensorLayerNormTest, NonContiguousInputAndDirectBackward) {
   EXPECT_EQ(g.bias.shape(), (shape_t{24}));
   // dbias of a ones dy: the row count.
   for (double v : read(g.bias)) EXPECT_EQ(v, 10.0);
+  // No rows: empty output and statistics, zero parameter gradients.
+  const tensor e = tensor::zeros(dev(), {0, 24});
+  const auto re = kiln::native_layer_norm(e, {24}, w.t, {});
+  EXPECT_EQ(re.output.shape(), (shape_t{0, 24}));
+  EXPECT_EQ(re.rstd.shape(), (shape_t{0, 1}));
+  const auto ge = kiln::layer_norm_backward(e, e, {24}, re.mean, re.rstd, w.t, true, true);
+  for (double v : read(ge.weight)) EXPECT_EQ(v, 0.0);
 }
 
 TEST_P(TensorLayerNormTest, DefaultRmsEpsIsTheComputeTypeEpsilon) {
