@@ -187,6 +187,9 @@ TEST_P(TensorLayerNormTest, MatchesHostModelInEveryDtype) {
 TEST_P(TensorLayerNormTest, ManyRowsAndMixedWeightDtype) {
   check(dev(), false, {{2048, 40}, 1}, scalar_type::f32, true, scalar_type::f32, 1);
   check(dev(), true, {{1500, 96}, 1}, scalar_type::f32, true, scalar_type::f32, 2);
+  // Rows longer than 32 per lane of 256 lanes: re-read from cache, not kept in registers.
+  check(dev(), false, {{3, 9000}, 1}, scalar_type::f32, true, scalar_type::f32, 5);
+  check(dev(), true, {{2, 8300}, 1}, scalar_type::bf16, true, scalar_type::bf16, 6);
   // PyTorch allows f32 parameters with 16-bit input: output in the input's dtype.
   check(dev(), false, {{16, 768}, 1}, scalar_type::bf16, true, scalar_type::f32, 3);
   check(dev(), true, {{16, 100}, 1}, scalar_type::f16, true, scalar_type::f32, 4);
