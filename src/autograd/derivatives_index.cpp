@@ -1,6 +1,6 @@
 // Gradients of the indexing operations: index_select / embedding scatter back by a CSR of the
 // indices; gather and scatter_add are each other's transposes; cat's pieces are views of the
-// gradient; a split piece's gradient is itself padded with zeros along dim.
+// gradient; a split piece's gradient is itself padded with zeros along dim (one kernel).
 #include "autograd/derivatives_index.hpp"
 
 namespace kiln::detail::grad {
@@ -52,20 +52,10 @@ tensor cat(const std::vector<tensor>& xs, int dim, const tensor& out) {
 
 tensor split_piece(const tensor& x, int dim, std::int64_t start, const tensor& out) {
   const shape_t xs = x.shape();
-  return autograd::record(
-      "split", out, {x}, [xs, dim, start](const tensor& g, const tensor&) -> std::vector<tensor> {
-        const std::int64_t n = g.size(dim), total = xs[std::size_t(dim)];
-        std::vector<tensor> parts;
-        shape_t s = xs;
-        const device& dev = g.get_device();
-        if (start > 0)
-          parts.push_back(tensor::zeros(dev, (s[std::size_t(dim)] = start, s), g.dtype()));
-        parts.push_back(g);
-        if (start + n < total)
-          parts.push_back(
-              tensor::zeros(dev, (s[std::size_t(dim)] = total - start - n, s), g.dtype()));
-        return {parts.size() == 1 ? g : kiln::cat(parts, dim)};
-      });
+  return autograd::record("split", out, {x},
+                          [xs, dim, start](const tensor& g, const tensor&) -> std::vector<tensor> {
+                            return {pad_along(g, dim, start, xs)};
+                          });
 }
 
 }  // namespace kiln::detail::grad

@@ -26,6 +26,9 @@ tensor index_add_rows(const tensor& g, int dim, const row_csr& csr, const shape_
 tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const tensor& src,
                         const shape_t& shape);
 
+// g placed at [start, start + g.size(dim)) along dim of zeros of shape xs (one kernel).
+tensor pad_along(const tensor& g, int dim, std::int64_t start, const shape_t& xs);
+
 namespace grad {
 tensor index_select(const tensor& x, int dim, const row_csr& csr, const tensor& out);
 tensor gather(const tensor& x, int dim, const tensor& index, const tensor& out);

@@ -190,6 +190,16 @@ tensor index_add_rows(const tensor& g0, int dim, const row_csr& csr, const shape
   return tensor(std::move(dx));
 }
 
+tensor pad_along(const tensor& g0, int dim, std::int64_t start, const shape_t& xs) {
+  if (g0.numel() == 0) return tensor::zeros(g0.get_device(), xs, g0.dtype());
+  const tensor g = detail::contiguous_of(g0);
+  const std::size_t d = std::size_t(dim);
+  auto out = allocate_tensor(g.get_device(), xs, g.dtype());
+  launch_pad(*out, *g.impl(), prod(xs, 0, d), xs[d], g.size(dim), start,
+             prod(xs, d + 1, xs.size()));
+  return tensor(std::move(out));
+}
+
 tensor scatter_add_into(const tensor& x0, int dim, const tensor& index0, const tensor& src0,
                         const shape_t& shape) {
   const tensor x = x0.defined() ? stored(x0) : x0, index = stored(index0), src = stored(src0);

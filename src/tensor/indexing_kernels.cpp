@@ -50,6 +50,17 @@ std::string dot(const char* p, std::size_t rank) {
   return s;
 }
 
+// out [outer, row] = src [outer, m] at columns [off, off + m), zero bits elsewhere.
+constexpr const char* pad_text = R"(
+KILN_KERNEL void kt_index(KILN_GLOBAL T_* KILN_RESTRICT out, KILN_GLOBAL const T_* KILN_RESTRICT src,
+                          int64_t total, int64_t m, int64_t row, int64_t off) {
+  const int64_t i = (int64_t)kiln_global_id(0);
+  if (i >= total) return;
+  const int64_t j = i % row - off;
+  out[i] = (j >= 0 && j < m) ? src[(i / row) * m + j] : (T_)0;
+}
+)";
+
 std::string gather_source(std::size_t rank, scalar_type w, scalar_type it) {
   const std::string W = type_name(w), I = type_name(it);
   return cat("KILN_KERNEL void kt_index(KILN_GLOBAL ", W, "* KILN_RESTRICT out, KILN_GLOBAL const ",
@@ -136,6 +147,7 @@ const char* name_of(kind k) {
   switch (k) {
     case kind::gather: return "gather";
     case kind::place: return "place";
+    case kind::pad: return "pad";
     case kind::scatter: return "scatter_add";
     case kind::csr_part: return "csr index_add partials";
     case kind::csr_add: return "csr index_add";
@@ -180,6 +192,7 @@ std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, s
   switch (k) {
     case kind::gather: return gather_source(rank, t, it);
     case kind::place: return codegen::with_element_type(place_text, type_name(t));
+    case kind::pad: return codegen::with_element_type(pad_text, type_name(t));
     case kind::scatter: return scatter_source(rank, t, it);
     case kind::csr_part: return csr_part_source(t);
     case kind::csr_add: return csr_source(t);
@@ -212,6 +225,17 @@ void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
       mem(out, w, false),  mem(src, w, true),           bind_arg(total),
       bind_arg(n * inner), bind_arg(total_dim * inner), bind_arg(offset * inner)};
   run(index_kernel(out.dev, kind::place, 0, w, w), out.dev, total, a);
+}
+
+void launch_pad(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
+                std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
+  const std::int64_t total = outer * total_dim * inner;
+  if (total == 0) return;
+  const scalar_type w = bits_type(out.dtype);
+  std::vector<arg_binding> a{
+      mem(out, w, false),  mem(src, w, true),           bind_arg(total),
+      bind_arg(n * inner), bind_arg(total_dim * inner), bind_arg(offset * inner)};
+  run(index_kernel(out.dev, kind::pad, 0, w, w), out.dev, total, a);
 }
 
 void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& idx,

@@ -3,6 +3,7 @@
 //   gather:  out[c] = x[c with dim replaced by idx[c]] over strided x and idx (copies raw
 //            element bits by width, so every dtype, f16/bf16 included, shares four kernels);
 //   place:   a contiguous block copied into a slice of a contiguous tensor (cat), by width;
+//   pad:     the same writing zeros around the block (split's backward), by width;
 //   scatter: out[c] = x[c] + sum over j, in order, of src[c, j along dim] where
 //            idx[c, j along dim] == c[dim] (scatter_add and gather's backward);
 //   csr_add: dx[o, v, r] = sum over the positions k of v's occurrences (CSR, ascending) of
@@ -18,7 +19,7 @@
 
 namespace kiln::detail {
 
-enum class index_kernel_kind : std::uint8_t { gather, place, scatter, csr_part, csr_add };
+enum class index_kernel_kind : std::uint8_t { gather, place, pad, scatter, csr_part, csr_add };
 // A kernel's source (kernel "kt_index"): rank for gather / scatter, t the element type (the
 // unsigned type of its width for gather / place), it the index type (gather / scatter).
 std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it);
@@ -33,6 +34,10 @@ void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& id
 // columns [offset * inner, (offset + n) * inner).
 void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
                   std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner);
+
+// The same, every other element of out written with zero bits (a split piece's gradient).
+void launch_pad(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
+                std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner);
 
 // out (contiguous, x's shape) = x (or zeros when x is null) + the scatter of src by idx along
 // dim. idx and src are read through strides over out's rank; idx_sizes bound the positions

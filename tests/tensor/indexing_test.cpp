@@ -354,6 +354,12 @@ TEST_P(TensorIndexingTest, CatStackSplit) {
   (parts[0].sum() * 1.f + parts[1].sum() * 2.f + parts[2].sum() * 3.f).backward();
   const std::vector<float> gx = x.grad().to_vector<float>();
   for (std::size_t i = 0; i < gx.size(); ++i) EXPECT_EQ(gx[i], float(i % 7 / 3 + 1)) << i;
+  // An empty piece's gradient, and 16-bit pieces.
+  tensor xb = upload(dev(), random_host<float>({2, 5}, 75)).to(scalar_type::bf16).eval();
+  xb.requires_grad_();
+  const std::vector<tensor> pb = kiln::split(xb, std::vector<std::int64_t>{2, 0, 3}, 1);
+  (pb[0].sum() + pb[1].sum() + pb[2].sum() * 2.f).backward();
+  EXPECT_EQ(read32(xb.grad()), (std::vector<float>{1, 1, 2, 2, 2, 1, 1, 2, 2, 2}));
 }
 
 TEST_P(TensorIndexingTest, NnEmbedding) {
@@ -434,8 +440,9 @@ TEST_P(TensorIndexingTest, SourcesCompileEverywhere) {
       EXPECT_NO_THROW(conformance::compile_everywhere(
           kiln::detail::index_source(kind, 0, t, scalar_type::i64)));
   }
-  EXPECT_NO_THROW(conformance::compile_everywhere(
-      kiln::detail::index_source(k::place, 0, scalar_type::u8, scalar_type::u8)));
+  for (const k kind : {k::place, k::pad})
+    EXPECT_NO_THROW(conformance::compile_everywhere(
+        kiln::detail::index_source(kind, 0, scalar_type::u8, scalar_type::u8)));
 }
 
 }  // namespace
