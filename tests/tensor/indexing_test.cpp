@@ -362,6 +362,48 @@ TEST_P(TensorIndexingTest, CatStackSplit) {
   EXPECT_EQ(read32(xb.grad()), (std::vector<float>{1, 1, 2, 2, 2, 1, 1, 2, 2, 2}));
 }
 
+// Every operation's gradient in one f64 composite against central differences of the loss.
+TEST_P(TensorIndexingTest, GradientsMatchCentralDifferences) {
+  if (!has_f64()) GTEST_SKIP() << dev().id() << " has no fp64";
+  const auto f64 = [&](const shape_t& s, std::uint64_t seed) {
+    return random_host<double>(s, seed);
+  };
+  const host<double> W = f64({5, 3}, 91), X = f64({4, 6}, 92), S = f64({4, 3}, 93),
+                     C = f64({4, 5}, 94);
+  const tensor ids = index_tensor(dev(), {4, 1, 4, 0}, {4}, scalar_type::i64);
+  const tensor gi = index_tensor(dev(), indices(8, 6, 95), {4, 2}, scalar_type::i32);
+  const tensor si = index_tensor(dev(), indices(12, 5, 96), {4, 3}, scalar_type::i64);
+  const tensor mask = upload(dev(), random_host<bool>({4, 5}, 97)), c = upload(dev(), C);
+  const auto loss = [&](const tensor& w, const tensor& x, const tensor& s) {
+    const tensor y = kiln::cat({kiln::embedding(w, ids), kiln::gather(x, 1, gi)}, 1);
+    const std::vector<tensor> parts =
+        kiln::split(kiln::tril(y, 1), std::vector<std::int64_t>{2, 3}, 1);
+    const tensor z =
+        kiln::cat({parts[1], kiln::masked_fill(parts[0], mask.slice(1, 0, 2), 0.5)}, 1);
+    return (kiln::scatter_add(z, 1, si, s) * c).sum();
+  };
+  tensor w = upload(dev(), W), x = upload(dev(), X), s = upload(dev(), S);
+  w.requires_grad_(), x.requires_grad_(), s.requires_grad_();
+  loss(w, x, s).backward();
+  const double h = 1e-6;
+  std::vector<host<double>> at{W, X, S};
+  const tensor* grads[] = {&w, &x, &s};
+  for (std::size_t p = 0; p < 3; ++p) {
+    const std::vector<double> g = grads[p]->grad().to_vector<double>();
+    for (std::size_t i = 0; i < at[p].v.size(); ++i) {
+      double plus = 0, minus = 0;
+      for (const double sign : {1.0, -1.0}) {
+        std::vector<host<double>> q = at;
+        q[p].v[i] += sign * h;
+        kiln::no_grad off;
+        (sign > 0 ? plus : minus) =
+            loss(upload(dev(), q[0]), upload(dev(), q[1]), upload(dev(), q[2])).item<double>();
+      }
+      EXPECT_NEAR(g[i], (plus - minus) / (2 * h), 1e-6) << "parameter " << p << " element " << i;
+    }
+  }
+}
+
 TEST_P(TensorIndexingTest, NnEmbedding) {
   kiln::nn::embedding e(dev(), 13, 4, {.seed = 5});
   const auto sd = e.state_dict();
