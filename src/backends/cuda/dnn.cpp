@@ -1,7 +1,8 @@
-// The CUDA plugin's "dnn" extension: convolution and pooling by cuDNN 9's legacy API, loaded
-// with dlopen (never linked) on first need; cudnn.h is included for types only. One cuDNN
-// handle per queue (its stream), created on first use, as the "blas" extension does with
-// cuBLAS. Algorithms and the workspace: dnn_algos.cpp.
+// The CUDA plugin's "dnn" extension: convolution and pooling by cuDNN 9, loaded with dlopen
+// (never linked) on first need; cudnn.h is included for types only. One cuDNN handle per queue
+// (its stream), created on first use, as the "blas" extension does with cuBLAS. Convolutions
+// try the graph API first (dnn_graph.cpp), then the legacy API; legacy algorithms and the
+// workspace: dnn_algos.cpp.
 #include "cuda_backend.hpp"
 
 #ifdef KILN_HAVE_CUDNN
@@ -105,6 +106,13 @@ void load(CudnnApi& api_out) {
       if (first_error.empty()) first_error = name + " lacks " + missing;
       continue;  // stays mapped, unused
     }
+    // The graph API is optional: without it only the legacy API runs.
+    api.graph = true;
+#define KILN_CUDNN_RESOLVE_GRAPH(fn)                                \
+  api.fn = reinterpret_cast<decltype(api.fn)>(dlsym(api.lib, #fn)); \
+  api.graph = api.graph && api.fn;
+    KILN_CUDNN_GRAPH_FUNCS(KILN_CUDNN_RESOLVE_GRAPH)
+#undef KILN_CUDNN_RESOLVE_GRAPH
     // cuDNN 9 numbers versions major * 10000 + minor * 100 + patch.
     const size_t v = api.cudnnGetVersion();
     if (v / 10000 != 9) {
@@ -234,15 +242,6 @@ bool product_fits_int(std::initializer_list<uint64_t> values) {
 
 void* ptr(const kiln_mem_ref& r) { return reinterpret_cast<void*>(dptr(r)); }
 
-cudnnDataType_t data_type(kiln_dtype t) {
-  switch (t) {
-    case KILN_DTYPE_F64: return CUDNN_DATA_DOUBLE;
-    case KILN_DTYPE_F16: return CUDNN_DATA_HALF;
-    case KILN_DTYPE_BF16: return CUDNN_DATA_BFLOAT16;
-    default: return CUDNN_DATA_FLOAT;
-  }
-}
-
 bool dtype_ok(kiln_dtype t) {
   return t == KILN_DTYPE_F32 || t == KILN_DTYPE_F64 || t == KILN_DTYPE_F16 || t == KILN_DTYPE_BF16;
 }
@@ -251,6 +250,15 @@ constexpr const char* kConvNames[] = {"cuDNN conv_forward", "cuDNN conv_backward
                                       "cuDNN conv_backward_filter"};
 
 }  // namespace
+
+cudnnDataType_t data_type(kiln_dtype t) {
+  switch (t) {
+    case KILN_DTYPE_F64: return CUDNN_DATA_DOUBLE;
+    case KILN_DTYPE_F16: return CUDNN_DATA_HALF;
+    case KILN_DTYPE_BF16: return CUDNN_DATA_BFLOAT16;
+    default: return CUDNN_DATA_FLOAT;
+  }
+}
 
 cudnnStatus_t run_conv(const DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
                        const ConvAlgo& a) {
@@ -337,6 +345,9 @@ kiln_status conv(kiln_queue_h q, const kiln_dnn_conv_desc* d, ConvDir dir) {
                      static_cast<unsigned long long>(d->n), static_cast<unsigned long long>(d->k),
                      static_cast<unsigned long long>(d->p), static_cast<unsigned long long>(d->q),
                      on, oc, oh, ow);
+
+  // The graph API first (its engines are PyTorch's); on any refusal the legacy API, as before.
+  if (graph_enabled() && graph_conv(q, *s, *d, dir) == KILN_OK) return KILN_OK;
 
   const std::vector<ConvAlgo>* algos = nullptr;
   if (kiln_status st = conv_algos(q, *s, *d, dir, math, &algos)) return st;
@@ -486,6 +497,7 @@ void dnn_release(kiln_queue_s* q, bool device) noexcept {
   if (!s) return;
   q->dnn = nullptr;
   // Only a queue that used cuDNN has state, so cuDNN is loaded here.
+  graph_release(*s, device);
   destroy(*s);  // host objects
   if (device) {
     free_workspace(q, *s);

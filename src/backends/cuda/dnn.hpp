@@ -3,6 +3,7 @@
 // only where CMake found cuDNN 9's headers (KILN_HAVE_CUDNN).
 //   dnn.cpp        finding and loading the library, the table, per-queue state
 //   dnn_algos.cpp  algorithms from cuDNN's heuristics cached per shape, the workspace
+//   dnn_graph.cpp  convolutions through cuDNN's graph (backend) API, tried first
 #pragma once
 
 #include <cudnn.h>
@@ -54,6 +55,15 @@
   X(cudnnPoolingForward)                                \
   X(cudnnPoolingBackward)
 
+// The graph (backend) API: optional. Without one of these only the legacy API runs.
+#define KILN_CUDNN_GRAPH_FUNCS(X)  \
+  X(cudnnBackendCreateDescriptor)  \
+  X(cudnnBackendDestroyDescriptor) \
+  X(cudnnBackendSetAttribute)      \
+  X(cudnnBackendGetAttribute)      \
+  X(cudnnBackendFinalize)          \
+  X(cudnnBackendExecute)
+
 namespace kiln_cuda {
 
 struct CudnnApi {
@@ -62,7 +72,9 @@ struct CudnnApi {
   std::string path;     // the name or path dlopen accepted
   std::string why;      // with lib null: why, for the availability line
   kiln_dnn_v1 table{};  // get_extension("dnn", 1), set once loaded
+  bool graph = false;   // every KILN_CUDNN_GRAPH_FUNCS entry resolved
   KILN_CUDNN_FUNCS(KILN_DL_MEMBER)
+  KILN_CUDNN_GRAPH_FUNCS(KILN_DL_MEMBER)
 };
 
 // Loads cuDNN once, where the driver found a device; `lib` stays null when it cannot.
@@ -70,6 +82,7 @@ const CudnnApi& cudnn();
 
 // A queue's cuDNN state, guarded by kiln_queue_s::dnn_mu. The descriptors are host objects
 // created once and set afresh by every call.
+struct GraphPlans;  // dnn_graph.cpp: execution plans per call shape, tied to the handle
 struct DnnQueue {
   cudnnHandle_t handle = nullptr;  // bound to the queue's stream for good
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -78,6 +91,7 @@ struct DnnQueue {
   cudnnPoolingDescriptor_t pool = nullptr;
   CUdeviceptr ws = 0;  // workspace, allocated in the stream's order
   size_t ws_bytes = 0;
+  GraphPlans* graph = nullptr;  // created on first use of the graph API
 };
 
 enum class ConvDir { forward = 0, backward_data = 1, backward_filter = 2 };
@@ -94,6 +108,21 @@ struct ConvAlgo {
 // setup call (descriptors, heuristics) that cuDNN refuses as a bad parameter is a
 // configuration cuDNN lacks, the core having validated the shapes: KILN_ERR_UNSUPPORTED.
 kiln_status dnn_fail(cudnnStatus_t st, const char* call, bool setup) noexcept;
+
+// cuDNN's type for a Kiln dtype (F32, F64, F16, BF16).
+cudnnDataType_t data_type(kiln_dtype t);
+
+// Whether the graph API may run: its symbols resolved and KILN_CUDNN_GRAPH is not "0" (read
+// per call, so tests can compare both paths).
+bool graph_enabled();
+// Queues convolution d through the graph API: the plan cached for its shape on this queue, else
+// engines from the heuristics, the fastest of the first few (timed on d's operands when beta is
+// 0). Any status but KILN_OK (the message set, the refusal cached per shape) leaves d to the
+// legacy path (an output with beta != 0 untouched). The caller holds q->dnn_mu; may throw
+// std::bad_alloc.
+kiln_status graph_conv(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir);
+// Destroys the queue's plans; without the device they are leaked, as the handle is.
+void graph_release(DnnQueue& s, bool device) noexcept;
 
 // The candidate algorithms for the convolution described by s's descriptors (already set from
 // d), best first: from the cache, else from cuDNN's heuristics, then cached. May be empty.

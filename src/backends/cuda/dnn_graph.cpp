@@ -1,0 +1,536 @@
+// The "dnn" extension's convolutions through cuDNN's graph (backend) API, the path PyTorch takes
+// through cudnn-frontend: its engines are often several times faster than what the legacy
+// heuristics pick (bf16 backward filter up to 25x on the H100). One operation graph per call
+// shape; engine configs from heuristics mode A (then the fallback list), filtered by numerical
+// notes; execution plans for the first few, timed once on the call's own operands when it
+// overwrites its output; the fastest cached per queue (plans belong to the queue's handle).
+// Any failure leaves the call to the legacy path (dnn.cpp), which runs exactly as before.
+#ifdef KILN_HAVE_CUDNN
+#include <algorithm>
+#include <array>
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dnn.hpp"
+
+namespace kiln_cuda {
+
+struct GraphPlans;
+
+namespace {
+
+// One backend descriptor, destroyed with its owner unless leaked (the device gone).
+class Desc {
+ public:
+  Desc() = default;
+  Desc(const Desc&) = delete;
+  Desc& operator=(const Desc&) = delete;
+  Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
+  Desc& operator=(Desc&& o) noexcept {
+    if (this != &o) {
+      reset();
+      d_ = o.d_;
+      o.d_ = nullptr;
+    }
+    return *this;
+  }
+  ~Desc() { reset(); }
+  cudnnBackendDescriptor_t get() const { return d_; }
+  cudnnBackendDescriptor_t* out() { return &d_; }
+  void leak() { d_ = nullptr; }
+
+ private:
+  void reset() {
+    if (d_) cudnn().cudnnBackendDestroyDescriptor(d_);
+    d_ = nullptr;
+  }
+  cudnnBackendDescriptor_t d_ = nullptr;
+};
+
+#define KILN_GRAPH_CHECK(call, ...)                                               \
+  if (cudnnStatus_t st_ = cudnn().call(__VA_ARGS__); st_ != CUDNN_STATUS_SUCCESS) \
+    return dnn_fail(st_, #call, true);
+
+kiln_status create(cudnnBackendDescriptorType_t type, Desc* out) {
+  KILN_GRAPH_CHECK(cudnnBackendCreateDescriptor, type, out->out());
+  return KILN_OK;
+}
+
+kiln_status set(const Desc& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                int64_t count, const void* value) {
+  KILN_GRAPH_CHECK(cudnnBackendSetAttribute, d.get(), name, type, count, value);
+  return KILN_OK;
+}
+
+kiln_status finalize(const Desc& d) {
+  KILN_GRAPH_CHECK(cudnnBackendFinalize, d.get());
+  return KILN_OK;
+}
+
+// Tensor unique ids in the variant pack.
+constexpr int64_t kX = 'x', kW = 'w', kY = 'y';
+
+// The largest power of two up to 16 that divides the address: the byte alignment the plan may
+// assume (part of the cache key, so a less aligned operand gets its own plan).
+int64_t alignment(CUdeviceptr p) {
+  int64_t a = 16;
+  while (a > 1 && p % static_cast<uint64_t>(a)) a /= 2;
+  return a;
+}
+
+// Sets attributes on a descriptor in order and finalizes it, stopping at the first failure (its
+// error recorded).
+class Setter {
+ public:
+  explicit Setter(const Desc& d) : d_(d) {}
+  Setter& operator()(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
+                     int64_t count, const void* value) {
+    if (!st_) st_ = set(d_, name, type, count, value);
+    return *this;
+  }
+  kiln_status finalize() { return st_ ? st_ : kiln_cuda::finalize(d_); }
+
+ private:
+  const Desc& d_;
+  kiln_status st_ = KILN_OK;
+};
+
+kiln_status tensor(cudnnDataType_t dt, const std::array<int64_t, 4>& dims, int64_t uid,
+                   int64_t align, Desc* out) {
+  const std::array<int64_t, 4> strides{dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
+  if (kiln_status st = create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, out)) return st;
+  return Setter(*out)(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)(
+             CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data())(
+             CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data())(
+             CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid)(
+             CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align)
+      .finalize();
+}
+
+// The operation graph of one convolution and everything it refers to, kept alive with the plan.
+struct Graph {
+  Desc x, w, y, conv, op, graph;
+  void leak() {
+    for (Desc* d : {&x, &w, &y, &conv, &op, &graph}) d->leak();
+  }
+};
+
+bool is_f64(const kiln_dnn_conv_desc& d) { return d.dtype == KILN_DTYPE_F64; }
+
+// Builds the graph. Groups are implied, as in cudnn-frontend: x has c channels, w has c / groups.
+kiln_status build_graph(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, ConvDir dir, Graph* g) {
+  const auto i64 = [](uint64_t v) { return static_cast<int64_t>(v); };
+  const cudnnDataType_t dt = data_type(d.dtype);
+  // 16-bit tensors compute in f32 (as the legacy path and PyTorch do).
+  const cudnnDataType_t compute = is_f64(d) ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
+  if (kiln_status st =
+          tensor(dt, {i64(d.n), i64(d.c), i64(d.h), i64(d.w)}, kX, alignment(dptr(d.x)), &g->x))
+    return st;
+  if (kiln_status st = tensor(dt, {i64(d.k), i64(d.c / d.groups), i64(d.r), i64(d.s)}, kW,
+                              alignment(dptr(d.wt)), &g->w))
+    return st;
+  if (kiln_status st =
+          tensor(dt, {i64(d.n), i64(d.k), i64(d.p), i64(d.q)}, kY, alignment(dptr(d.y)), &g->y))
+    return st;
+
+  const int64_t spatial = 2;
+  const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
+  const std::array<int64_t, 2> dil{d.dil_h, d.dil_w}, stride{d.stride_h, d.stride_w},
+      pad{d.pad_h, d.pad_w};
+  if (kiln_status st = create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &g->conv)) return st;
+  if (kiln_status st =
+          Setter(g->conv)(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial)(
+              CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)(
+              CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, 1, &mode)(
+              CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, 2, dil.data())(
+              CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, 2, stride.data())(
+              CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, 2, pad.data())(
+              CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, 2, pad.data())
+              .finalize())
+    return st;
+
+  // Alpha and beta are baked into the operation: host values of the compute type.
+  const cudnnBackendAttributeType_t scalar = is_f64(d) ? CUDNN_TYPE_DOUBLE : CUDNN_TYPE_FLOAT;
+  cudnnBackendDescriptorType_t op_type = CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR;
+  // Attributes alpha, beta, conv and the three tensors in the order x, w, y.
+  std::array<cudnnBackendAttributeName_t, 6> a{CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_ALPHA,
+                                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_BETA,
+                                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC,
+                                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X,
+                                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W,
+                                               CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y};
+  if (dir == ConvDir::backward_data) {
+    op_type = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR;
+    a = {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DX,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_W,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_DATA_DY};
+  } else if (dir == ConvDir::backward_filter) {
+    op_type = CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+    a = {CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_ALPHA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_BETA,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW,
+         CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY};
+  }
+  const cudnnBackendDescriptor_t conv = g->conv.get(), x = g->x.get(), w = g->w.get(),
+                                 y = g->y.get();
+  if (kiln_status st = create(op_type, &g->op)) return st;
+  if (kiln_status st = Setter(g->op)(a[0], scalar, 1, d.alpha)(a[1], scalar, 1, d.beta)(
+                           a[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv)(
+                           a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)(
+                           a[4], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &w)(
+                           a[5], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y)
+                           .finalize())
+    return st;
+
+  const cudnnBackendDescriptor_t op = g->op.get();
+  if (kiln_status st = create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g->graph)) return st;
+  return Setter(g->graph)(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op)(
+             CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
+      .finalize();
+}
+
+// Whether an engine's numerical notes allow it for d: never down-converted inputs or reduced
+// precision reduction (the ABI promises f32 accumulation); f32 without TF32 never tensor cores
+// (TF32). 16-bit types and TF32 keep them.
+bool allowed(const kiln_dnn_conv_desc& d, const Desc& engine) {
+  std::array<cudnnBackendNumericalNote_t, CUDNN_NUMERICAL_NOTE_TYPE_COUNT> notes{};
+  int64_t n = 0;
+  if (cudnn().cudnnBackendGetAttribute(
+          engine.get(), CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
+          static_cast<int64_t>(notes.size()), &n, notes.data()) != CUDNN_STATUS_SUCCESS)
+    return false;
+  const bool fma_only = d.dtype == KILN_DTYPE_F32 && d.math_mode != KILN_DNN_MATH_TF32;
+  for (int64_t i = 0; i < n && i < static_cast<int64_t>(notes.size()); ++i) {
+    const cudnnBackendNumericalNote_t note = notes[static_cast<size_t>(i)];
+    if (note == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS ||
+        note == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION)
+      return false;
+    if (fma_only && note == CUDNN_NUMERICAL_NOTE_TENSOR_CORE) return false;
+  }
+  return true;
+}
+
+// The engine configs heuristics mode `mode` offers for g, best first. May be empty.
+kiln_status engine_configs(const Graph& g, cudnnBackendHeurMode_t mode, std::vector<Desc>* out) {
+  Desc heur;
+  const cudnnBackendDescriptor_t graph = g.graph.get();
+  if (kiln_status st = create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur)) return st;
+  if (kiln_status st =
+          Setter(heur)(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
+                       &graph)(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)
+              .finalize())
+    return st;
+  int64_t count = 0;
+  KILN_GRAPH_CHECK(cudnnBackendGetAttribute, heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
+  std::vector<Desc> cfgs(static_cast<size_t>(std::max<int64_t>(count, 0)));
+  std::vector<cudnnBackendDescriptor_t> raw;
+  for (Desc& c : cfgs) {
+    if (kiln_status st = create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c)) return st;
+    raw.push_back(c.get());
+  }
+  int64_t got = 0;
+  if (!raw.empty())
+    KILN_GRAPH_CHECK(cudnnBackendGetAttribute, heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
+                     CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data());
+  cfgs.resize(static_cast<size_t>(std::clamp<int64_t>(got, 0, count)));
+  *out = std::move(cfgs);
+  return KILN_OK;
+}
+
+// A finalized plan with its engine config and workspace size.
+struct Plan {
+  Desc cfg, plan;
+  int64_t engine = -1;  // the engine's global index, for the log
+  size_t workspace = 0;
+  void leak() {
+    cfg.leak();
+    plan.leak();
+  }
+};
+
+// The plan for engine config `cfg` when its notes allow it and cuDNN finalizes it.
+bool make_plan(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, Desc cfg, Plan* out) {
+  const CudnnApi& api = cudnn();
+  Desc engine;
+  int64_t n = 0;
+  if (create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) ||
+      api.cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
+                                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
+                                   engine.out()) != CUDNN_STATUS_SUCCESS ||
+      !allowed(d, engine))
+    return false;
+  api.cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
+                               &n, &out->engine);
+  Desc plan;
+  const cudnnBackendDescriptor_t c = cfg.get();
+  if (create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ||
+      Setter(plan)(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)(
+          CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
+          .finalize())
+    return false;
+  int64_t ws = 0;
+  if (api.cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                   CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
+      ws < 0)
+    return false;
+  out->cfg = std::move(cfg);
+  out->plan = std::move(plan);
+  out->workspace = static_cast<size_t>(ws);
+  return true;
+}
+
+// Queues plan p on d's operands (the workspace already reserved).
+cudnnStatus_t execute(const DnnQueue& s, const Plan& p, const kiln_dnn_conv_desc& d) {
+  const CudnnApi& api = cudnn();
+  const std::array<int64_t, 3> uids{kX, kW, kY};
+  std::array<void*, 3> ptrs{reinterpret_cast<void*>(dptr(d.x)), reinterpret_cast<void*>(dptr(d.wt)),
+                            reinterpret_cast<void*>(dptr(d.y))};
+  void* ws = reinterpret_cast<void*>(s.ws);
+  cudnnBackendDescriptor_t vp = nullptr;
+  cudnnStatus_t st = api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, &vp);
+  if (st != CUDNN_STATUS_SUCCESS) return st;
+  st = api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, 3,
+                                    uids.data());
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                      CUDNN_TYPE_VOID_PTR, 3, ptrs.data());
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.cudnnBackendSetAttribute(vp, CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1,
+                                      &ws);
+  if (st == CUDNN_STATUS_SUCCESS) st = api.cudnnBackendFinalize(vp);
+  if (st == CUDNN_STATUS_SUCCESS) st = api.cudnnBackendExecute(s.handle, p.plan.get(), vp);
+  api.cudnnBackendDestroyDescriptor(vp);
+  return st;
+}
+
+// Whether the call overwrites its output (beta 0): only then may candidates run on it.
+bool overwrites(const kiln_dnn_conv_desc& d) {
+  if (is_f64(d)) return *static_cast<const double*>(d.beta) == 0.0;
+  return *static_cast<const float*>(d.beta) == 0.f;
+}
+
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::strcmp(v, value) == 0;
+}
+
+// One line on stderr with KILN_LOG=debug or trace (the core's log levels): which path and
+// engine each new convolution shape got.
+void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
+void debug_log(const char* fmt, ...) {
+  if (!env_is("KILN_LOG", "debug") && !env_is("KILN_LOG", "trace")) return;
+  char line[768];
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(line, sizeof line, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "[kiln debug] cuda dnn: %s\n", line);
+}
+
+constexpr const char* kDirNames[] = {"conv_forward", "conv_backward_data", "conv_backward_filter"};
+
+// Times each plan (best of two runs: the first may load modules) on d's operands; a plan that
+// fails to run, or whose workspace cannot be had, times infinite. False when timing itself
+// failed (the events).
+bool time_plans(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d,
+                const std::vector<Plan>& plans, std::vector<float>* ms) {
+  ms->assign(plans.size(), std::numeric_limits<float>::infinity());
+  CUevent e0 = nullptr, e1 = nullptr;
+  if (g_cu.cuEventCreate(&e0, CU_EVENT_DEFAULT) != CUDA_SUCCESS) return false;
+  if (g_cu.cuEventCreate(&e1, CU_EVENT_DEFAULT) != CUDA_SUCCESS) {
+    g_cu.cuEventDestroy(e0);
+    return false;
+  }
+  bool timed = true;
+  for (size_t i = 0; i < plans.size() && timed; ++i) {
+    if (reserve_workspace(q, s, plans[i].workspace) != KILN_OK) continue;
+    for (int rep = 0; rep < 2; ++rep) {
+      float t = 0;
+      timed = g_cu.cuEventRecord(e0, q->stream) == CUDA_SUCCESS;
+      const cudnnStatus_t st = execute(s, plans[i], d);
+      timed = timed && g_cu.cuEventRecord(e1, q->stream) == CUDA_SUCCESS &&
+              g_cu.cuEventSynchronize(e1) == CUDA_SUCCESS &&
+              g_cu.cuEventElapsedTime(&t, e0, e1) == CUDA_SUCCESS;
+      if (st != CUDNN_STATUS_SUCCESS || !timed) break;
+      (*ms)[i] = std::min((*ms)[i], t);
+    }
+  }
+  g_cu.cuEventDestroy(e0);
+  g_cu.cuEventDestroy(e1);
+  return timed;
+}
+
+// Direction, dtype, TF32, every shape field, alpha and beta (their bits) and the operands'
+// alignments: everything a plan depends on but the pointers. Per queue, so no device.
+using GraphKey = std::array<uint64_t, 24>;
+
+uint64_t scalar_bits(const kiln_dnn_conv_desc& d, const void* v) {
+  if (is_f64(d)) {
+    uint64_t b;
+    std::memcpy(&b, v, sizeof b);
+    return b;
+  }
+  uint32_t b;
+  std::memcpy(&b, v, sizeof b);
+  return b;
+}
+
+GraphKey key_of(const kiln_dnn_conv_desc& d, ConvDir dir) {
+  return {static_cast<uint64_t>(dir),
+          static_cast<uint64_t>(d.dtype),
+          d.dtype == KILN_DTYPE_F32 && d.math_mode == KILN_DNN_MATH_TF32,
+          d.n,
+          d.c,
+          d.h,
+          d.w,
+          d.k,
+          d.r,
+          d.s,
+          d.p,
+          d.q,
+          d.stride_h,
+          d.stride_w,
+          d.pad_h,
+          d.pad_w,
+          d.dil_h,
+          d.dil_w,
+          d.groups,
+          scalar_bits(d, d.alpha),
+          scalar_bits(d, d.beta),
+          static_cast<uint64_t>(alignment(dptr(d.x))),
+          static_cast<uint64_t>(alignment(dptr(d.wt))),
+          static_cast<uint64_t>(alignment(dptr(d.y)))};
+}
+
+// The chosen plan for one key; null plan: cuDNN's graph API has none (the legacy path runs).
+struct Entry {
+  Graph graph;
+  std::unique_ptr<Plan> plan;
+  std::string why;  // without a plan
+};
+
+}  // namespace
+
+struct GraphPlans {
+  std::map<GraphKey, Entry> map;
+};
+
+namespace {
+
+// Plans built (and, when the call overwrites its output, timed) per shape; at most this many.
+constexpr size_t kCandidates = 8;
+
+// Chooses the plan for d: the fastest of the first kCandidates that finalize, or the first when
+// the call accumulates into its output or KILN_DNN_TIMING=0.
+kiln_status choose(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
+                   Entry* e) {
+  if (kiln_status st = build_graph(s.handle, d, dir, &e->graph)) return st;
+  const bool timing = overwrites(d) && !env_is("KILN_DNN_TIMING", "0");
+  std::vector<Plan> plans;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
+    std::vector<Desc> cfgs;
+    if (kiln_status st = engine_configs(e->graph, mode, &cfgs)) {
+      if (mode == CUDNN_HEUR_MODE_A) continue;  // the fallback list may still have one
+      if (plans.empty()) return st;
+      break;
+    }
+    for (Desc& c : cfgs) {
+      Plan p;
+      if (!make_plan(s.handle, d, std::move(c), &p)) continue;
+      // A workspace that cannot be had rules the plan out (the next one may need less).
+      if (reserve_workspace(q, s, p.workspace) != KILN_OK) continue;
+      plans.push_back(std::move(p));
+      if (plans.size() == (timing ? kCandidates : 1)) break;
+    }
+    if (!plans.empty()) break;
+  }
+  if (plans.empty())
+    return set_error(KILN_ERR_UNSUPPORTED, "cuDNN graph API: no allowed engine finalizes");
+  size_t best = 0;
+  std::vector<float> ms;
+  if (plans.size() > 1 && !time_plans(q, s, d, plans, &ms)) ms.clear();  // heuristic order
+  if (!ms.empty()) {
+    best = static_cast<size_t>(std::min_element(ms.begin(), ms.end()) - ms.begin());
+    if (!(ms[best] < std::numeric_limits<float>::infinity()))
+      return set_error(KILN_ERR_UNSUPPORTED, "cuDNN graph API: no plan ran");
+  }
+  e->plan = std::make_unique<Plan>(std::move(plans[best]));
+  debug_log(
+      "%s dtype %d n%llu c%llu %llux%llu k%llu %llux%llu g%u: graph engine %lld (%s%zu plans)",
+      kDirNames[static_cast<int>(dir)], static_cast<int>(d.dtype),
+      static_cast<unsigned long long>(d.n), static_cast<unsigned long long>(d.c),
+      static_cast<unsigned long long>(d.h), static_cast<unsigned long long>(d.w),
+      static_cast<unsigned long long>(d.k), static_cast<unsigned long long>(d.r),
+      static_cast<unsigned long long>(d.s), d.groups, static_cast<long long>(e->plan->engine),
+      ms.empty() ? "first of " : "fastest of ", plans.size());
+  return KILN_OK;
+}
+
+}  // namespace
+
+bool graph_enabled() { return cudnn().graph && !env_is("KILN_CUDNN_GRAPH", "0"); }
+
+kiln_status graph_conv(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir) {
+  if (!graph_enabled())
+    return set_error(KILN_ERR_UNSUPPORTED, "cuDNN graph API off (KILN_CUDNN_GRAPH=0 or missing)");
+  if (!s.graph) s.graph = new GraphPlans;
+  const GraphKey key = key_of(d, dir);
+  auto it = s.graph->map.find(key);
+  if (it == s.graph->map.end()) {
+    it = s.graph->map.emplace(key, Entry{}).first;
+    kiln_status st = KILN_OK;
+    try {
+      st = choose(q, s, d, dir, &it->second);
+    } catch (...) {  // std::bad_alloc: no entry, so a later call tries again
+      s.graph->map.erase(it);
+      throw;
+    }
+    if (st) {
+      it->second.why = last_error();
+      it->second.plan.reset();
+      debug_log("%s dtype %d: graph API refused (%s); the legacy API runs",
+                kDirNames[static_cast<int>(dir)], static_cast<int>(d.dtype),
+                it->second.why.c_str());
+      return st;
+    }
+  }
+  const Entry& e = it->second;
+  if (!e.plan) return set_error(KILN_ERR_UNSUPPORTED, "cuDNN graph API: %s", e.why.c_str());
+  if (kiln_status st = reserve_workspace(q, s, e.plan->workspace)) return st;
+  if (cudnnStatus_t st = execute(s, *e.plan, d); st != CUDNN_STATUS_SUCCESS) {
+    const kiln_status k = dnn_fail(st, "cudnnBackendExecute", false);
+    debug_log("%s: %s; the legacy API runs", kDirNames[static_cast<int>(dir)], last_error());
+    return k;
+  }
+  return KILN_OK;
+}
+
+void graph_release(DnnQueue& s, bool device) noexcept {
+  GraphPlans* g = s.graph;
+  s.graph = nullptr;
+  if (!g) return;
+  // Without the device the descriptors are left as the handle is: destroying them may touch it.
+  if (!device)
+    for (auto& [key, e] : g->map) {
+      e.graph.leak();
+      if (e.plan) e.plan->leak();
+    }
+  delete g;
+}
+
+}  // namespace kiln_cuda
+#endif  // KILN_HAVE_CUDNN
