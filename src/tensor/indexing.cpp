@@ -174,7 +174,7 @@ row_csr build_row_csr(const std::vector<std::int64_t>& ids, std::int64_t rows, c
     first[r + 1] = std::int64_t(span.size() / 2);
   }
   const auto chunks = std::int64_t(span.size() / 2);
-  if (span.empty()) span.assign(2, 0);
+  if (chunks == 0) first.assign(1, 0), span.assign(2, 0);  // unread: no upload of [rows + 1]
   return {tensor::from(dev, offs), tensor::from(dev, order), tensor::from(dev, first),
           tensor::from(dev, span), std::int64_t(ids.size()), chunks};
 }

@@ -134,7 +134,8 @@ std::string csr_source(scalar_type t) {
       "* KILN_RESTRICT part, int64_t total, int64_t rows, int64_t n, int64_t inner, int64_t "
       "chunks) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n"
       "  const int64_t r = i % inner, v = (i / inner) % rows, o = i / (inner * rows);\n  ",
-      A, " acc = (", A, ")0;\n  const int64_t c0 = first[v], c1 = first[v + 1];\n",
+      A, " acc = (", A,
+      ")0;\n  const int64_t c0 = chunks ? first[v] : 0, c1 = chunks ? first[v + 1] : 0;\n",
       "  if (c1 > c0) {\n    for (int64_t c = c0; c < c1; ++c) acc += part[(o * chunks + c) * "
       "inner + r];\n  } else {\n    for (int64_t k = offs[v]; k < offs[v + 1]; ++k)\n      acc "
       "+= ",

@@ -48,7 +48,8 @@ void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& i
 // The CSR of n row indices on the device (int64): row v's positions are
 // order[offsets[v] .. offsets[v + 1]), ascending. A row with more than one chunk's worth of
 // positions is cut into chunks: its chunks are first[v] .. first[v + 1], chunk c covering
-// order[span[2c] .. span[2c + 1]); rows of one chunk have first[v] == first[v + 1].
+// order[span[2c] .. span[2c + 1]); rows of one chunk have first[v] == first[v + 1]. With no
+// chunks at all, first and span are not read.
 struct csr_arrays {
   const tensor_impl &offsets, &order, &first, &span;
   std::int64_t chunks;
