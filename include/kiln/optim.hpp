@@ -122,8 +122,15 @@ struct adamw_options {
   double eps = 1e-8;
   double weight_decay = 1e-2;  // decoupled: p -= lr wd p before the Adam step
   bool amsgrad = false;
+  // Parameters stepped without weight decay (PyTorch's second param group with weight_decay
+  // 0; GPT recipes exempt biases and norms: optim::decay_split). Each must be in params.
+  std::vector<tensor> no_weight_decay = {};
 };
 optimizer adamw(const std::vector<tensor>& params, const adamw_options& o = {});
+
+// The parameters of a model that GPT recipes exempt from weight decay: those of fewer than 2
+// dimensions (biases, norm weights). Pass as adamw_options::no_weight_decay.
+std::vector<tensor> decay_split(const std::vector<tensor>& params);
 
 struct rmsprop_options {
   double lr = 1e-2;
@@ -181,6 +188,25 @@ class cosine_annealing_lr {
   std::int64_t t_max_;
   double eta_min_, base_, last_lr_;
   std::int64_t epoch_ = 0;
+};
+
+// Per optimizer step (call step() after each opt.step()): a linear warm-up from base / warmup
+// to base over the first `warmup` steps, then a cosine from base to eta_min reached at step
+// `total` (nanoGPT's schedule), eta_min after. Construction sets step 0's lr. warmup >= 0,
+// total > warmup, eta_min >= 0, else kiln::invalid_argument.
+class warmup_cosine_lr {
+ public:
+  warmup_cosine_lr(optimizer opt, std::int64_t warmup, std::int64_t total, double eta_min = 0);
+  void step();
+  double last_lr() const { return last_lr_; }
+  std::int64_t last_step() const { return step_; }
+
+ private:
+  double at(std::int64_t s) const;
+  optimizer opt_;
+  std::int64_t warmup_, total_;
+  double eta_min_, base_, last_lr_;
+  std::int64_t step_ = 0;
 };
 
 }  // namespace kiln::optim

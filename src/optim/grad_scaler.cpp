@@ -20,33 +20,6 @@ namespace {
 
 std::atomic<std::uint64_t> host_reads{0};
 
-kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, bool is_const) {
-  kiln::detail::arg_binding b;
-  b.is_mem = true;
-  b.mem = &m;
-  b.type = t;
-  b.is_const = is_const;
-  return b;
-}
-
-kernel generated(const device& dev, const std::string& source, const char* name,
-                 const std::string& what) {
-  ir::hasher h;
-  h.add("grad scaler v1").add(source);
-  const kiln::detail::generated_kernels k =
-      kiln::detail::get_generated(dev, "grad_scaler", h.value(), [&] {
-        return kiln::detail::generated_program{source, {name}, what};
-      });
-  return k.kernels.at(0);
-}
-
-std::uint64_t items(const device& dev, std::int64_t n) {
-  const std::uint64_t total = n > 0 ? static_cast<std::uint64_t>(n) : 1;
-  if (dev.info().type != device_type::gpu) return total;
-  const std::uint64_t units = std::max<std::uint32_t>(dev.info().compute_units, 16);
-  return std::min<std::uint64_t>(total, units * 2048);
-}
-
 // Element i of the state, read back (a host sync).
 float read(const scaler_state& s, int i) {
   float v = 0;
@@ -58,6 +31,17 @@ float read(const scaler_state& s, int i) {
 }
 
 }  // namespace
+
+kernel generated(const device& dev, const std::string& source, const char* name,
+                 const std::string& what) {
+  ir::hasher h;
+  h.add("grad scaler v1").add(source);
+  const kiln::detail::generated_kernels k =
+      kiln::detail::get_generated(dev, "grad_scaler", h.value(), [&] {
+        return kiln::detail::generated_program{source, {name}, what};
+      });
+  return k.kernels.at(0);
+}
 
 // Gradients of type t multiplied by 1 / scale in place; found_inf raised on inf or NaN (every
 // writer writes 1: the race is benign). (x - x == 0) is false exactly for inf and NaN.
@@ -171,7 +155,8 @@ grad_scaler::step_result grad_scaler::step(optimizer& opt) {
     kiln::detail::arg_binding args[] = {detail::mem_arg(*g.grads, g.dtype, false),
                                         detail::mem_arg(*s.mem, scalar_type::f32, false),
                                         kiln::detail::bind_arg(g.n)};
-    kiln::detail::launch(*k.impl(), *q.impl(), range(detail::items(s.dev, g.n)), nullptr, args, 3);
+    kiln::detail::launch(*k.impl(), *q.impl(), range(detail::items_for(s.dev, g.n)), nullptr, args,
+                         3);
   }
   detail::step_all(o, s.mem.get());  // skipped on the device when found_inf is up
   r.state_ = state_;

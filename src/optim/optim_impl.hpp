@@ -32,6 +32,8 @@ struct update_rule {
   // The scalars' values at learning rate lr, computed on the host in double (converted to the
   // element type at launch: no recompilation per step).
   std::function<std::vector<double>(double lr)> values;
+  // The scalars that carry weight decay ("wd", "lr_wd"): 0 for a group exempt from it.
+  std::vector<std::string> decay_scalars;
 };
 
 // One (device, dtype) group: flat buffers of `n` elements holding each member's slot. A group
@@ -42,6 +44,7 @@ struct group {
   device dev{nullptr};
   scalar_type dtype = scalar_type::f32;  // the parameters' and gradients' type
   scalar_type math = scalar_type::f32;   // the master's, the state's and the scalars' type
+  bool decay = true;                     // false: exempt from weight decay (no_weight_decay)
   std::int64_t n = 0;
   std::shared_ptr<kiln::detail::memory_impl> params, grads;
   std::shared_ptr<kiln::detail::memory_impl> master;              // 16-bit groups only
@@ -72,13 +75,24 @@ struct optimizer_impl {
 };
 
 // Moves params into flat buffers and compiles the step kernels (errors: see kiln/optim.hpp).
-optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, double lr);
+// no_decay: parameters (each one of params) whose groups step without weight decay.
+optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, double lr,
+                         const std::vector<tensor>& no_decay = {});
 
 // The step kernel "ko_step" of a rule for parameter type t; parameters: p, g (type t), the f32
 // master (16-bit t only), each buffer, the element count (int64), then each scalar (buffers and
 // scalars in t, or f32 for a 16-bit t).
 std::string step_source(const update_rule& rule, scalar_type t);
 kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t);
+// A kernel argument bound to a whole flat buffer of type t.
+kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, bool is_const);
+// Items launched for n elements: on a GPU enough to fill it (the loops stride over the rest).
+std::uint64_t items_for(const device& dev, std::int64_t n);
+// The optimizer's small generated kernels (grad_scaler's, clipping's): compiled once per
+// source and device, cached on disk like every generated kernel.
+kernel generated(const device& dev, const std::string& source, const char* name,
+                 const std::string& what);
+
 // One launch over a group's flat buffers, counted in kiln::last_tensor_stats(). `skip` (one
 // f32 on the group's device, or null for never): the launch leaves parameters, state and step
 // count as they are when it holds a non-zero.

@@ -45,12 +45,13 @@ void check_params(const std::string& fn, const std::vector<tensor>& params) {
   }
 }
 
-std::size_t group_of(std::vector<group>& groups, const tensor_impl& x) {
+std::size_t group_of(std::vector<group>& groups, const tensor_impl& x, bool decay) {
   for (std::size_t k = 0; k < groups.size(); ++k)
-    if (groups[k].dev == x.dev && groups[k].dtype == x.dtype) return k;
+    if (groups[k].dev == x.dev && groups[k].dtype == x.dtype && groups[k].decay == decay) return k;
   groups.emplace_back();
   groups.back().dev = x.dev;
   groups.back().dtype = x.dtype;
+  groups.back().decay = decay;
   // 16-bit parameters step an f32 master copy: an update below half a 16-bit ulp accumulates
   // there instead of rounding away.
   groups.back().math = is_reduced_float(x.dtype) ? scalar_type::f32 : x.dtype;
@@ -89,8 +90,19 @@ std::shared_ptr<tensor_impl> grad_view(const group& g, const tensor_impl& x, std
 
 }  // namespace
 
-optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, double lr) {
+optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, double lr,
+                         const std::vector<tensor>& no_decay) {
   check_params(rule.name, params);
+  std::set<const tensor_impl*> exempt;
+  for (std::size_t j = 0; j < no_decay.size(); ++j) {
+    const tensor_impl* x = no_decay[j].impl().get();
+    bool found = false;
+    for (const tensor& p : params) found = found || p.impl().get() == x;
+    if (!found)
+      throw invalid_argument("kiln::optim::" + rule.name + ": no_weight_decay[" +
+                             std::to_string(j) + "] is not one of the parameters");
+    exempt.insert(x);
+  }
   auto o = std::make_shared<optimizer_impl>();
   o->rule = std::move(rule);
   o->lr = lr;
@@ -100,7 +112,7 @@ optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, do
     tensor_impl& x = *params[i].impl();
     kiln::detail::materialise(x);  // a lazy leaf gets its own storage first
     slot& s = o->slots[i];
-    s.group = group_of(o->groups, x);
+    s.group = group_of(o->groups, x, !exempt.count(&x));
     group& g = o->groups[s.group];
     s.offset = (g.n + slot_align - 1) / slot_align * slot_align;
     g.n = s.offset + kiln::detail::numel_of(x.shape);
@@ -159,7 +171,12 @@ void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip) {
   }
   reclaim_grads(o, true);
   const std::vector<double> values = o.rule.values(o.lr);
-  for (const group& g : o.groups) launch_step(o.rule, g, o.launches, values, skip);
+  std::vector<double> exempt = values;  // a group without weight decay: its scalars 0
+  for (std::size_t k = 0; k < o.rule.scalars.size(); ++k)
+    for (const std::string& d : o.rule.decay_scalars)
+      if (o.rule.scalars[k] == d) exempt[k] = 0;
+  for (const group& g : o.groups)
+    launch_step(o.rule, g, o.launches, g.decay ? values : exempt, skip);
   ++o.launches;
   if (skip)
     o.steps_known = false;  // read back on demand (step_count_of)

@@ -21,12 +21,14 @@ void check_common(const char* fn, double lr, double weight_decay) {
 void add_weight_decay(detail::update_rule& r, double weight_decay) {
   if (weight_decay == 0) return;
   r.scalars.push_back("wd");
+  r.decay_scalars.push_back("wd");
   r.body += "    gv = gv + wd * pv;\n";
 }
 
 struct adam_like {
   double lr, beta1, beta2, eps, weight_decay;
   bool amsgrad, decoupled;
+  std::vector<tensor> no_decay = {};
 };
 
 optimizer make_adam(const char* fn, const std::vector<tensor>& params, const adam_like& o) {
@@ -45,6 +47,7 @@ optimizer make_adam(const char* fn, const std::vector<tensor>& params, const ada
       "  const T_ bc2_sqrt = sqrt((T_)1 - pow(beta2, (T_)t));\n";
   if (o.decoupled && o.weight_decay != 0) {
     r.scalars.push_back("lr_wd");
+    r.decay_scalars.push_back("lr_wd");
     r.body += "    pv = pv - lr_wd * pv;\n";
   } else {
     add_weight_decay(r, o.weight_decay);
@@ -67,7 +70,7 @@ optimizer make_adam(const char* fn, const std::vector<tensor>& params, const ada
     if (o.weight_decay != 0) v.push_back(o.decoupled ? lr * o.weight_decay : o.weight_decay);
     return v;
   };
-  return detail::make_optimizer(params, std::move(r), o.lr);
+  return detail::make_optimizer(params, std::move(r), o.lr, o.no_decay);
 }
 
 }  // namespace
@@ -112,8 +115,9 @@ optimizer adam(const std::vector<tensor>& params, const adam_options& o) {
 }
 
 optimizer adamw(const std::vector<tensor>& params, const adamw_options& o) {
-  return make_adam("adamw", params,
-                   {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, true});
+  return make_adam(
+      "adamw", params,
+      {o.lr, o.beta1, o.beta2, o.eps, o.weight_decay, o.amsgrad, true, o.no_weight_decay});
 }
 
 optimizer rmsprop(const std::vector<tensor>& params, const rmsprop_options& o) {

@@ -35,4 +35,35 @@ void cosine_annealing_lr::step() {
   opt_.set_lr(last_lr_);
 }
 
+warmup_cosine_lr::warmup_cosine_lr(optimizer opt, std::int64_t warmup, std::int64_t total,
+                                   double eta_min)
+    : opt_(std::move(opt)), warmup_(warmup), total_(total), eta_min_(eta_min) {
+  detail::check_option(warmup >= 0, "warmup_cosine_lr", "warmup", "at least 0", double(warmup));
+  detail::check_option(total > warmup, "warmup_cosine_lr", "total", "more than warmup",
+                       double(total));
+  detail::check_option(eta_min >= 0, "warmup_cosine_lr", "eta_min", "at least 0", eta_min);
+  base_ = opt_.lr();
+  last_lr_ = at(0);
+  opt_.set_lr(last_lr_);
+}
+
+double warmup_cosine_lr::at(std::int64_t s) const {
+  if (s < warmup_) return base_ * double(s + 1) / double(warmup_);
+  if (s >= total_) return eta_min_;
+  const double progress = double(s - warmup_) / double(total_ - warmup_);
+  return eta_min_ + (base_ - eta_min_) * (1 + std::cos(std::numbers::pi * progress)) / 2;
+}
+
+void warmup_cosine_lr::step() {
+  last_lr_ = at(++step_);
+  opt_.set_lr(last_lr_);
+}
+
+std::vector<tensor> decay_split(const std::vector<tensor>& params) {
+  std::vector<tensor> out;
+  for (const tensor& p : params)
+    if (p.defined() && p.dim() < 2) out.push_back(p);
+  return out;
+}
+
 }  // namespace kiln::optim

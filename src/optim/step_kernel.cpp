@@ -70,8 +70,6 @@ kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t) {
   return k.kernels.at(0);
 }
 
-namespace {
-
 kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, bool is_const) {
   kiln::detail::arg_binding b;
   b.is_mem = true;
@@ -81,12 +79,6 @@ kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, b
   return b;
 }
 
-kiln::detail::arg_binding scalar_arg(double v, scalar_type t) {
-  return t == scalar_type::f64 ? kiln::detail::bind_arg(v)
-                               : kiln::detail::bind_arg(static_cast<float>(v));
-}
-
-// Items launched for n elements: on a GPU enough to fill it (the loop strides over the rest).
 std::uint64_t items_for(const device& dev, std::int64_t n) {
   const device_info& info = dev.info();
   const auto total = static_cast<std::uint64_t>(n);
@@ -94,6 +86,13 @@ std::uint64_t items_for(const device& dev, std::int64_t n) {
   if (info.type != device_type::gpu) return total;
   const std::uint64_t units = std::max<std::uint32_t>(info.compute_units, 16);
   return std::min<std::uint64_t>(total, units * 2048);
+}
+
+namespace {
+
+kiln::detail::arg_binding scalar_arg(double v, scalar_type t) {
+  return t == scalar_type::f64 ? kiln::detail::bind_arg(v)
+                               : kiln::detail::bind_arg(static_cast<float>(v));
 }
 
 }  // namespace
