@@ -481,7 +481,9 @@ void dnn_note_availability() noexcept {
     if (!state().driver_ok) return;
     const CudnnApi& api = cudnn();
     const std::string note =
-        "; " + (api.lib ? api.library + " loaded (" + api.path + ")" : api.why);
+        "; " + (api.lib ? api.library + " loaded (" + api.path + ")" +
+                              (api.graph ? "" : ", without its graph API: legacy convolutions")
+                        : api.why);
     State& s = state();
     std::lock_guard<std::mutex> lock(s.mu);
     // Once: init runs again after a shutdown, the note is then appended to a fresh line.
