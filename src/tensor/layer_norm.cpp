@@ -154,10 +154,12 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   const std::string fn = fn_name(rms, true);
   const rows_of r = check_x(fn, input, ns);
   if (!grad_output.impl()) throw invalid_argument(fn + ": grad_output is undefined");
-  if (grad_output.shape() != input.shape() || grad_output.dtype() != input.dtype())
-    throw shape_error(fn + ": grad_output " + to_string(grad_output.shape()) + " " +
-                      type_name(grad_output.dtype()) + " must match the input " +
-                      to_string(input.shape()) + " " + type_name(input.dtype()));
+  if (grad_output.shape() != input.shape())
+    throw shape_error(fn + ": grad_output is " + to_string(grad_output.shape()) + ", the input " +
+                      to_string(input.shape()));
+  if (grad_output.dtype() != input.dtype())
+    throw dtype_error(fn + ": grad_output is " + type_name(grad_output.dtype()) + ", the input " +
+                      type_name(input.dtype()));
   if (!(grad_output.get_device() == input.get_device()))
     throw device_mismatch(fn + ": grad_output is on " + grad_output.get_device().id() +
                           ", the input on " + input.get_device().id());

@@ -289,6 +289,9 @@ TEST_P(TensorLayerNormTest, BadInputIsRefusedWithClearErrors) {
   EXPECT_THROW(kiln::layer_norm_backward(tensor::ones(dev(), {4, 5}), x, {6}, r.mean, r.rstd, w6,
                                          true, true),
                kiln::shape_error);
+  EXPECT_THROW(kiln::layer_norm_backward(tensor::ones(dev(), {4, 6}).to(scalar_type::f16), x, {6},
+                                         r.mean, r.rstd, w6, true, true),
+               kiln::dtype_error);
   EXPECT_THROW(
       kiln::layer_norm_backward(tensor::ones(dev(), {4, 6}), x, {6}, r.mean, {}, w6, true, true),
       kiln::invalid_argument);
@@ -327,24 +330,30 @@ TEST_P(TensorLayerNormTest, NnModulesHavePyTorchParameters) {
   EXPECT_TRUE(ln.bias.grad().defined());
 }
 
-// Every form of the kernels through NVRTC too (this machine runs only the CPU and OpenCL ones).
+// Every form of the kernels through NVRTC too (this machine runs only the CPU and OpenCL
+// ones): each form and kind once, the dtypes taken in turn (f16 with an f32 weight).
 TEST_P(TensorLayerNormTest, NormSourcesCompileEverywhere) {
   if (!conformance::cuda_compile_only()) GTEST_SKIP() << "CUDA is not in compile-only mode here";
   using kiln::detail::norm_kernel_kind;
-  struct form {
-    std::uint32_t lanes, cap;
+  const scalar_type types[] = {scalar_type::f32, scalar_type::f64, scalar_type::f16,
+                               scalar_type::bf16};
+  std::size_t turn = 0;
+  const auto compile = [&](norm_kernel_kind kind, bool rms, std::uint32_t lanes,
+                           std::uint32_t cap) {
+    const scalar_type t = types[turn++ % 4];
+    const scalar_type w = t == scalar_type::f16 ? scalar_type::f32 : t;
+    EXPECT_NO_THROW(conformance::compile_everywhere(
+        kiln::detail::norm_source({kind, t, w, rms, true, !rms, lanes, cap})));
   };
-  for (scalar_type t : {scalar_type::f32, scalar_type::f64, scalar_type::f16, scalar_type::bf16})
-    for (bool rms : {false, true}) {
-      const scalar_type w = t == scalar_type::f16 ? scalar_type::f32 : t;  // mixed once
-      for (norm_kernel_kind kind : {norm_kernel_kind::forward, norm_kernel_kind::backward})
-        for (form f : {form{1, 0}, form{64, 0}, form{256, 17}})
-          EXPECT_NO_THROW(conformance::compile_everywhere(
-              kiln::detail::norm_source({kind, t, w, rms, true, !rms, f.lanes, f.cap})));
-      for (std::uint32_t by_rows : {0u, 1u})
-        EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::norm_source(
-            {norm_kernel_kind::params, t, w, rms, true, !rms, by_rows, 0})));
+  for (bool rms : {false, true}) {
+    for (norm_kernel_kind kind : {norm_kernel_kind::forward, norm_kernel_kind::backward}) {
+      compile(kind, rms, 1, 0);
+      compile(kind, rms, 64, 0);
+      compile(kind, rms, 256, 17);
     }
+    compile(norm_kernel_kind::params, rms, 0, 0);  // by columns
+    compile(norm_kernel_kind::params, rms, 1, 0);  // by rows
+  }
   EXPECT_NO_THROW(conformance::compile_everywhere(
       kiln::detail::norm_source({norm_kernel_kind::forward, scalar_type::f32, scalar_type::f32,
                                  false, false, false, 32, 3})));

@@ -1,8 +1,9 @@
 // Layer normalisation and RMS normalisation on kiln::tensor (PyTorch's
 // torch.nn.functional.layer_norm / rms_norm and their backwards): each row of the trailing
 // normalized_shape dims is normalised by its own statistics, computed in f32 (f64 for f64
-// inputs) also for f16/bf16 storage. One kernel per direction on every device; records
-// autograd when an operand requires a gradient.
+// inputs) also for f16/bf16 storage. Forward: one kernel on every device; backward: one for dx,
+// one for dweight/dbias partials (and their sum). Records autograd when an operand requires a
+// gradient.
 //
 //   auto x = kiln::tensor::randn(dev, {8, 128, 768}, 1);
 //   auto w = kiln::tensor::ones(dev, {768}), b = kiln::tensor::zeros(dev, {768});
