@@ -226,17 +226,16 @@ tensor masked_fill_bits(const tensor& x, const tensor& mask, scalar_type from, s
 
 namespace {
 
-// column - row <= k (lower) or >= k (upper) over the last two dims of x, as a bool [R, C].
+// x where column - row <= k (lower) or >= k (upper) over its last two dims, zero elsewhere.
 tensor triangle(const char* fn, const tensor& x, std::int64_t k, bool lower) {
   defined(fn, "the input", x);
   if (x.dim() < 2)
     throw shape_error(name(fn) + ": expects at least 2 dims, got " + to_string(x.shape()));
   const std::int64_t rows = x.size(-2), cols = x.size(-1);
-  std::vector<std::int64_t> r(static_cast<std::size_t>(rows)), c(static_cast<std::size_t>(cols));
-  for (std::size_t i = 0; i < r.size(); ++i) r[i] = std::int64_t(i);
-  for (std::size_t i = 0; i < c.size(); ++i) c[i] = std::int64_t(i);
   const device& dev = x.get_device();
-  const tensor diff = tensor::from(dev, c) - tensor::from(dev, r, {rows, 1});
+  // Column and row numbers generated on the device (no host copy), read broadcast.
+  const tensor diff = tensor::arange(dev, 0, double(cols), 1, scalar_type::i64) -
+                      tensor::arange(dev, 0, double(rows), 1, scalar_type::i64).view({rows, 1});
   const tensor drop = lower ? diff > k : diff < k;
   return select_keep(drop, detail::scalar_like(x, x.dtype(), 0), x);
 }
