@@ -451,6 +451,8 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, Con
   if (kiln_status st = build_graph(s.handle, d, dir, &e->graph)) return st;
   const bool timing = overwrites(d) && !env_is("KILN_DNN_TIMING", "0");
   std::vector<Plan> plans;
+  size_t offered = 0;
+  set_error(KILN_OK, "%s", "");  // so a refusal below names only its own causes
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     std::vector<Desc> cfgs;
     if (kiln_status st = engine_configs(e->graph, mode, &cfgs)) {
@@ -458,6 +460,7 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, Con
       if (plans.empty()) return st;
       break;
     }
+    offered += cfgs.size();
     for (Desc& c : cfgs) {
       Plan p;
       if (!make_plan(s.handle, d, std::move(c), &p)) continue;
@@ -468,8 +471,13 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, Con
     }
     if (!plans.empty()) break;
   }
-  if (plans.empty())
-    return set_error(KILN_ERR_UNSUPPORTED, "cuDNN graph API: no allowed engine finalizes");
+  if (plans.empty()) {
+    const std::string last = last_error();  // the last refusal, if any (set_error overwrites it)
+    return set_error(KILN_ERR_UNSUPPORTED,
+                     "cuDNN graph API: of %zu engine configs offered, none is allowed by its "
+                     "numerical notes and finalizes%s%s",
+                     offered, last.empty() ? "" : "; last refusal: ", last.c_str());
+  }
   size_t best = 0;
   std::vector<float> ms;
   if (plans.size() > 1 && !time_plans(q, s, d, plans, &ms)) ms.clear();  // heuristic order
