@@ -17,23 +17,24 @@ namespace {
 class TensorConvGraphTest : public TensorTest {};
 KILN_INSTANTIATE_TENSOR_PER_DEVICE(TensorConvGraphTest);
 
-// Sets KILN_CUDNN_GRAPH for its lifetime, restoring what was there.
-class graph_env {
+// Sets an environment variable for its lifetime, restoring what was there.
+class scoped_env {
  public:
-  explicit graph_env(const char* value) {
-    if (const char* v = std::getenv("KILN_CUDNN_GRAPH")) old_ = v;
-    ::setenv("KILN_CUDNN_GRAPH", value, 1);
+  scoped_env(const char* name, const char* value) : name_(name) {
+    if (const char* v = std::getenv(name)) old_ = v;
+    ::setenv(name, value, 1);
   }
-  ~graph_env() {
+  ~scoped_env() {
     if (old_)
-      ::setenv("KILN_CUDNN_GRAPH", old_->c_str(), 1);
+      ::setenv(name_, old_->c_str(), 1);
     else
-      ::unsetenv("KILN_CUDNN_GRAPH");
+      ::unsetenv(name_);
   }
-  graph_env(const graph_env&) = delete;
-  graph_env& operator=(const graph_env&) = delete;
+  scoped_env(const scoped_env&) = delete;
+  scoped_env& operator=(const scoped_env&) = delete;
 
  private:
+  const char* name_;
   std::optional<std::string> old_;
 };
 
@@ -185,7 +186,7 @@ void check_both_paths(const kiln::device& dev, const shape_case& c, bool tf32, s
   results r[2];
   for (int graph = 0; graph < 2; ++graph) {
     SCOPED_TRACE(graph ? "KILN_CUDNN_GRAPH=1" : "KILN_CUDNN_GRAPH=0");
-    graph_env env(graph ? "1" : "0");
+    scoped_env env("KILN_CUDNN_GRAPH", graph ? "1" : "0");
     r[graph].y = values_of<T>(kiln::conv2d(tx, tw, {}, o));
     EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
     r[graph].x = values_of<T>(kiln::conv2d_backward_data(tdy, tw, c.x, o));
@@ -219,6 +220,32 @@ TEST_P(TensorConvGraphTest, GraphAndLegacyCudnnPathsMatchTheReferenceAndEachOthe
     check_both_paths<kiln::bfloat16>(dev(), c, false, seed += 10);
     check_both_paths<kiln::half>(dev(), c, false, seed += 10);
   }
+}
+
+// The graph path really runs (rather than always refusing and leaving every call to the legacy
+// one, which the test above would not notice): with KILN_LOG=debug the plugin names the engine
+// it chose for each new shape, on stderr.
+TEST_P(TensorConvGraphTest, GraphPathChoosesAnEngineForANewShape) {
+  const kiln::tensor probe = kiln::tensor::randn(dev(), {1, 2, 5, 5}, 3);
+  kiln::conv2d(probe, kiln::tensor::randn(dev(), {2, 2, 3, 3}, 4));
+  if (dev().backend() != "cuda" || kiln::last_conv_path() != kiln::conv_path::vendor)
+    GTEST_SKIP() << dev().id() << " does not run convolutions in cuDNN: no graph path";
+  // A shape no other test uses, new on every repetition (plans are cached per shape).
+  static std::int64_t repetition = 0;
+  const std::int64_t n = 3 + repetition++;
+  const kiln::tensor x = kiln::tensor::randn(dev(), {n, 24, 10, 10}, 5);
+  const kiln::tensor w = kiln::tensor::randn(dev(), {40, 24, 3, 3}, 6);
+  std::string log;
+  {
+    scoped_env graph("KILN_CUDNN_GRAPH", "1"), verbose("KILN_LOG", "debug");
+    ::testing::internal::CaptureStderr();
+    const kiln::tensor y = kiln::conv2d(x, w, {}, {.padding = {1, 1}});
+    y.to_vector<float>();
+    log = ::testing::internal::GetCapturedStderr();
+  }
+  EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::vendor);
+  EXPECT_NE(log.find("conv_forward"), std::string::npos) << log;
+  EXPECT_NE(log.find("graph engine"), std::string::npos) << "the graph API refused:\n" << log;
 }
 
 }  // namespace
