@@ -8,6 +8,7 @@
 #ifdef KILN_HAVE_CUDNN
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -441,8 +442,11 @@ struct GraphPlans {
 
 namespace {
 
-// Plans built (and, when the call overwrites its output, timed) per shape; at most this many.
+// Plans built (and, when the call overwrites its output, timed) per shape; at most this many,
+// and no more once building has taken kBuildBudget: an engine compiled at run time (NVRTC) may
+// take a second to finalize, and a network has dozens of shapes.
 constexpr size_t kCandidates = 8;
+constexpr std::chrono::milliseconds kBuildBudget{500};
 
 // Chooses the plan for d: the fastest of the first kCandidates that finalize, or the first when
 // the call accumulates into its output or KILN_DNN_TIMING=0.
@@ -450,6 +454,7 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, Con
                    Entry* e) {
   if (kiln_status st = build_graph(s.handle, d, dir, &e->graph)) return st;
   const bool timing = overwrites(d) && !env_is("KILN_DNN_TIMING", "0");
+  const auto start = std::chrono::steady_clock::now();
   std::vector<Plan> plans;
   size_t offered = 0;
   set_error(KILN_OK, "%s", "");  // so a refusal below names only its own causes
@@ -467,7 +472,9 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, Con
       // A workspace that cannot be had rules the plan out (the next one may need less).
       if (reserve_workspace(q, s, p.workspace) != KILN_OK) continue;
       plans.push_back(std::move(p));
-      if (plans.size() == (timing ? kCandidates : 1)) break;
+      if (plans.size() == (timing ? kCandidates : 1) ||
+          std::chrono::steady_clock::now() - start > kBuildBudget)
+        break;
     }
     if (!plans.empty()) break;
   }
