@@ -533,15 +533,7 @@ const pool_plan* pool_plan_for(const kiln_dnn_pool_desc& p, std::uint64_t planes
   check(d.dnnl_pooling_v2_forward_desc_init(&desc, dnnl_forward_inference, alg, &pp->src, &pp->dst,
                                             strides, kernel, dil, pad_l, pad_r),
         "oneDNN pooling descriptor");
-  struct attr_holder {
-    dnnl_primitive_attr_t a = nullptr;
-    ~attr_holder() {
-      if (a) dnnl().dnnl_primitive_attr_destroy(a);
-    }
-  } attr;
-  check(d.dnnl_primitive_attr_create(&attr.a), "oneDNN attributes");
-  check(d.dnnl_primitive_attr_set_scratchpad_mode(attr.a, dnnl_scratchpad_mode_user),
-        "oneDNN scratchpad mode");
+  const scratchpad_attr attr;
   pd_holder pd;
   const pool_plan* out = nullptr;
   const char* impl = nullptr;

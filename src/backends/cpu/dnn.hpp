@@ -98,6 +98,22 @@ struct pd_holder {
   }
 };
 
+// Primitive attributes asking for a user scratchpad (each call brings its own, so primitives
+// are shared by every thread).
+struct scratchpad_attr {
+  dnnl_primitive_attr_t a = nullptr;
+  scratchpad_attr() {
+    check(dnnl().dnnl_primitive_attr_create(&a), "oneDNN attributes");
+    check(dnnl().dnnl_primitive_attr_set_scratchpad_mode(a, dnnl_scratchpad_mode_user),
+          "oneDNN scratchpad mode");
+  }
+  ~scratchpad_attr() {
+    if (a) dnnl().dnnl_primitive_attr_destroy(a);
+  }
+  scratchpad_attr(const scratchpad_attr&) = delete;
+  scratchpad_attr& operator=(const scratchpad_attr&) = delete;
+};
+
 // The primitives for nb images of c, one of `slices` equal slices of the output channels
 // (forward, backward filter) or input channels (backward data); slices > 1 only without
 // groups. Throws refused or dnnl_error. The caller caches it (dnn.cpp's plan_for).

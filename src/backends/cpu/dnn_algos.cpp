@@ -77,15 +77,7 @@ plan* make_plan(direction dir, const kiln_dnn_conv_desc& c, std::uint64_t nb,
       D((c.p - 1) * c.stride_h + (c.r - 1) * c.dil_h + 1) - D(c.h + c.pad_h),
       D((c.q - 1) * c.stride_w + (c.s - 1) * c.dil_w + 1) - D(c.w + c.pad_w)};
 
-  struct attr_holder {
-    dnnl_primitive_attr_t a = nullptr;
-    ~attr_holder() {
-      if (a) dnnl().dnnl_primitive_attr_destroy(a);
-    }
-  } attr;
-  check(d.dnnl_primitive_attr_create(&attr.a), "oneDNN attributes");
-  check(d.dnnl_primitive_attr_set_scratchpad_mode(attr.a, dnnl_scratchpad_mode_user),
-        "oneDNN scratchpad mode");
+  const scratchpad_attr attr;
 
   dnnl_convolution_desc_t fwd_desc;
   check(d.dnnl_dilated_convolution_forward_desc_init(

@@ -8,6 +8,7 @@
 
 #include <cudnn.h>
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,13 @@ struct ConvAlgo {
   cudnnMathType_t math;
   size_t workspace;
 };
+
+// A convolution's shape fields (everything but dtype, math and pointers), for cache keys.
+using ConvShape = std::array<uint64_t, 16>;
+inline ConvShape conv_shape(const kiln_dnn_conv_desc& d) {
+  return {d.n, d.c,        d.h,        d.w,     d.k,     d.r,     d.s,     d.p,
+          d.q, d.stride_h, d.stride_w, d.pad_h, d.pad_w, d.dil_h, d.dil_w, d.groups};
+}
 
 // Records "call failed: CUDNN_STATUS_... (cuDNN status N): detail" and maps the status. A
 // setup call (descriptors, heuristics) that cuDNN refuses as a bad parameter is a

@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <tuple>
 
 #include "dnn.hpp"
 
@@ -21,7 +22,7 @@ namespace {
 
 // Device, direction, dtype, math type and every shape field of the descriptor: everything but
 // pointers, alpha and beta.
-using AlgoKey = std::array<uint64_t, 20>;
+using AlgoKey = std::tuple<uint64_t, uint64_t, uint64_t, uint64_t, ConvShape>;
 
 // Never destroyed, like state(): a queue may be destroyed from a static destructor. Entries are
 // never erased, so pointers to them stay valid.
@@ -175,26 +176,8 @@ void order_by_time(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, Con
 
 kiln_status conv_algos(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir,
                        cudnnMathType_t math, const std::vector<ConvAlgo>** out) {
-  const AlgoKey key{static_cast<uint64_t>(q->dev->index),
-                    static_cast<uint64_t>(dir),
-                    static_cast<uint64_t>(d.dtype),
-                    static_cast<uint64_t>(math),
-                    d.n,
-                    d.c,
-                    d.h,
-                    d.w,
-                    d.k,
-                    d.r,
-                    d.s,
-                    d.p,
-                    d.q,
-                    d.stride_h,
-                    d.stride_w,
-                    d.pad_h,
-                    d.pad_w,
-                    d.dil_h,
-                    d.dil_w,
-                    d.groups};
+  const AlgoKey key{static_cast<uint64_t>(q->dev->index), static_cast<uint64_t>(dir),
+                    static_cast<uint64_t>(d.dtype), static_cast<uint64_t>(math), conv_shape(d)};
   AlgoCache& c = cache();
   {
     std::lock_guard<std::mutex> lock(c.mu);

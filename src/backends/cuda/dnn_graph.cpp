@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dnn.hpp"
@@ -387,7 +388,8 @@ bool time_plans(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d,
 
 // Direction, dtype, TF32, every shape field, alpha and beta (their bits) and the operands'
 // alignments: everything a plan depends on but the pointers. Per queue, so no device.
-using GraphKey = std::array<uint64_t, 24>;
+using GraphKey = std::tuple<uint64_t, uint64_t, uint64_t, ConvShape, uint64_t, uint64_t, uint64_t,
+                            uint64_t, uint64_t>;
 
 uint64_t scalar_bits(const kiln_dnn_conv_desc& d, const void* v) {
   if (is_f64(d)) {
@@ -404,22 +406,7 @@ GraphKey key_of(const kiln_dnn_conv_desc& d, ConvDir dir) {
   return {static_cast<uint64_t>(dir),
           static_cast<uint64_t>(d.dtype),
           d.dtype == KILN_DTYPE_F32 && d.math_mode == KILN_DNN_MATH_TF32,
-          d.n,
-          d.c,
-          d.h,
-          d.w,
-          d.k,
-          d.r,
-          d.s,
-          d.p,
-          d.q,
-          d.stride_h,
-          d.stride_w,
-          d.pad_h,
-          d.pad_w,
-          d.dil_h,
-          d.dil_w,
-          d.groups,
+          conv_shape(d),
           scalar_bits(d, d.alpha),
           scalar_bits(d, d.beta),
           static_cast<uint64_t>(alignment(dptr(d.x))),
