@@ -144,6 +144,11 @@ void run_elementwise(const kiln::device& dev, const options& o) {
   const kiln::tensor x = (uniform(dev, {rows_n, cols}, 4) * 4.f - 2.f).eval();
   const double nb = double(n);
   tensor_case(q, o, "relu(a * b + c)", 16 * nb, [&] { return kiln::relu(a * b + c); });
+  {  // the chain over bf16 tensors: loads widened, f32 math, one rounding at the store
+    const auto t = kiln::scalar_type::bf16;
+    const kiln::tensor a16 = a.to(t).eval(), b16 = b.to(t).eval(), c16 = c.to(t).eval();
+    tensor_case(q, o, "relu(a * b + c) bf16", 8 * nb, [&] { return kiln::relu(a16 * b16 + c16); });
+  }
   tensor_case(q, o, "softmax rows " + rows, 8 * nb, [&] { return x.softmax(1); });
   tensor_case(q, o, "(x - mean) / sqrt(var + eps) rows", 8 * nb,
               [&] { return (x - x.mean(1, true)) / kiln::sqrt(x.var(1, 0, true) + 1e-5f); });

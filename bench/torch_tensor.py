@@ -124,6 +124,13 @@ def elementwise(b, dev):
     b.case("elementwise", "relu(a * b + c)", "GB/s", 16.0 * n, chain, dev)
     if not a.no_compile and b.wants("relu(a * b + c)"):
         b.case("elementwise", "relu(a * b + c)", "GB/s", 16.0 * n, torch.compile(chain), dev, "compile")
+    # The same chain over bf16 tensors (math in f32 inside the kernel, one rounding at the store).
+    x16, b16, c16 = (t.to(torch.bfloat16) for t in (x1, b1, c1))
+    chain16 = lambda: torch.relu(x16 * b16 + c16)
+    b.case("elementwise", "relu(a * b + c) bf16", "GB/s", 8.0 * n, chain16, dev)
+    if not a.no_compile and b.wants("relu(a * b + c) bf16"):
+        b.case("elementwise", "relu(a * b + c) bf16", "GB/s", 8.0 * n, torch.compile(chain16), dev,
+               "compile")
     b.case("elementwise", f"softmax rows {rows}", "GB/s", 8.0 * n, lambda: torch.softmax(x, 1), dev)
     name = "(x - mean) / sqrt(var + eps) rows"
     b.case("elementwise", name, "GB/s", 8.0 * n, norm, dev)
