@@ -15,7 +15,10 @@
 #   mixed     (issue 24/27) autocast, external-memory and f16/bf16 tests on every device, and
 #             kiln train mlp_wide/lenet on cuda:0 at --precision fp32/tf32/bf16/f16
 #   changed   $CHANGED (default tensor_test nn_test linalg_test optim_test) whole, every device
-#   python    (issue 27) the pytest suite and the tour with torch/CuPy on the GPUs
+#   python    (issue 27) the pytest suite and the tour with torch/CuPy on the GPUs, and a query
+#             timed from Python and from C++
+#   tests24   (issues 24, 25) this session's tests on every device (oneDNN from build/dnnl)
+#   bench24   (issues 24, 25) elementwise/norm, indexing and CPU rows beside PyTorch
 build=${1:-build}
 shift
 # Logs go to a scratch folder; $OUT (the device tool's) gets the summary and one tarball of them.
@@ -180,6 +183,31 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       step tour 120 python3 examples/python/tour.py cuda:0
       step overhead 120 python3 examples/python/overhead.py cuda:0
       tail -n 8 "$OUT/tour.log" "$OUT/overhead.log" | tee -a "$OUT/summary.txt"
+      ;;
+    tests24)  # (issues 24, 25, 27) the changed GPU paths' tests, every device, 4 at a time
+      export KILN_CONFORMANCE_REQUIRE=cuda,opencl
+      if [ -f "$build/dnnl/libdnnl.so.2.6.xz" ]; then  # oneDNN for the CPU backend, carried xz'ed
+        xz -dc "$build/dnnl/libdnnl.so.2.6.xz" > "$build/lib/libdnnl.so.2"
+        export KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
+      fi
+      f='*Linear*:*Conv*:*Pool*:*BatchNorm*:*Reduced*:*LayerNorm*:*Indexing*:*External*:*Fusion*'
+      printf '%s\n' "tensor_test --gtest_filter=$f" optim_test nn_test "autograd_test" \
+        "cpu_backend_test --gtest_filter=CpuDnn*" tool_train_test |
+        xargs -P 4 -I{} sh -c 'n=$(echo {} | cut -d" " -f1); timeout -k 5 420 '"$B"'/{} \
+          --gtest_brief=1 > '"$OUT"'/t24_$n.log 2>&1; echo "$n rc=$?"' | sort | tee -a "$OUT/summary.txt"
+      grep -h "FAILED \]\|tests ran" "$OUT"/t24_*.log | sort -u | head -30 | tee -a "$OUT/summary.txt"
+      ;;
+    bench24)  # (issues 24, 25) this session's rows beside PyTorch: elementwise/norms, indexing, CPU
+      [ -f "$build/lib/libdnnl.so.2" ] && export KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
+      step b24_ew 200 $B/bench_tensor --device cuda:0 --runs 20 --only elementwise --no-compile
+      step b24_idx 120 $B/bench_indexing --device cuda:0 --runs 50
+      step b24_idx_torch 120 python3 bench/torch_indexing.py --device cuda --runs 50
+      step b24_cpu 200 $B/bench_tensor --device cuda:0 --runs 10 --only cpu
+      KILN_DNNL_OPENMP=1 step b24_cpu_omp 200 $B/bench_tensor --device cuda:0 --runs 10 --only cpu \
+        --no-torch
+      grep -h "^| " "$OUT/b24_ew.log" "$OUT/b24_cpu.log" | tee -a "$OUT/summary.txt"
+      grep -h "conv\|sgemm" "$OUT/b24_cpu_omp.log" | head -8 | sed 's/^/omp /' | tee -a "$OUT/summary.txt"
+      grep -hv "^\s*$" "$OUT/b24_idx.log" "$OUT/b24_idx_torch.log" | tail -30 | tee -a "$OUT/summary.txt"
       ;;
     gemm)
       step gemm_kiln 200 $B/bench_gemm --device cuda:0 --runs 20
