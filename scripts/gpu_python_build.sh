@@ -12,7 +12,7 @@ torch_inc=$(python3 -c 'import torch.utils.cpp_extension as c; print(c.include_p
 pyb=$build/pyheaders
 [ -n "$torch_inc" ] && [ -d "$torch_inc/pybind11" ] && pyb=$torch_inc
 obj=$(mktemp -d)
-ls python/src/*.cpp | xargs -P 16 -I{} sh -c 'g++ -std=c++20 -O1 -fPIC -fvisibility=hidden -w \
+ls python/src/*.cpp | xargs -P 16 -I{} sh -c 'g++ -std=c++20 -O1 -DNDEBUG -fPIC -fvisibility=hidden -w \
   -Iinclude -isystem '"$pyb"' -isystem '"$build"'/pyheaders -isystem '"$inc"' -c {} \
   -o '"$obj"'/$(basename {} .cpp).o'
 rm -f "$build"/python/kiln/_kiln.cpython-*.so

@@ -17,8 +17,18 @@ namespace {
 // protected registration calls are callable from its methods.
 class py_module : public nn::module {
  public:
+  // Not PYBIND11_OVERRIDE_PURE: without an override it calls pybind11_fail after dropping the
+  // GIL it took, and pybind11 2.13's pybind11_fail asserts on PyErr_Occurred(), which needs the
+  // GIL (a crash where the module is called under a released GIL, as __call__ is).
   tensor forward(const tensor& x) const override {
-    PYBIND11_OVERRIDE_PURE(tensor, nn::module, forward, x);  // takes the GIL itself
+    py::gil_scoped_acquire gil;
+    if (py::function f = py::get_override(static_cast<const nn::module*>(this), "forward"))
+      return f(x).cast<tensor>();
+    throw py::type_error(
+        "kiln.nn.module: " +
+        std::string(py::str(
+            py::type::of(py::cast(this, py::return_value_policy::reference)).attr("__name__"))) +
+        " has no forward(self, x)");
   }
   std::string describe() const override { PYBIND11_OVERRIDE(std::string, nn::module, describe); }
   using nn::module::add_child;
@@ -44,7 +54,12 @@ std::shared_ptr<nn::module> hold(py::handle h) {
   auto* keep = new py::object(py::reinterpret_borrow<py::object>(h));
   nn::module* raw = sp.get();
   return std::shared_ptr<nn::module>(raw, [keep](nn::module*) {
-    if (!Py_IsInitialized()) return;  // at exit the object went with the interpreter
+#if PY_VERSION_HEX >= 0x030D0000
+    const bool finalizing = Py_IsFinalizing();
+#else
+    const bool finalizing = _Py_IsFinalizing();
+#endif
+    if (!Py_IsInitialized() || finalizing) return;  // at exit it goes with the interpreter
     py::gil_scoped_acquire gil;
     delete keep;
   });
