@@ -198,7 +198,11 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       grep -h "FAILED \]\|tests ran" "$OUT"/t24_*.log | sort -u | head -30 | tee -a "$OUT/summary.txt"
       ;;
     bench24)  # (issues 24, 25) this session's rows beside PyTorch: elementwise/norms, indexing, CPU
-      [ -f "$build/lib/libdnnl.so.2" ] && export KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
+      if [ -f "$build/dnnl/libdnnl.so.2.6.xz" ]; then  # a fresh machine: oneDNN unpacked here too
+        xz -dc "$build/dnnl/libdnnl.so.2.6.xz" > "$build/lib/libdnnl.so.2"
+        export KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
+      fi
+      $B/kiln info 2>&1 | grep -m1 -o "oneDNN [0-9.]*" | sed 's/^/cpu dnn: /' | tee -a "$OUT/summary.txt"
       step b24_ew 200 $B/bench_tensor --device cuda:0 --runs 20 --only elementwise --no-compile
       step b24_idx 120 $B/bench_indexing --device cuda:0 --runs 50
       step b24_idx_torch 120 python3 bench/torch_indexing.py --device cuda --runs 50
