@@ -1,0 +1,33 @@
+// Scaled dot-product attention (PyTorch's torch.nn.functional.scaled_dot_product_attention):
+// softmax(q k^T * scale + mask) v over the last two dimensions, every leading dimension a batch
+// (heads included) that broadcasts. Today it is composed of Kiln's ops, each fused where it
+// can be (the scale, the mask and the softmax's input in one kernel with the softmax): correct
+// on every backend and differentiable, and the reference a fused (flash-attention) kernel
+// will be tested against (issue 25).
+//
+//   #include "kiln/tensor/attention.hpp"
+//   auto q = kiln::tensor::randn(dev, {8, 6, 256, 64}, 1);   // [batch, heads, tokens, dim]
+//   auto k = kiln::tensor::randn(dev, {8, 6, 256, 64}, 2), v = kiln::tensor::randn(dev, {8, 6, 256,
+//   64}, 3); auto y = kiln::scaled_dot_product_attention(q, k, v, {}, /*is_causal=*/true);  // [8,
+//   6, 256, 64]
+#pragma once
+
+#include <optional>
+
+#include "kiln/tensor.hpp"
+
+namespace kiln {
+
+// q [..., L, E], k [..., S, E], v [..., S, Ev] -> [..., L, Ev], q's dtype (f32, f64, f16, bf16;
+// one dtype for all three). attn_mask broadcasts to [..., L, S]: bool (true: the position takes
+// part) or q's dtype (added to the scores). is_causal: query i sees keys j <= i (the top-left
+// aligned lower triangle, as PyTorch). scale: 1 / sqrt(E) when not given. A row whose every key
+// is masked gives NaN (as PyTorch's math path). Errors: kiln::invalid_argument (undefined
+// operands, attn_mask with is_causal), kiln::shape_error (rank below 2, E or S that differ, a
+// mask that does not broadcast), kiln::dtype_error (mixed or non-float dtypes, a mask neither
+// bool nor q's dtype), kiln::device_mismatch.
+tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tensor& v,
+                                    const tensor& attn_mask = {}, bool is_causal = false,
+                                    std::optional<double> scale = std::nullopt);
+
+}  // namespace kiln
