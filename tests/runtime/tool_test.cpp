@@ -13,6 +13,7 @@
 
 #include "kiln/data/mnist.hpp"
 #include "kiln/version.hpp"
+#include "tool/synthetic_digits.hpp"
 
 using nlohmann::json;
 using testing::HasSubstr;
@@ -117,28 +118,8 @@ TEST(Tool, DemoRunsAndChecksOnTheCpu) {
   EXPECT_THAT(r.output, HasSubstr("check: ok"));
 }
 
-// 10,000 synthetic 28x28 digits whose label k is a bright band at rows 2k..2k+3 over noise:
-// learnable in one epoch, so the test accuracy says whether training worked.
-std::string learnable_digits() {
-  const std::string dir = testing::TempDir() + "kiln-tool-digits";
-  kiln::data::mnist_raw raw{10000, 28, 28, {}, {}};
-  std::uint32_t state = 12345;
-  auto next = [&] { return state = state * 1664525u + 1013904223u; };
-  for (std::int64_t i = 0; i < raw.count; ++i) {
-    const int k = static_cast<int>(next() >> 16) % 10;
-    raw.labels.push_back(static_cast<std::uint8_t>(k));
-    for (int y = 0; y < 28; ++y)
-      for (int x = 0; x < 28; ++x)
-        raw.pixels.push_back(y >= 2 * k && y < 2 * k + 4 ? 200 + (next() >> 28)
-                                                         : static_cast<std::uint8_t>(next() >> 27));
-  }
-  std::filesystem::create_directories(dir);
-  kiln::data::write_mnist_idx(dir, raw);
-  return dir;
-}
-
 TEST(Tool, TrainDataParallelOverTwoRanksLearnsAndKeepsTheRanksIdentical) {
-  const std::string dir = learnable_digits();
+  const std::string dir = learnable_digits("kiln-tool-digits", 12345);
   auto r = run("KILN_CACHE=0", "train mlp --devices cpu,cpu --epochs 1 --data " + dir);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("data parallel on cpu:0,cpu:0"));

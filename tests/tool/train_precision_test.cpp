@@ -11,45 +11,17 @@
 #include <string>
 #include <vector>
 
-#include "kiln/data/mnist.hpp"
+#include "runtime/child_process.hpp"
+#include "tool/synthetic_digits.hpp"
 
 using testing::HasSubstr;
 
 namespace {
 
-struct result {
-  int status;
-  std::string output;  // stdout and stderr
-};
+using result = kiln_test::child_result;
 
 result run(const std::string& args) {
-  const std::string cmd = "KILN_DEVICE=cpu:0 " KILN_TOOL_PATH " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::string out;
-  std::array<char, 4096> buf;
-  while (std::size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  const int st = pclose(p);
-  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
-}
-
-// 10,000 digits (kiln train splits off 8,000): label k is a bright band at rows 2k..2k+3.
-std::string digits() {
-  const std::string dir = testing::TempDir() + "kiln-precision-digits";
-  kiln::data::mnist_raw raw{10000, 28, 28, {}, {}};
-  std::uint32_t state = 777;
-  auto next = [&] { return state = state * 1664525u + 1013904223u; };
-  for (std::int64_t i = 0; i < raw.count; ++i) {
-    const int k = static_cast<int>(next() >> 16) % 10;
-    raw.labels.push_back(static_cast<std::uint8_t>(k));
-    for (int y = 0; y < 28; ++y)
-      for (int x = 0; x < 28; ++x)
-        raw.pixels.push_back(y >= 2 * k && y < 2 * k + 4 ? 200 + (next() >> 28)
-                                                         : static_cast<std::uint8_t>(next() >> 27));
-  }
-  std::filesystem::create_directories(dir);
-  kiln::data::write_mnist_idx(dir, raw);
-  return dir;
+  return kiln_test::run_child("KILN_DEVICE=cpu:0 " KILN_TOOL_PATH " " + args);
 }
 
 // The mean loss of each epoch line ("mlp   epoch  1/2  loss 2.1234  ...").
@@ -63,7 +35,7 @@ std::vector<double> epoch_losses(const std::string& out) {
 }
 
 TEST(ToolTrainPrecision, EveryPrecisionLearnsOnTheCpu) {
-  const std::string dir = digits();
+  const std::string dir = learnable_digits("kiln-precision-digits", 777);
   for (const char* p : {"fp32", "tf32", "bf16", "f16"}) {
     SCOPED_TRACE(p);
     const result r = run("train mlp --device cpu:0 --epochs 2 --steps 6 --batch 32 --precision " +
