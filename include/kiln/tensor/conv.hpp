@@ -1,8 +1,8 @@
 // 2-D convolution and pooling on kiln::tensor, NCHW, with the backwards a training step needs.
-// Convolutions run through cuDNN on CUDA (algorithm by its heuristics, cached per shape) and as
-// im2col + GEMM elsewhere (OpenBLAS on the CPU, the portable tiled GEMM on OpenCL); pooling runs
-// as generated kernels everywhere (cuDNN for max pooling without indices and for average
-// pooling). f32 and f64 only. Lazy operands are evaluated first: these are fusion boundaries,
+// Convolutions run through cuDNN on CUDA (graph API, plan timed and cached per shape), oneDNN on
+// the CPU, im2col + GEMM elsewhere; pooling runs as generated kernels (cuDNN for max pooling
+// without indices and for average pooling). f32, f64, and f16/bf16 (cuDNN computes them in f32;
+// elsewhere f32 and one rounding). Lazy operands are evaluated first: these are fusion boundaries,
 // except the bias, which is added lazily (so conv2d(x, w, b) followed by relu is one extra
 // kernel, not two).
 //
@@ -40,7 +40,7 @@ struct conv2d_options {
 // y[n, k] = bias[k] + sum over c in k's group, r, s of x[n, c, ...] * weight[k, c, r, s].
 // input [N, C, H, W], weight [K, C / groups, R, S], bias [K] or undefined; returns [N, K, P, Q].
 // Errors: kiln::shape_error naming both shapes (ranks, channels, groups, an empty output),
-// kiln::dtype_error (not f32/f64, or mixed), kiln::device_mismatch, kiln::invalid_argument
+// kiln::dtype_error (not a float type, or mixed), kiln::device_mismatch, kiln::invalid_argument
 // (a stride or dilation below 1, negative padding).
 tensor conv2d(const tensor& input, const tensor& weight, const tensor& bias = {},
               const conv2d_options& o = {});

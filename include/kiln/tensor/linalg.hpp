@@ -1,6 +1,6 @@
 // Linear algebra on kiln::tensor: matmul (PyTorch semantics), gemm and gemv into a given output,
 // and 2-D transposes. Products run through kiln::linalg (cuBLAS on CUDA, OpenBLAS on the CPU,
-// the portable tiled kernel elsewhere); f32 and f64 only. Lazy operands are evaluated first
+// the portable tiled kernel elsewhere); f32, f64, f16 and bf16. Lazy operands are evaluated first
 // (a product is a fusion boundary) and every result is a stored tensor.
 //
 //   auto a = kiln::tensor::from(dev, host_a, {8, 4, 3});   // a batch of 8 4 x 3 matrices
@@ -28,7 +28,7 @@ struct matmul_options {
 // PyTorch's torch.matmul: 1-D . 1-D is a dot product (rank 0); 2-D . 2-D a matrix product;
 // a 1-D operand is promoted to a matrix (a row on the left, a column on the right) and that
 // dimension removed from the result; batch dimensions (all but the last two) broadcast
-// (NumPy rules). Errors: kiln::dtype_error (not f32/f64, or two dtypes), kiln::shape_error
+// (NumPy rules). Errors: kiln::dtype_error (not a float type, or two dtypes), kiln::shape_error
 // (rank 0, inner sizes differ, batch shapes do not broadcast; both shapes named),
 // kiln::device_mismatch.
 tensor matmul(const tensor& a, const tensor& b, const matmul_options& o = {});
