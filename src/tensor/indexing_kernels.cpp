@@ -217,26 +217,30 @@ void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& id
   run(index_kernel(out.dev, kind::gather, rank, w, idx.dtype), out.dev, total, a);
 }
 
-void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
-                  std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
-  const std::int64_t total = outer * n * inner;
+namespace {
+
+// place (src into a slab of out) and pad (src into a slab of zeros): the same arguments; only
+// the items launched differ (src's elements, or all of out's).
+void launch_slab(kind which, tensor_impl& out, const tensor_impl& src, std::int64_t total,
+                 std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
   if (total == 0) return;
   const scalar_type w = bits_type(out.dtype);
   std::vector<arg_binding> a{
       mem(out, w, false),  mem(src, w, true),           bind_arg(total),
       bind_arg(n * inner), bind_arg(total_dim * inner), bind_arg(offset * inner)};
-  run(index_kernel(out.dev, kind::place, 0, w, w), out.dev, total, a);
+  run(index_kernel(out.dev, which, 0, w, w), out.dev, total, a);
+}
+
+}  // namespace
+
+void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
+                  std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
+  launch_slab(kind::place, out, src, outer * n * inner, total_dim, n, offset, inner);
 }
 
 void launch_pad(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
                 std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
-  const std::int64_t total = outer * total_dim * inner;
-  if (total == 0) return;
-  const scalar_type w = bits_type(out.dtype);
-  std::vector<arg_binding> a{
-      mem(out, w, false),  mem(src, w, true),           bind_arg(total),
-      bind_arg(n * inner), bind_arg(total_dim * inner), bind_arg(offset * inner)};
-  run(index_kernel(out.dev, kind::pad, 0, w, w), out.dev, total, a);
+  launch_slab(kind::pad, out, src, outer * total_dim * inner, total_dim, n, offset, inner);
 }
 
 void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& idx,

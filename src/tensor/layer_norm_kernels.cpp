@@ -211,12 +211,17 @@ struct text {
            "}\n";
   }
 
-  std::string backward_cached() const {
+  // The dx kernel's parameters, the same for both backward forms.
+  std::string backward_signature() const {
     std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_dx"), in(X, "kt_dy"), in(X, "kt_x"));
     if (!k.rms) s += in(A, "kt_mean");
     s += in(A, "kt_rstd");
     if (k.has_w) s += in(W, "kt_w");
-    s += ", int64_t kt_n, int64_t kt_rows) {\n";
+    return s + ", int64_t kt_n, int64_t kt_rows) {\n";
+  }
+
+  std::string backward_cached() const {
+    std::string s = backward_signature();
     s += locals(2) + prologue();
     std::string g = lx("kt_dy[kt_base + kt_iT_]");
     if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_iT_]"));
@@ -238,11 +243,7 @@ struct text {
   }
 
   std::string backward() const {
-    std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_dx"), in(X, "kt_dy"), in(X, "kt_x"));
-    if (!k.rms) s += in(A, "kt_mean");
-    s += in(A, "kt_rstd");
-    if (k.has_w) s += in(W, "kt_w");
-    s += ", int64_t kt_n, int64_t kt_rows) {\n";
+    std::string s = backward_signature();
     if (grouped) s += locals(2);
     s += prologue();
     // Per element: g = dy w and xhat, reading mean and rstd from global memory at each use

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "conformance/backends.hpp"
+#include "conformance/scoped_env.hpp"
 #include "linalg/linalg.hpp"  // the kernel sources (src/linalg)
 
 namespace linalg_test {
@@ -48,24 +49,6 @@ inline kiln::linalg::path expected_gemv_path(const kiln::device& dev) {
                                             : kiln::linalg::path::simple;
 }
 
-// Sets an environment variable for one scope.
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    ::setenv(name, value, 1);
-  }
-  ~scoped_env() {
-    if (had_)
-      ::setenv(name_, old_.c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
+using conformance::scoped_env;  // KILN_LINALG_PORTABLE for a scope
 
 }  // namespace linalg_test

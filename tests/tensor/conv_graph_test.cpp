@@ -9,6 +9,7 @@
 #include <optional>
 #include <string>
 
+#include "conformance/scoped_env.hpp"
 #include "tensor/tensor_fixture.hpp"
 
 namespace tensor_test {
@@ -17,26 +18,7 @@ namespace {
 class TensorConvGraphTest : public TensorTest {};
 KILN_INSTANTIATE_TENSOR_PER_DEVICE(TensorConvGraphTest);
 
-// Sets an environment variable for its lifetime, restoring what was there.
-class scoped_env {
- public:
-  scoped_env(const char* name, const char* value) : name_(name) {
-    if (const char* v = std::getenv(name)) old_ = v;
-    ::setenv(name, value, 1);
-  }
-  ~scoped_env() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-  scoped_env(const scoped_env&) = delete;
-  scoped_env& operator=(const scoped_env&) = delete;
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using conformance::scoped_env;
 
 struct shape_case {
   shape_t x, w;
