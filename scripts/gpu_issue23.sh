@@ -188,7 +188,7 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       export KILN_CONFORMANCE_REQUIRE=cuda,opencl
       if [ -f "$build/dnnl/libdnnl.so.2.6.xz" ]; then  # oneDNN for the CPU backend, carried xz'ed
         xz -dc "$build/dnnl/libdnnl.so.2.6.xz" > "$build/lib/libdnnl.so.2"
-        export KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
+        export KILN_DNNL=1 KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
       fi
       f='*Linear*:*Conv*:*Pool*:*BatchNorm*:*Reduced*:*LayerNorm*:*Indexing*:*External*:*Fusion*'
       printf '%s\n' "tensor_test --gtest_filter=$f" optim_test nn_test "autograd_test" \
@@ -200,7 +200,7 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
     bench24)  # (issues 24, 25) this session's rows beside PyTorch: elementwise/norms, indexing, CPU
       if [ -f "$build/dnnl/libdnnl.so.2.6.xz" ]; then  # a fresh machine: oneDNN unpacked here too
         xz -dc "$build/dnnl/libdnnl.so.2.6.xz" > "$build/lib/libdnnl.so.2"
-        export KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
+        export KILN_DNNL=1 KILN_DNNL_LIBRARY=$PWD/$build/lib/libdnnl.so.2
       fi
       $B/kiln info 2>&1 | grep -m1 -o "oneDNN [0-9.]*" | sed 's/^/cpu dnn: /' | tee -a "$OUT/summary.txt"
       step b24_ew 200 $B/bench_tensor --device cuda:0 --runs 20 --only elementwise --no-compile

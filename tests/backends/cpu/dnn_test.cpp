@@ -33,8 +33,8 @@ const kiln_dnn_v1* table() {
 #define REQUIRE_DNN()                                                                      \
   const kiln_dnn_v1* dnn = table();                                                        \
   if (!dnn)                                                                                \
-  GTEST_SKIP() << "oneDNN absent (no libdnnl.so.2, or built without oneapi/dnnl/dnnl.h): " \
-                  "convolution runs the portable kernels"
+  GTEST_SKIP() << "oneDNN off (opt-in: KILN_DNNL=1) or absent (no libdnnl.so.2, or built "   \
+                  "without oneapi/dnnl/dnnl.h): convolution runs the portable kernels"
 
 // Runs f with the portable kernels forced, restoring the environment.
 template <class F>
