@@ -19,5 +19,7 @@ void bind_autograd(py::module_& m, tensor_class& cls);
 void bind_nn(py::module_& m);
 void bind_kernel(py::module_& m);
 void bind_dlpack(py::module_& m, tensor_class& cls);
+void bind_transformer(py::module_& m, tensor_class& cls);  // layer norm, indexing, attention
+void bind_query(py::module_& m);  // kiln.query's run-time plans (python/kiln/query.py)
 
 }  // namespace kiln::python

@@ -15,4 +15,6 @@ PYBIND11_MODULE(_kiln, m) {
   bind_nn(m);
   bind_kernel(m);
   bind_dlpack(m, tensor);
+  bind_transformer(m, tensor);
+  bind_query(m);
 }
