@@ -2,13 +2,18 @@
 #include <pybind11/stl.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "bindings.hpp"
 #include "dtype.hpp"
 #include "kiln/nn.hpp"
+#include "kiln/nn/attention.hpp"
+#include "kiln/nn/embedding.hpp"
 #include "kiln/nn/models.hpp"
+#include "kiln/nn/normalization.hpp"
 #include "kiln/optim.hpp"
+#include "kiln/optim/clip.hpp"
 
 namespace kiln::python {
 namespace {
@@ -87,6 +92,107 @@ template <class M>
 py::class_<M, nn::module, std::shared_ptr<M>> layer(py::module_& m, const char* name,
                                                     const char* doc) {
   return py::class_<M, nn::module, std::shared_ptr<M>>(m, name, doc);
+}
+
+// A parameter a module may lack (bias=False): None then. Read-only: the module's parameter
+// list holds the handle, so assigning another tensor would leave it behind (load_state_dict
+// writes values in place instead).
+template <class M>
+auto optional_parameter(tensor M::*member) {
+  return [member](const M& m) -> py::object {
+    const tensor& t = m.*member;
+    return t.defined() ? py::cast(t) : py::none();
+  };
+}
+
+// normalized_shape: an int or a sequence of ints, as torch.nn.LayerNorm takes it.
+shape_t to_normalized_shape(py::handle h) {
+  if (PyLong_Check(h.ptr())) return {h.cast<std::int64_t>()};
+  return h.cast<shape_t>();
+}
+
+scalar_type dtype_or_f32(py::handle dtype) {
+  return dtype.is_none() ? scalar_type::f32 : to_scalar_type(dtype);
+}
+
+// The transformer layers: torch.nn.LayerNorm, RMSNorm, Embedding and MultiheadAttention
+// (batch_first, no dropout), with PyTorch's state_dict names.
+void bind_transformer_modules(py::module_& nn_m) {
+  layer<nn::layer_norm>(nn_m, "layer_norm", "torch.nn.LayerNorm over the trailing dims.")
+      .def(py::init([](py::handle shape, double eps, bool affine, bool bias, py::handle dtype,
+                       py::handle dev) {
+             return std::make_shared<nn::layer_norm>(
+                 to_device(dev), to_normalized_shape(shape), eps,
+                 nn::norm_options{
+                     .elementwise_affine = affine, .bias = bias, .dtype = dtype_or_f32(dtype)});
+           }),
+           py::arg("normalized_shape"), py::arg("eps") = 1e-5, py::arg("elementwise_affine") = true,
+           py::arg("bias") = true, py::kw_only(), py::arg("dtype") = py::none(),
+           py::arg("device") = py::none())
+      .def_property_readonly("weight", optional_parameter(&nn::layer_norm::weight))
+      .def_property_readonly("bias", optional_parameter(&nn::layer_norm::bias))
+      .def_property_readonly(
+          "normalized_shape",
+          [](const nn::layer_norm& m) { return py::tuple(py::cast(m.normalized_shape)); })
+      .def_readonly("eps", &nn::layer_norm::eps);
+  layer<nn::rms_norm>(nn_m, "rms_norm", "torch.nn.RMSNorm over the trailing dims.")
+      .def(py::init([](py::handle shape, std::optional<double> eps, bool affine, py::handle dtype,
+                       py::handle dev) {
+             return std::make_shared<nn::rms_norm>(
+                 to_device(dev), to_normalized_shape(shape), eps,
+                 nn::norm_options{.elementwise_affine = affine, .dtype = dtype_or_f32(dtype)});
+           }),
+           py::arg("normalized_shape"), py::arg("eps") = py::none(),
+           py::arg("elementwise_affine") = true, py::kw_only(), py::arg("dtype") = py::none(),
+           py::arg("device") = py::none())
+      .def_property_readonly("weight", optional_parameter(&nn::rms_norm::weight))
+      .def_property_readonly(
+          "normalized_shape",
+          [](const nn::rms_norm& m) { return py::tuple(py::cast(m.normalized_shape)); })
+      .def_readonly("eps", &nn::rms_norm::eps);
+  layer<nn::embedding>(nn_m, "embedding",
+                       "torch.nn.Embedding: int indices [...] -> rows of weight [..., dim].")
+      .def(py::init([](std::int64_t n, std::int64_t dim, py::handle dtype, std::uint64_t seed,
+                       py::handle dev) {
+             return std::make_shared<nn::embedding>(to_device(dev), n, dim,
+                                                    layer_options(false, dtype, seed));
+           }),
+           py::arg("num_embeddings"), py::arg("embedding_dim"), py::kw_only(),
+           py::arg("dtype") = py::none(), py::arg("seed") = 0, py::arg("device") = py::none())
+      .def_property_readonly("weight", [](const nn::embedding& m) { return m.weight; });
+  layer<nn::multi_head_attention>(
+      nn_m, "multi_head_attention",
+      "torch.nn.MultiheadAttention(batch_first=True) without dropout: module(x) is "
+      "self-attention over x [batch, tokens, embed_dim], attend(query, key, value, mask) "
+      "cross-attention.")
+      .def(py::init([](std::int64_t embed_dim, std::int64_t heads, bool bias, bool causal,
+                       py::handle dtype, std::uint64_t seed, py::handle dev) {
+             return std::make_shared<nn::multi_head_attention>(
+                 to_device(dev), embed_dim, heads,
+                 nn::attention_options{
+                     .bias = bias, .causal = causal, .dtype = dtype_or_f32(dtype), .seed = seed});
+           }),
+           py::arg("embed_dim"), py::arg("num_heads"), py::kw_only(), py::arg("bias") = true,
+           py::arg("causal") = false, py::arg("dtype") = py::none(), py::arg("seed") = 0,
+           py::arg("device") = py::none())
+      .def(
+          "attend",
+          [](const nn::multi_head_attention& m, const tensor& q, const tensor& k, const tensor& v,
+             const std::optional<tensor>& mask) {
+            return m.attend(q, k, v, mask ? *mask : tensor{});
+          },
+          py::arg("query"), py::arg("key"), py::arg("value"), py::arg("mask") = py::none(),
+          py::call_guard<py::gil_scoped_release>(),
+          "query [batch, L, E], key and value [batch, S, E]; mask as "
+          "scaled_dot_product_attention's attn_mask (causal per the options when None).")
+      .def_property_readonly("in_proj_weight",
+                             [](const nn::multi_head_attention& m) { return m.in_proj_weight; })
+      .def_property_readonly("in_proj_bias",
+                             optional_parameter(&nn::multi_head_attention::in_proj_bias))
+      .def_readonly("out_proj", &nn::multi_head_attention::out_proj)
+      .def_readonly("embed_dim", &nn::multi_head_attention::embed_dim)
+      .def_readonly("num_heads", &nn::multi_head_attention::num_heads)
+      .def_readonly("causal", &nn::multi_head_attention::causal);
 }
 
 void bind_modules(py::module_& nn_m) {
@@ -200,6 +306,7 @@ void bind_modules(py::module_& nn_m) {
       .def(py::init<int>(), py::arg("dim") = -1);
   layer<nn::log_softmax>(nn_m, "log_softmax", "log(softmax) along dim, stably.")
       .def(py::init<int>(), py::arg("dim") = -1);
+  bind_transformer_modules(nn_m);
 
   nn_m.def("mse_loss", &nn::mse_loss, py::arg("input"), py::arg("target"),
            py::arg("reduction") = "mean", py::call_guard<py::gil_scoped_release>());
@@ -258,11 +365,17 @@ void bind_optim(py::module_& om) {
   om.def(
       "adamw",
       [](const std::vector<tensor>& params, double lr, std::pair<double, double> betas, double eps,
-         double weight_decay, bool amsgrad) {
-        return optim::adamw(params, {lr, betas.first, betas.second, eps, weight_decay, amsgrad});
+         double weight_decay, bool amsgrad, std::optional<std::vector<tensor>> no_decay) {
+        return optim::adamw(params, {lr, betas.first, betas.second, eps, weight_decay, amsgrad,
+                                     no_decay ? std::move(*no_decay) : std::vector<tensor>{}});
       },
       py::arg("params"), py::arg("lr") = 1e-3, py::arg("betas") = std::pair{0.9, 0.999},
-      py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2, py::arg("amsgrad") = false);
+      py::arg("eps") = 1e-8, py::arg("weight_decay") = 1e-2, py::arg("amsgrad") = false,
+      py::arg("no_weight_decay") = py::none(),
+      "AdamW; no_weight_decay: parameters (of params) stepped without weight decay, as "
+      "decay_split(params) gives.");
+  om.def("decay_split", &optim::decay_split, py::arg("params"),
+         "The parameters GPT recipes exempt from weight decay: those of fewer than 2 dims.");
   om.def(
       "rmsprop",
       [](const std::vector<tensor>& params, double lr, double alpha, double eps,
@@ -290,6 +403,19 @@ void bind_optim(py::module_& om) {
            py::arg("t_max"), py::arg("eta_min") = 0.0)
       .def("step", &optim::cosine_annealing_lr::step)
       .def_property_readonly("last_lr", &optim::cosine_annealing_lr::last_lr);
+  py::class_<optim::warmup_cosine_lr>(
+      om, "warmup_cosine_lr",
+      "Per optimizer step: linear warm-up to lr over `warmup` steps, then a cosine down to "
+      "eta_min at step `total` (nanoGPT's schedule).")
+      .def(py::init<optim::optimizer, std::int64_t, std::int64_t, double>(), py::arg("optimizer"),
+           py::arg("warmup"), py::arg("total"), py::arg("eta_min") = 0.0)
+      .def("step", &optim::warmup_cosine_lr::step)
+      .def_property_readonly("last_lr", &optim::warmup_cosine_lr::last_lr)
+      .def_property_readonly("last_step", &optim::warmup_cosine_lr::last_step);
+  om.def("clip_grad_norm_", &optim::clip_grad_norm_, py::arg("optimizer"), py::arg("max_norm"),
+         py::call_guard<py::gil_scoped_release>(),
+         "Scales the optimizer's gradients in place to a global L2 norm <= max_norm; returns "
+         "the norm before clipping (rank 0, float32; on the device, no sync).");
 }
 
 }  // namespace
