@@ -81,6 +81,8 @@ _1, _2, _3, _4 = (_component(k) for k in range(4))
 
 
 def _index_fn(c):
+    if isinstance(c, _element):
+        return c.index
     first = c[0]
     return _kiln.arange(len(first), dtype=_kiln.int64, device=first.device)
 
@@ -100,9 +102,23 @@ def _math(name):
     return apply
 
 
+class _element(tuple):
+    """The components an expression is applied to, and the tensor that stands for _i."""
+
+    def __new__(cls, components, index):
+        e = super().__new__(cls, components)
+        e.index = index
+        return e
+
+
 class query:
     """A lazy pipeline over one or more equally long 1-D inputs (kiln.tensor, NumPy arrays,
-    lists); nothing runs until a terminal (sum, count, max, min, mean, to_numpy, tensor)."""
+    lists); nothing runs until a terminal (sum, count, max, min, mean, to_numpy, tensor).
+
+    A terminal runs the chain as kiln::query does in C++, one generated kernel with a
+    device-side filter, when every stage is elementwise (placeholder expressions, or functions
+    of the components built from elementwise kiln operations); otherwise through the tensor
+    engine (a filter becomes a mask)."""
 
     def __init__(self, *inputs, device=None):
         if not inputs:
@@ -116,60 +132,93 @@ class query:
             raise _kiln.invalid_argument(f"kiln.zip: inputs differ in length {sorted(lens)}")
         if _builtins.any(x.ndim != 1 for x in self._inputs):
             raise _kiln.shape_error("kiln.query: inputs must be 1-D")
-        self._components = tuple(self._inputs)
-        self._mask = None
+        self._stages = ()
+        self._run = None  # the _tensor_query, or False where the tensor engine evaluates
 
-    def _copy(self):
+    def _with(self, stage):
         q = object.__new__(query)
-        q._inputs, q._components, q._mask = self._inputs, self._components, self._mask
+        q._inputs, q._stages, q._run = self._inputs, self._stages + (stage,), None
         return q
 
     def map(self, f):
         """Each element becomes f(element) (f: a placeholder expression or a function of
         kiln.tensor components)."""
-        q = self._copy()
-        q._components = (_apply(f, self._components),)
-        return q
+        return self._with(("map", f))
 
     transform = map
 
     def filter(self, pred):
         """Keeps the elements for which pred holds."""
-        q = self._copy()
-        m = _apply(pred, self._components)
-        q._mask = m if self._mask is None else _kiln.where(self._mask, m, False)
-        return q
+        return self._with(("filter", pred))
+
+    def _native(self):
+        """The chain as kiln::query runs it, or None where a stage is not elementwise."""
+        if self._run is None:
+            self._run = False
+            if _builtins.all(x.dtype not in (_kiln.float16, _kiln.bfloat16)
+                             for x in self._inputs):
+                tq = _kiln._tensor_query(self._inputs)
+                element = _element(self._inputs, tq.index)
+                for kind, f in self._stages:
+                    out = _apply(f, element)
+                    if not (tq.map(out) if kind == "map" else tq.filter(out)):
+                        break
+                    if kind == "map":
+                        element = _element((out,), tq.index)
+                else:
+                    self._run = tq
+        return self._run or None
+
+    def _evaluated(self):
+        """(components, mask) as lazy tensors: the tensor engine's form of the chain."""
+        components, mask = tuple(self._inputs), None
+        for kind, f in self._stages:
+            out = _apply(f, components)
+            if kind == "map":
+                components = (out,)
+            else:
+                mask = out if mask is None else _kiln.where(mask, out, False)
+        return components, mask
 
     def _value(self):
-        if len(self._components) != 1:
+        components, mask = self._evaluated()
+        if len(components) != 1:
             raise _kiln.invalid_argument(
                 "kiln.query: this step needs a single-valued element; map the components of a "
                 "zip to one value first")
-        return self._components[0]
+        return components[0], mask
 
-    def _masked(self, fill):
-        v = self._value()
-        return v if self._mask is None else _kiln.where(self._mask, v, fill)
+    def _reduce(self, kind):
+        tq = self._native()
+        return None if tq is None else tq.reduce(kind)
 
     def sum(self):
         """The sum (int64 for integers) as a Python number; one kernel."""
-        return self._masked(0).sum().item()
+        if (tq := self._native()) is not None:
+            return tq.reduce("sum")
+        v, mask = self._value()
+        return (v if mask is None else _kiln.where(mask, v, 0)).sum().item()
 
     def count(self):
-        if self._mask is None:
-            return len(self._components[0])
-        return self._mask.sum().item()
+        """How many elements pass the filters."""
+        if not _builtins.any(kind == "filter" for kind, _ in self._stages):
+            return len(self._inputs[0])
+        if (tq := self._native()) is not None:
+            return tq.reduce("count")
+        return self._evaluated()[1].sum().item()
 
     def _extreme(self, which):
-        v = self._value()
-        if self._mask is None:
+        if (tq := self._native()) is not None:
+            return tq.reduce(which)
+        v, mask = self._value()
+        if mask is None:
             return getattr(v, which)().item() if len(v) else None
-        if self.count() == 0:
+        if mask.sum().item() == 0:
             return None
         dt = v.dtype.numpy
         info = _np.finfo(dt) if v.dtype.is_floating_point else _np.iinfo(dt)
         fill = info.min if which == "max" else info.max
-        return getattr(_kiln.where(self._mask, v, fill.item()), which)().item()
+        return getattr(_kiln.where(mask, v, fill.item()), which)().item()
 
     def max(self):
         """The largest element, or None when there is none (C++: std::optional)."""
@@ -179,17 +228,21 @@ class query:
         return self._extreme("min")
 
     def mean(self):
+        """The average (in float64), or None when no element passes."""
+        if (tq := self._native()) is not None:
+            return tq.reduce("mean")
         n = self.count()
         return None if n == 0 else self.sum() / n
 
     def tensor(self):
-        """The elements as a kiln.tensor (evaluated, on the inputs' device); after a filter
-        the kept elements, compacted on the host (kiln::query's device compaction has no
-        run-time API yet)."""
-        v = self._value()
-        if self._mask is None:
+        """The elements as a kiln.tensor on the inputs' device (after a filter, the kept ones,
+        compacted on the device)."""
+        if (tq := self._native()) is not None and tq.arity == 1:
+            return tq.collect()
+        v, mask = self._value()
+        if mask is None:
             return v.eval()
-        kept = v.numpy()[self._mask.numpy().astype(bool)]
+        kept = v.numpy()[mask.numpy().astype(bool)]
         return _kiln.tensor(kept, device=v.device)
 
     def to_numpy(self):
@@ -200,10 +253,19 @@ class query:
 
 
 def _apply(f, components):
-    out = f(*components)
+    # A placeholder expression sees the element itself (its _i is the element's index tensor).
+    out = f._fn(components) if isinstance(f, _expr) else f(*components)
     if not isinstance(out, _kiln.tensor):
         out = _kiln.full(list(components[0].shape), out, device=components[0].device)
     return out
+
+
+def last_query_stats():
+    """What this thread's last query run as kiln::query did: kernel_launches,
+    programs_compiled, bytes_read, bytes_written (device memory) and device, as C++'s
+    kiln::last_query_stats(). A query that fell back to the tensor engine is counted by
+    kiln.last_tensor_stats() instead."""
+    return _kiln._last_query_stats()
 
 
 def zip(*inputs, device=None):  # noqa: A001 (kiln.zip, as in C++)

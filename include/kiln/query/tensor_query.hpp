@@ -1,0 +1,71 @@
+// kiln::query over tensors whose element types are known only at run time: the form language
+// bindings use (python/kiln/query.py). C++'s kiln::query types its placeholder expressions at
+// compile time; here each stage is a lazy elementwise tensor expression over the inputs (built
+// with ordinary tensor arithmetic, so it has the tensor engine's dtype rules), which the query
+// takes apart into its IR. The run is kiln::query's own: one planner, the same generated
+// kernels (a filter compacts on the device; reductions use the look-back/tree kernels).
+//
+//   kiln::detail::q::tensor_query tq({x});                  // x: a 1-D stored tensor
+//   const kiln::tensor v = x * 2.f + 1.f;                    // lazy: nothing runs
+//   tq.map(v);
+//   tq.filter(v > 50.f);
+//   kiln::detail::q::reduce_result r = tq.reduce(kiln::detail::q::reduce_kind::sum);
+//   float s = std::bit_cast<float>(std::uint32_t(r.value_bits));   // tq.accumulator_type()
+#pragma once
+
+#include <memory>
+#include <unordered_map>
+#include <vector>
+
+#include "kiln/query/async.hpp"
+#include "kiln/query/desc.hpp"
+#include "kiln/tensor.hpp"
+
+namespace kiln::detail::q {
+
+class tensor_query {
+ public:
+  // Inputs: 1-D tensors of one length on one device (a lazy one is evaluated; a strided one is
+  // copied to contiguous storage). Errors as kiln::zip's: kiln::invalid_argument, naming them.
+  explicit tensor_query(const std::vector<tensor>& inputs);
+
+  // A tensor standing for the element's position (int64): an expression may use it as a
+  // leaf (Python's kiln._i). Its values are meaningless outside this query.
+  const tensor& index() const { return index_; }
+
+  // The element becomes `value` (a map), or only elements where `predicate` holds are kept.
+  // False, and the query unchanged, when the expression is not one a query can run: a leaf
+  // that is neither a component of the current element nor index(), a reduction or other
+  // non-elementwise node, a shape other than the inputs' length, or a 16-bit type. The caller
+  // then evaluates it another way.
+  bool map(const tensor& value);
+  bool filter(const tensor& predicate);
+
+  scalar_type type() const;  // the (single-valued) element's type; first component's for zip
+  std::size_t arity() const { return d_.vars.size(); }
+  std::uint64_t size() const { return d_.n; }
+  const device& get_device() const { return d_.dev; }
+
+  // The accumulator type kiln::query's terminal of that kind reduces into (sum of an integer:
+  // 64-bit; average: f64; min/max: the element's type); count's is u64.
+  scalar_type accumulator_type(reduce_kind k) const;
+  // Starts the reduction or the compaction on the device's default queue; the caller waits on
+  // async_event (kiln::python waits so that Ctrl-C can interrupt) and takes the result with
+  // async_reduce / collected(). Single-valued elements only (but count), else
+  // kiln::invalid_argument.
+  std::shared_ptr<async_state> reduce_async(reduce_kind k);
+  std::shared_ptr<async_state> collect_async();
+  // The elements a finished collect_async produced, as a 1-D tensor of type().
+  static tensor collected(async_state& s, scalar_type t);
+
+ private:
+  bool lower_stage(const tensor& expr, bool is_map);
+  void require_single(const char* what) const;
+
+  query_desc d_;
+  tensor index_;
+  std::vector<tensor> keep_;  // inputs and stage values: their impls key leaves_ below
+  std::unordered_map<const tensor_impl*, int> leaves_;  // stored or lazy tensor -> value number
+};
+
+}  // namespace kiln::detail::q

@@ -1,0 +1,184 @@
+// Run-time queries over tensors (kiln/query/tensor_query.hpp): stage expressions are lazy
+// tensors, lowered node for node into the query's IR graph, the way tensor/kernel.cpp lowers
+// them for the elementwise kernel, except that leaves are the element's values.
+#include "kiln/query/tensor_query.hpp"
+
+#include <string>
+
+#include "kiln/error.hpp"
+#include "tensor/promote.hpp"
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln::detail::q {
+namespace {
+
+constexpr bool queryable(scalar_type t) { return !is_reduced_float(t); }
+
+// Lowers one stage's expression; gives up (-1) on anything a query cannot evaluate.
+struct stage_lowering {
+  ir::graph& g;
+  const std::unordered_map<const tensor_impl*, int>& leaves;
+  const tensor_impl* index;
+  std::uint64_t n;
+  bool uses_index = false;
+  std::unordered_map<const tensor_impl*, ir::node_id> seen{};
+
+  ir::node_id visit(const tensor_impl& t) {
+    if (auto it = seen.find(&t); it != seen.end()) return it->second;
+    if (!queryable(t.dtype)) return -1;
+    ir::node_id id = -1;
+    if (auto leaf = leaves.find(&t); leaf != leaves.end()) {
+      id = g.add(ir::op::component, t.dtype, {}, leaf->second);
+    } else if (&t == index) {
+      uses_index = true;
+      id = g.add(ir::op::index, scalar_type::i64);
+    } else if (t.kind == tensor_kind::scalar) {
+      g.captures.push_back(t.value);
+      id = g.add(ir::op::capture, t.dtype, {}, static_cast<std::int32_t>(g.captures.size() - 1));
+    } else if (t.kind == tensor_kind::op) {
+      // A node of the element's shape (operands broadcast: scalars, or the same length).
+      if (t.shape.size() != 1 || static_cast<std::uint64_t>(t.shape[0]) != n) return -1;
+      const ir::op_class cls = ir::info(t.o).cls;
+      if (cls == ir::op_class::reduce || cls == ir::op_class::leaf) return -1;
+      ir::node node{t.o, t.dtype, {-1, -1, -1}, 0};
+      for (std::size_t k = 0; k < t.args.size(); ++k) {
+        const tensor_impl& a = *t.args[k];
+        if (a.kind != tensor_kind::scalar && a.shape != t.shape) return -1;
+        if ((node.operands[k] = visit(a)) < 0) return -1;
+      }
+      id = g.add(node);
+    } else {
+      return -1;  // stored memory that is not a component of the element
+    }
+    seen.emplace(&t, id);
+    return id;
+  }
+};
+
+}  // namespace
+
+tensor_query::tensor_query(const std::vector<tensor>& inputs) {
+  if (inputs.empty()) throw invalid_argument("kiln::query: needs at least one input");
+  if (inputs.size() > 8) throw invalid_argument("kiln::zip: takes 1 to 8 inputs");
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const tensor_impl& in = impl_of(inputs[k], "kiln::query");
+    if (in.shape.size() != 1)
+      throw shape_error("kiln::query: inputs must be 1-D (input " + std::to_string(k) + " has " +
+                        std::to_string(in.shape.size()) + " dimensions)");
+    if (!queryable(in.dtype))
+      throw unsupported(std::string("kiln::query: ") + type_name(in.dtype) +
+                        " elements are not supported yet; convert them to float first");
+    const device& dev = inputs[k].get_device();
+    const auto len = static_cast<std::uint64_t>(in.shape[0]);
+    if (k == 0) {
+      d_.dev = dev;
+      d_.n = len;
+    } else if (len != d_.n) {
+      throw invalid_argument("kiln::zip: inputs differ in length (" + std::to_string(d_.n) +
+                             " and " + std::to_string(len) + " elements)");
+    } else if (!(dev == d_.dev)) {
+      throw invalid_argument("kiln::zip: inputs live on different devices (" + d_.dev.id() +
+                             " and " + dev.id() + ")");
+    }
+    // The leaf stays the caller's tensor (stage expressions refer to it); the data read is its
+    // contiguous form, the same tensor when it already is.
+    const tensor data = contiguous_of(inputs[k]);
+    const tensor_impl& s = *data.impl();
+    d_.inputs.push_back(
+        input{s.mem, static_cast<std::uint64_t>(s.offset), nullptr, false, s.dtype});
+    const int var = d_.new_var();
+    d_.vars.push_back(var);
+    d_.types.push_back(s.dtype);
+    keep_.push_back(inputs[k]);
+    keep_.push_back(data);
+    leaves_[inputs[k].impl().get()] = var;
+  }
+  // A stride-0 view of one element: a stored [n] leaf that costs no memory.
+  index_ = tensor::zeros(d_.dev, {1}, scalar_type::i64).expand({static_cast<std::int64_t>(d_.n)});
+}
+
+bool tensor_query::lower_stage(const tensor& expr, bool is_map) {
+  const tensor_impl& root = impl_of(expr, is_map ? "kiln::query map" : "kiln::query filter");
+  if (!(expr.get_device() == d_.dev)) return false;
+  // A scalar result (a constant map) has no element shape; the caller broadcasts it itself.
+  if (root.shape.size() != 1 || static_cast<std::uint64_t>(root.shape[0]) != d_.n) return false;
+  const std::size_t nodes = d_.graph.nodes.size(), caps = d_.graph.captures.size();
+  stage_lowering w{d_.graph, leaves_, index_.impl().get(), d_.n};
+  ir::node_id x = w.visit(root);
+  if (x >= 0 && !is_map && root.dtype != scalar_type::boolean)
+    x = d_.graph.add(ir::op::cast, scalar_type::boolean, {x});
+  if (x < 0) {  // undo: the graph is append-only, so truncating restores it
+    d_.graph.nodes.resize(nodes);
+    d_.graph.captures.resize(caps);
+    return false;
+  }
+  d_.graph.roots.push_back(x);
+  stage s = make_stage(is_map ? stage_kind::map : stage_kind::filter, is_map ? d_.new_var() : -1, x,
+                       is_map ? root.dtype : scalar_type::boolean);
+  s.uses_index = w.uses_index;
+  if (is_map) {
+    // Later stages see only the new value: the previous element's leaves are gone.
+    leaves_.clear();
+    leaves_[&root] = s.var;
+    keep_.push_back(expr);
+    d_.vars = {s.var};
+    d_.types = {s.type};
+  }
+  d_.stages.push_back(std::move(s));
+  return true;
+}
+
+bool tensor_query::map(const tensor& value) { return lower_stage(value, true); }
+bool tensor_query::filter(const tensor& predicate) { return lower_stage(predicate, false); }
+
+scalar_type tensor_query::type() const { return d_.types.at(0); }
+
+void tensor_query::require_single(const char* what) const {
+  if (d_.vars.size() != 1)
+    throw invalid_argument(std::string("kiln::query: ") + what +
+                           " needs a single-valued element; map the components of a zip to one "
+                           "value first");
+}
+
+scalar_type tensor_query::accumulator_type(reduce_kind k) const {
+  const scalar_type t = type();
+  switch (k) {
+    case reduce_kind::count: return scalar_type::u64;
+    case reduce_kind::sum:
+    case reduce_kind::product:
+      if (is_floating(t)) return t;
+      return is_unsigned(t) ? scalar_type::u64 : scalar_type::i64;
+    case reduce_kind::any:
+    case reduce_kind::all: return scalar_type::boolean;
+    case reduce_kind::average: return scalar_type::f64;
+    default: return t;  // min, max, argmin, argmax
+  }
+}
+
+std::shared_ptr<async_state> tensor_query::reduce_async(reduce_kind k) {
+  if (k == reduce_kind::custom)
+    throw invalid_argument("kiln::query: a custom reduction needs C++'s kiln::reduce");
+  if (k != reduce_kind::count) require_single("this reduction");
+  query_desc d = d_;  // runs may change their description; this query can run again
+  return q::reduce_async(d, reduce_spec{k, accumulator_type(k)}, nullptr);
+}
+
+std::shared_ptr<async_state> tensor_query::collect_async() {
+  require_single("collecting");
+  query_desc d = d_;
+  return q::collect_async(d, nullptr);
+}
+
+tensor tensor_query::collected(async_state& s, scalar_type t) {
+  collect_result r = async_collect(s);
+  if (!r.outputs.at(0)) return tensor(allocate_tensor(r.dev, {0}, t));
+  auto out = std::make_shared<tensor_impl>();
+  out->dev = r.dev;
+  out->dtype = t;
+  out->shape = {static_cast<std::int64_t>(r.count)};
+  out->strides = {1};
+  out->mem = r.outputs.at(0);
+  return tensor(std::move(out));
+}
+
+}  // namespace kiln::detail::q
