@@ -108,7 +108,14 @@ auto optional_parameter(tensor M::*member) {
 // normalized_shape: an int or a sequence of ints, as torch.nn.LayerNorm takes it.
 shape_t to_normalized_shape(py::handle h) {
   if (PyLong_Check(h.ptr())) return {h.cast<std::int64_t>()};
-  return h.cast<shape_t>();
+  if (!PyUnicode_Check(h.ptr()) && !PyBytes_Check(h.ptr())) {
+    try {
+      return h.cast<shape_t>();
+    } catch (const py::cast_error&) {
+    }
+  }
+  throw py::type_error("normalized_shape must be an int or a sequence of ints, not " +
+                       std::string(py::str(py::type::of(h).attr("__name__"))));
 }
 
 scalar_type dtype_or_f32(py::handle dtype) {
