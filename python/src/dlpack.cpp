@@ -6,7 +6,8 @@
 // tensor and finished the device's default queue, so any consumer stream may read the memory.
 // Import wraps the producer's memory with tensor::from_external, whose release (run once after
 // the last tensor and its queues are done, on any thread) calls the producer's deleter under
-// the GIL. OpenCL memory has no address: those tensors export a host copy.
+// the GIL. On CUDA it passes the producer the stream of the device's default queue (where
+// tensors run), so the producer orders its pending writes before Kiln's work without a wait. OpenCL memory has no address: those tensors export a host copy.
 #include <dlpack/dlpack.h>
 #include <pybind11/stl.h>
 
@@ -18,6 +19,7 @@
 
 #include "bindings.hpp"
 #include "dtype.hpp"
+#include "kiln/native_handle.hpp"
 #include "kiln/tensor.hpp"
 #include "kiln/tensor/inplace.hpp"
 #include "tensor_args.hpp"
@@ -160,8 +162,8 @@ device device_of(const DLDevice& d) {
   }
 }
 
-// A torch or CuPy producer's pending writes, finished: Kiln's public API names no CUDA stream
-// for the producer to order its work before, so the producer's current stream is waited for.
+// A torch or CuPy producer's pending writes, finished: the fallback where the consuming queue
+// has no stream handle to give the producer (a plugin older than kiln::native_handle).
 void finish_known_producer(py::handle obj) {
   const std::string mod = py::str(py::type::of(obj).attr("__module__"));
   if (mod.rfind("torch", 0) == 0)
@@ -171,6 +173,16 @@ void finish_known_producer(py::handle obj) {
         .attr("synchronize")();
   else if (mod.rfind("cupy", 0) == 0)
     py::module_::import("cupy").attr("cuda").attr("get_current_stream")().attr("synchronize")();
+}
+
+// The stream DLPack's consumer names: the CUstream of the queue Kiln's tensors run on (the
+// device's default queue), or 0 when the plugin cannot say.
+std::uintptr_t consumer_stream(const device& dev) {
+  try {
+    return reinterpret_cast<std::uintptr_t>(native_handle(dev.default_queue()));
+  } catch (const unsupported&) {
+    return 0;
+  }
 }
 
 // Calls the producer's deleter once the tensor over its memory is done with it (any thread).
@@ -241,10 +253,16 @@ tensor from_dlpack(py::object obj, py::handle dev) {
     const auto where = obj.attr("__dlpack_device__")().cast<dl_where>();
     device_of(DLDevice{static_cast<DLDeviceType>(where.first), where.second});  // supported?
     if (where.first == kDLCUDA) {
-      // Stream 1 (the legacy default stream) is what a consumer passes for "no particular
-      // stream"; Kiln's queues are not ordered after it, hence the producer's finish.
-      cap = obj.attr("__dlpack__")(py::arg("stream") = 1);
-      finish_known_producer(obj);
+      // Stream-ordered, as the protocol asks: the producer makes Kiln's queue wait for its
+      // pending writes (an event, no host wait). 0, 1 and 2 mean other things to DLPack, so a
+      // plugin without a handle gets the legacy default stream and the producer's finish.
+      const device d = device_of(DLDevice{kDLCUDA, where.second});
+      if (const std::uintptr_t s = consumer_stream(d); s > 2) {
+        cap = obj.attr("__dlpack__")(py::arg("stream") = s);
+      } else {
+        cap = obj.attr("__dlpack__")(py::arg("stream") = 1);
+        finish_known_producer(obj);
+      }
     } else {
       cap = obj.attr("__dlpack__")();
     }

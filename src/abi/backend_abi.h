@@ -279,7 +279,11 @@ typedef struct kiln_extension_header {
    * dst_dev; KILN_ERR_UNSUPPORTED without peer access (the core stages). */                       \
   X(kiln_status, copy_peer,                                                                        \
     (kiln_queue_h queue, kiln_device_h dst_dev, kiln_mem_ref dst, kiln_device_h src_dev,           \
-     kiln_mem_ref src, uint64_t bytes))
+     kiln_mem_ref src, uint64_t bytes))                                                            \
+  /* ---- Interop (optional). ---- */                                                              \
+  /* The driver's own handle of the queue, for libraries that take one (a CUstream, a              \
+   * cl_command_queue); KILN_ERR_UNSUPPORTED where the backend has none (the CPU). */              \
+  X(kiln_status, queue_native, (kiln_queue_h queue, void** out))
 
 #define KILN_BACKEND_MEMBER_(ret, name, params) ret(*name) params;
 

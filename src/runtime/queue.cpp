@@ -1,3 +1,4 @@
+#include "kiln/native_handle.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln {
@@ -69,6 +70,19 @@ void queue::finish() {
   impl_->dev->check_alive(impl_->gen, "finishing a queue");
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.queue_finish(impl_->handle), "finishing a queue");
+}
+
+void* native_handle(const queue& q) {
+  const auto& impl = q.impl();
+  live(impl, "kiln::native_handle");
+  impl->dev->check_alive(impl->gen, "taking a queue's native handle");
+  const kiln_backend& api = *impl->dev->api;
+  if (!KILN_BACKEND_HAS(&api, queue_native))
+    throw unsupported(std::string("kiln::native_handle: the ") + api.name +
+                      " plugin predates native queue handles; rebuild it");
+  void* out = nullptr;
+  detail::check(api, api.queue_native(impl->handle, &out), "taking a queue's native handle");
+  return out;
 }
 
 void event::wait() const {

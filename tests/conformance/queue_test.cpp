@@ -1,6 +1,7 @@
 // Queues and events: ordering within a queue, cross-queue dependencies through events,
 // overlapping work on two queues, event timing, device-wide synchronisation.
 #include "conformance/backends.hpp"
+#include "kiln/native_handle.hpp"
 
 namespace conformance {
 namespace {
@@ -179,8 +180,10 @@ TEST_P(QueueTest, DeviceSynchronizeFinishesEveryQueue) {
   dev().synchronize();
   EXPECT_TRUE(e1.done());
   EXPECT_TRUE(e2.done());
-  EXPECT_TRUE(elements_equal(std::vector<std::uint32_t>(ha.begin(), ha.end()), produced(n(), 11u, rounds())));
-  EXPECT_TRUE(elements_equal(std::vector<std::uint32_t>(hb.begin(), hb.end()), produced(n(), 12u, rounds())));
+  EXPECT_TRUE(elements_equal(std::vector<std::uint32_t>(ha.begin(), ha.end()),
+                             produced(n(), 11u, rounds())));
+  EXPECT_TRUE(elements_equal(std::vector<std::uint32_t>(hb.begin(), hb.end()),
+                             produced(n(), 12u, rounds())));
 }
 
 // Documented in buffer.hpp: synchronous reads first wait for every queue that used the buffer.
@@ -190,6 +193,34 @@ TEST_P(QueueTest, SynchronousReadWaitsForQueuesThatUsedTheBuffer) {
   out.fill(poison<std::uint32_t>());
   produce().launch(q, kiln::range(n()), out, 13u, rounds());
   EXPECT_TRUE(elements_equal(out.to_vector(), produced(n(), 13u, rounds())));  // no q.finish()
+}
+
+TEST_P(QueueTest, NativeHandleIsTheQueuesOwnDriverObject) {
+  kiln::queue a(dev()), b(dev());
+  if (dev().backend() == "cpu") {
+    EXPECT_THROW(kiln::native_handle(a), kiln::unsupported);
+    return;
+  }
+  // A CUstream / cl_command_queue per queue: the same one each time, another for another queue.
+  void* ha = kiln::native_handle(a);
+  ASSERT_NE(ha, nullptr);
+  EXPECT_EQ(kiln::native_handle(a), ha);
+  EXPECT_NE(kiln::native_handle(b), ha);
+  EXPECT_NE(kiln::native_handle(dev().default_queue()), nullptr);
+  // Work on the queue still runs in order after the handle was taken.
+  kiln::buffer<std::uint32_t> out(dev(), n());
+  produce().launch(a, kiln::range(n()), out, 3u, 10u);
+  std::vector<std::uint32_t> host(n(), poison<std::uint32_t>());
+  a.copy(out, host);
+  a.finish();
+  EXPECT_TRUE(elements_equal(host, produced(n(), 3u, 10u)));
+}
+
+TEST(QueueNativeHandle, EmptyQueueIsInvalidArgument) {
+  kiln::queue moved(kiln::device::host());
+  kiln::queue taken(std::move(moved));
+  EXPECT_THROW(kiln::native_handle(moved),
+               kiln::invalid_argument);  // NOLINT(bugprone-use-after-move)
 }
 
 }  // namespace

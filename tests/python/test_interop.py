@@ -2,6 +2,7 @@
 the other side, joined lifetimes (the GPU machine has both; elsewhere these skip)."""
 
 import gc
+import time
 
 import numpy as np
 import pytest
@@ -59,7 +60,7 @@ def test_torch_cuda_tensor_into_kiln():
     torch = _cuda_torch()
     dev = _kiln_cuda()
     x = torch.arange(6, device=f"cuda:{dev.index}", dtype=torch.float32).reshape(2, 3)
-    x.mul_(2)  # maybe pending on torch's stream: from_dlpack finishes it first
+    x.mul_(2)  # maybe pending on torch's stream: Kiln's queue is ordered after it
     k = kiln.from_dlpack(x)
     assert k.device == dev and k.dtype == kiln.float32
     assert k.data_ptr() == x.data_ptr()
@@ -73,6 +74,24 @@ def test_torch_cuda_tensor_into_kiln():
     del x, s
     gc.collect()
     assert (k + 1).numpy().tolist() == [[8, 3, 5], [7, 9, 11]]  # outlives the torch tensor
+
+
+def test_torch_cuda_import_is_stream_ordered_without_a_host_wait():
+    torch = _cuda_torch()
+    dev = _kiln_cuda()
+    n = 1 << 20
+    kiln.from_dlpack(torch.ones(4, device=f"cuda:{dev.index}"))  # warm: queues, plugin
+    x = torch.zeros(n, device=f"cuda:{dev.index}")
+    torch.cuda.synchronize()
+    torch.cuda._sleep(400_000_000)  # a few hundred ms of GPU time on torch's current stream
+    x.fill_(3)  # pending behind it
+    start = time.perf_counter()
+    k = kiln.from_dlpack(x)
+    took = time.perf_counter() - start
+    assert took < 0.05, f"from_dlpack waited {took:.3f} s for torch's stream"
+    # Kiln's queue runs after torch's fill: never the zeros.
+    assert kiln.query(k).map(kiln._1 * 2).sum() == pytest.approx(6.0 * n)
+    assert k.data_ptr() == x.data_ptr()
 
 
 def test_cupy_both_ways():

@@ -177,6 +177,7 @@ kiln_status fill(kiln_queue_h q, kiln_mem_ref dst, const void* pattern, uint32_t
 kiln_status queue_create(kiln_device_h, kiln_queue_h* out);
 void queue_destroy(kiln_queue_h q);
 kiln_status queue_finish(kiln_queue_h q);
+kiln_status queue_native(kiln_queue_h q, void** out);
 kiln_status queue_wait_event(kiln_queue_h q, kiln_event_h e);
 kiln_status event_create(kiln_device_h, kiln_event_h* out);
 void event_destroy(kiln_event_h e);

@@ -111,6 +111,11 @@ kiln_status queue_finish(kiln_queue_h q) {
   return KILN_OK;
 }
 
+// Kiln's own worker threads: no driver object another library could take.
+kiln_status queue_native(kiln_queue_h, void**) {
+  return fail(KILN_ERR_UNSUPPORTED, "cpu queues have no native handle (they are Kiln's threads)");
+}
+
 kiln_status queue_wait_event(kiln_queue_h q, kiln_event_h e) {
   std::uint64_t gen;
   {

@@ -47,6 +47,12 @@ kiln_status queue_finish(kiln_queue_h queue) {
   return r == CUDA_SUCCESS ? KILN_OK : cu_fail(r, "cuStreamSynchronize");
 }
 
+kiln_status queue_native(kiln_queue_h queue, void** out) {
+  if (!queue || !out) return set_error(KILN_ERR_INVALID_ARGUMENT, "queue_native: NULL argument");
+  *out = queue->stream;
+  return KILN_OK;
+}
+
 kiln_status queue_wait_event(kiln_queue_h queue, kiln_event_h event) {
   if (!queue || !event)
     return set_error(KILN_ERR_INVALID_ARGUMENT, "queue_wait_event: NULL argument");

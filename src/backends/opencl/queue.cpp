@@ -46,6 +46,12 @@ kiln_status queue_finish(kiln_queue_h queue) {
   return e == CL_SUCCESS ? KILN_OK : cl_fail(e, "clFinish");
 }
 
+kiln_status queue_native(kiln_queue_h queue, void** out) {
+  if (!queue || !out) return set_error(KILN_ERR_INVALID_ARGUMENT, "queue_native: NULL argument");
+  *out = queue->q;
+  return KILN_OK;
+}
+
 kiln_status queue_wait_event(kiln_queue_h queue, kiln_event_h event) {
   if (!queue || !event)
     return set_error(KILN_ERR_INVALID_ARGUMENT, "queue_wait_event: NULL argument");
