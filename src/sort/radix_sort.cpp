@@ -1,0 +1,1 @@
+// Device radix sort (src/sort/radix_sort.hpp): being written.

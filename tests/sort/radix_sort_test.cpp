@@ -1,0 +1,2 @@
+// Device radix sort (src/sort/): being written.
+#include "conformance/backends.hpp"
