@@ -19,6 +19,7 @@
 #             timed from Python and from C++
 #   tests24   (issues 24, 25) this session's tests on every device (oneDNN from build/dnnl)
 #   bench24   (issues 24, 25) elementwise/norm, indexing and CPU rows beside PyTorch
+#   picked    $PICKED: newline-separated "binary [gtest args]" lines, every device, 3 at a time
 build=${1:-build}
 shift
 # Logs go to a scratch folder; $OUT (the device tool's) gets the summary and one tarball of them.
@@ -167,6 +168,13 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
         xargs -P 3 -I{} sh -c 'timeout -k 5 420 '"$B"'/{} --gtest_brief=1 > '"$OUT"'/changed_{}.log 2>&1;
           echo "{} rc=$?"' | sort | tee -a "$OUT/summary.txt"
       grep -h "FAILED \]" "$OUT"/changed_*.log | sort -u | head -20 | tee -a "$OUT/summary.txt"
+      ;;
+    picked)  # $PICKED: lines of "binary [gtest args]", every device, 3 at a time
+      export KILN_CONFORMANCE_REQUIRE=cuda,opencl
+      printf '%s\n' "$PICKED" | grep . |
+        xargs -P 3 -I{} sh -c 'n=$(echo {} | cut -d" " -f1); timeout -k 5 420 '"$B"'/{} \
+          --gtest_brief=1 > '"$OUT"'/picked_$n.log 2>&1; echo "$n rc=$?"' | sort | tee -a "$OUT/summary.txt"
+      grep -h "FAILED \]\|tests ran" "$OUT"/picked_*.log | sort -u | head -30 | tee -a "$OUT/summary.txt"
       ;;
     python)
       step python_build 200 bash scripts/gpu_python_build.sh "$build"
