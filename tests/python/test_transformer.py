@@ -553,10 +553,9 @@ def test_linear_against_torch(dev, activation):
 def test_norms_against_torch(dev):
     rng = _rng(21)
     x, w, b = rng.normal(size=(2, 3, 6)) * 2 + 1, rng.normal(size=(3, 6)), rng.normal(size=(3, 6))
-    want = F.layer_norm(*(torch.tensor(a) for a in (x,)), [3, 6], torch.tensor(w),
-                        torch.tensor(b)).numpy()
-    got = kiln.layer_norm(*(_t(a.astype(np.float32), dev) for a in (x,)), (3, 6),
-                          _t(w.astype(np.float32), dev), _t(b.astype(np.float32), dev)).numpy()
+    want = F.layer_norm(torch.tensor(x), [3, 6], torch.tensor(w), torch.tensor(b)).numpy()
+    got = kiln.layer_norm(_t(x.astype(np.float32), dev), (3, 6),
+                          *(_t(a.astype(np.float32), dev) for a in (w, b))).numpy()
     np.testing.assert_allclose(got, want, rtol=RTOL, atol=ATOL)
     _check_torch_grads(lambda x, w, b: kiln.layer_norm(x, [3, 6], w, b),
                        lambda x, w, b: F.layer_norm(x, [3, 6], w, b), [x, w, b], dev)
