@@ -1,1 +1,192 @@
-// Device radix sort (src/sort/radix_sort.hpp): being written.
+// Device radix sort (radix_sort.hpp): checks the call, then enqueues one histogram, scan and
+// scatter launch per 8-bit digit, ping-ponging between the output and a temporary so that the
+// last pass lands in the output. Temporaries are freed in the queue's order (no host wait).
+#include "sort/radix_sort.hpp"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/error.hpp"
+#include "kiln/kernel.hpp"
+
+namespace kiln::detail {
+namespace {
+
+const std::string fn = "kiln radix_sort";
+
+// 0 unsigned (bool too), 1 signed, 2 IEEE float: rs_order's `kind`.
+std::int32_t kind_of(scalar_type t) {
+  switch (t) {
+    case scalar_type::i8:
+    case scalar_type::i16:
+    case scalar_type::i32:
+    case scalar_type::i64: return 1;
+    case scalar_type::f32:
+    case scalar_type::f64: return 2;
+    default: return 0;
+  }
+}
+
+scalar_type word_type(std::uint32_t bytes) {
+  return bytes == 1   ? scalar_type::u8
+         : bytes == 2 ? scalar_type::u16
+         : bytes == 4 ? scalar_type::u32
+                      : scalar_type::u64;
+}
+
+void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, std::uint32_t elem,
+                 const char* name) {
+  if (!x.mem) throw invalid_argument(fn + ": " + name + " has no memory");
+  if (x.mem->dev != q.dev)
+    throw device_mismatch(fn + ": " + name + " is memory of " + x.mem->dev->id +
+                          ", the queue runs on " + q.dev->id);
+  const std::uint64_t have = x.mem->bytes / elem;
+  if (x.offset > have || have - x.offset < n)
+    throw invalid_argument(fn + ": " + name + " holds " + std::to_string(have) + " elements of " +
+                           std::to_string(elem) + " bytes; offset " + std::to_string(x.offset) +
+                           " + n " + std::to_string(n) + " does not fit");
+}
+
+bool overlap(const sort_operand& a, std::uint32_t ea, const sort_operand& b, std::uint32_t eb,
+             std::uint64_t n) {
+  if (a.mem != b.mem || n == 0) return false;
+  const std::uint64_t a0 = a.offset * ea, b0 = b.offset * eb;
+  return a0 < b0 + n * eb && b0 < a0 + n * ea;
+}
+
+arg_binding mem(const sort_operand& x, std::uint32_t elem, bool is_const, std::uint64_t n) {
+  arg_binding b;
+  b.is_mem = true;
+  b.type = word_type(elem);
+  b.is_const = is_const;
+  b.mem = x.mem.get();
+  b.byte_offset = x.offset * elem;
+  b.count = n;
+  return b;
+}
+
+template <class T>
+arg_binding scalar(T v) {
+  return bind_arg(v);
+}
+
+sort_operand fresh(queue_impl& q, std::uint64_t bytes) {
+  return {allocate_on(q, std::max<std::uint64_t>(bytes, 8)), 0};
+}
+
+}  // namespace
+
+radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
+  if (!q.impl()) throw_empty_handle(fn.c_str(), "queue");
+  queue_impl& qi = *q.impl();
+  if (a.key_type == scalar_type::f16 || a.key_type == scalar_type::bf16)
+    throw unsupported(fn + ": keys of type " + type_name(a.key_type) +
+                      " are not supported (16-bit floats are storage types: sort them as float)");
+  if (a.value_bytes != 0 && a.value_bytes != 4 && a.value_bytes != 8)
+    throw invalid_argument(fn + ": values must be 4 or 8 bytes (0: keys only), not " +
+                           std::to_string(a.value_bytes));
+  const auto kb = static_cast<std::uint32_t>(size_of(a.key_type));
+  const std::uint32_t vb = a.value_bytes;
+  const std::uint64_t n = a.n;
+  if (n > UINT64_MAX / 16)
+    throw invalid_argument(fn + ": n " + std::to_string(n) + " is too large");
+
+  radix_sorted r{a.keys_out, a.values_out};
+  if (n == 0 && !a.keys_in.mem) {  // nothing to read: outputs as asked
+    if (!r.keys.mem) r.keys = fresh(qi, 0);
+    if (vb && !r.values.mem) r.values = fresh(qi, 0);
+    return r;
+  }
+  check_array(qi, a.keys_in, n, kb, "keys_in");
+  if (r.keys.mem) check_array(qi, r.keys, n, kb, "keys_out");
+  if (vb) {
+    check_array(qi, a.values_in, n, vb, "values_in");
+    if (r.values.mem) check_array(qi, r.values, n, vb, "values_out");
+  }
+  if (overlap(r.keys, kb, a.keys_in, kb, n) ||
+      (vb &&
+       (overlap(r.values, vb, a.values_in, vb, n) || overlap(r.keys, kb, a.values_in, vb, n) ||
+        overlap(r.values, vb, a.keys_in, kb, n) || overlap(r.keys, kb, r.values, vb, n))))
+    throw invalid_argument(fn +
+                           ": the outputs overlap the inputs or each other (the sort is "
+                           "out of place)");
+  if (!r.keys.mem) r.keys = fresh(qi, n * kb);
+  if (vb && !r.values.mem) r.values = fresh(qi, n * vb);
+  if (n == 0) return r;
+
+  const device& dev = q.get_device();
+  const radix_sort_policy& p = radix_policy;
+  const bool tiled = dev.supports(feature::barrier);
+  const program prog =
+      program::compile(dev, radix_sort_source(tiled, kb, vb ? vb : 4), {}, check_mode::off);
+  const kernel k_hist = prog.get_kernel(tiled ? "rs_hist" : "rs_chist");
+  const kernel k_scan = prog.get_kernel(tiled ? "rs_scan" : "rs_cscan");
+  const kernel k_scatter = prog.get_kernel(tiled ? "rs_scatter" : "rs_cscatter");
+
+  // Tiles (one work-group each) or chunks (one work-item each).
+  std::uint64_t parts = 0, chunk = 0;
+  if (tiled) {
+    parts = (n + p.tile() - 1) / p.tile();
+    const std::uint64_t max_groups = dev.info().max_groups[0];
+    if (max_groups && parts > max_groups)
+      throw invalid_argument(fn + ": " + std::to_string(n) + " keys need " + std::to_string(parts) +
+                             " work-groups; " + dev.id() + " runs " + std::to_string(max_groups));
+  } else {
+    const std::uint64_t units = std::max<std::uint32_t>(dev.info().compute_units, 1);
+    parts = std::clamp<std::uint64_t>((n + p.cpu_chunk_elems - 1) / p.cpu_chunk_elems, 1,
+                                      units * p.cpu_chunks_per_unit);
+    chunk = (n + parts - 1) / parts;
+    parts = (n + chunk - 1) / chunk;
+  }
+  const sort_operand hist = fresh(qi, 256 * parts * 8);
+  const std::uint32_t passes = kb;
+  const sort_operand tmp_k = passes > 1 ? fresh(qi, n * kb) : sort_operand{};
+  const sort_operand tmp_v = passes > 1 && vb ? fresh(qi, n * vb) : sort_operand{};
+  const std::int32_t kind = kind_of(a.key_type), desc = a.descending ? 1 : 0;
+  const std::int32_t has_vals = vb ? 1 : 0;
+  const std::uint32_t vw = vb ? vb : 4;
+
+  const local_size group(p.threads);
+  const local_size one(1);
+  const range* const loc = tiled ? &group : &one;
+  const range grid(tiled ? parts * p.threads : parts);
+  sort_operand src_k = a.keys_in, src_v = a.values_in;
+  for (std::uint32_t pass = 0; pass < passes; ++pass) {
+    // The passes alternate between the output and the temporary, ending in the output.
+    const bool to_out = (passes - 1 - pass) % 2 == 0;
+    const sort_operand& dst_k = to_out ? r.keys : tmp_k;
+    const sort_operand& dst_v = to_out ? r.values : tmp_v;
+    const std::uint32_t shift = pass * 8;
+    std::vector<arg_binding> h = {
+        mem(src_k, kb, true, n),          scalar(n),    scalar(shift), scalar(kind), scalar(desc),
+        mem(hist, 8, false, 256 * parts), scalar(parts)};
+    if (!tiled) h.push_back(scalar(chunk));
+    launch(*k_hist.impl(), qi, grid, loc, h.data(), h.size());
+    arg_binding s[] = {mem(hist, 8, false, 256 * parts), scalar(std::uint64_t(256 * parts))};
+    if (tiled)
+      launch(*k_scan.impl(), qi, range(p.threads), &group, s, 2);
+    else
+      launch(*k_scan.impl(), qi, range(1), &one, s, 2);
+    // Keys only: the value parameters get the histogram, never read.
+    std::vector<arg_binding> w = {mem(src_k, kb, true, n),
+                                  mem(dst_k, kb, false, n),
+                                  mem(vb ? src_v : hist, vw, true, vb ? n : 0),
+                                  mem(vb ? dst_v : hist, vw, false, vb ? n : 0),
+                                  scalar(has_vals),
+                                  scalar(n),
+                                  scalar(shift),
+                                  scalar(kind),
+                                  scalar(desc),
+                                  mem(hist, 8, true, 256 * parts),
+                                  scalar(parts)};
+    if (!tiled) w.push_back(scalar(chunk));
+    launch(*k_scatter.impl(), qi, grid, loc, w.data(), w.size());
+    src_k = dst_k;
+    src_v = dst_v;
+  }
+  return r;
+}
+
+}  // namespace kiln::detail
