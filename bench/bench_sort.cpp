@@ -1,0 +1,121 @@
+// Device radix sort (src/sort/, kiln::detail::radix_sort) against std::stable_sort on the host:
+// uint32 keys with uint32 indices (sort_by_key) and keys alone, 1M and 16M random keys, wall
+// clock (enqueue to finish; inputs on the device, outputs preallocated), median of runs after a
+// warm-up; prints Mkeys/s and checks the result against the host's sort.
+//
+//   bench_sort [--device cpu:0] [--runs 5] [--warmup 1] [--sizes 1048576,16777216]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <kiln/kiln.hpp>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sort/radix_sort.hpp"
+
+namespace {
+
+struct options {
+  std::string device;
+  int runs = 5, warmup = 1;
+  std::vector<std::uint64_t> sizes = {1u << 20, 1u << 24};
+};
+
+double median_ms(const options& o, const std::function<void()>& work) {
+  for (int i = 0; i < std::max(o.warmup, 1); ++i) work();
+  std::vector<double> ms;
+  for (int i = 0; i < std::max(o.runs, 1); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    work();
+    ms.push_back(
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+void row(const char* name, std::uint64_t n, double ms) {
+  std::printf("%-36s %10llu %10.2f ms %9.1f Mkeys/s\n", name, (unsigned long long)n, ms,
+              double(n) / ms * 1e-3);
+}
+
+void run_size(kiln::queue& q, const options& o, std::uint64_t n) {
+  std::mt19937 rng(42);
+  std::vector<std::uint32_t> keys(n), idx(n);
+  for (auto& k : keys) k = rng();
+  std::iota(idx.begin(), idx.end(), 0u);
+  const kiln::device& dev = q.get_device();
+  kiln::buffer<std::uint32_t> kin(dev, keys), vin(dev, idx), kout(dev, n), vout(dev, n);
+  kiln::detail::radix_sort_args a;
+  a.key_type = kiln::scalar_type::u32;
+  a.n = n;
+  a.keys_in = {kin.view().memory(), 0};
+  a.keys_out = {kout.view().memory(), 0};
+  a.value_bytes = 4;
+  a.values_in = {vin.view().memory(), 0};
+  a.values_out = {vout.view().memory(), 0};
+  const std::string dev_name = "radix_sort pairs " + dev.id();
+  row(dev_name.c_str(), n, median_ms(o, [&] {
+        kiln::detail::radix_sort(q, a);
+        q.finish();
+      }));
+  std::vector<std::uint32_t> want_v = idx;
+  std::stable_sort(want_v.begin(), want_v.end(),
+                   [&](std::uint32_t x, std::uint32_t y) { return keys[x] < keys[y]; });
+  if (vout.to_vector() != want_v) std::printf("  WRONG: pairs differ from std::stable_sort\n");
+  a.value_bytes = 0;
+  const std::string keys_name = "radix_sort keys " + dev.id();
+  row(keys_name.c_str(), n, median_ms(o, [&] {
+        kiln::detail::radix_sort(q, a);
+        q.finish();
+      }));
+
+  std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs(n), work(n);
+  for (std::uint64_t i = 0; i < n; ++i) pairs[i] = {keys[i], std::uint32_t(i)};
+  row("std::stable_sort pairs (1 thread)", n, median_ms(o, [&] {
+        work = pairs;
+        std::stable_sort(work.begin(), work.end(),
+                         [](const auto& x, const auto& y) { return x.first < y.first; });
+      }));
+  std::vector<std::uint32_t> wk(n);
+  row("std::stable_sort keys (1 thread)", n, median_ms(o, [&] {
+        wk = keys;
+        std::stable_sort(wk.begin(), wk.end());
+      }));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  options o;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string k = argv[i];
+    if (k == "--device") {
+      o.device = argv[i + 1];
+    } else if (k == "--runs") {
+      o.runs = std::atoi(argv[i + 1]);
+    } else if (k == "--warmup") {
+      o.warmup = std::atoi(argv[i + 1]);
+    } else if (k == "--sizes") {
+      o.sizes.clear();
+      for (char* s = argv[i + 1]; *s;) {
+        o.sizes.push_back(std::strtoull(s, &s, 10));
+        if (*s == ',') ++s;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: bench_sort [--device ID] [--runs N] [--warmup N] [--sizes A,B]\n");
+      return 2;
+    }
+  }
+  kiln::device dev = o.device.empty() ? kiln::device::best() : kiln::device::get(o.device);
+  kiln::queue& q = dev.default_queue();
+  std::printf("device %s (%s)\n", dev.id().c_str(), dev.info().name.c_str());
+  for (std::uint64_t n : o.sizes) run_size(q, o, n);
+  return 0;
+}
