@@ -523,6 +523,44 @@ def test_clip_grad_norm(dev, max_norm):
         kiln.optim.clip_grad_norm_(opt, 0.0)
 
 
+class _tiny_gpt(kiln.nn.module):
+    """One pre-norm attention block over token embeddings: every new module in one model."""
+
+    def __init__(self, dev, vocab=8, dim=16):
+        super().__init__()
+        self.tok = kiln.nn.embedding(vocab, dim, seed=1, device=dev)
+        self.ln = kiln.nn.layer_norm(dim, device=dev)
+        self.att = kiln.nn.multi_head_attention(dim, 2, causal=True, seed=2, device=dev)
+        self.norm = kiln.nn.rms_norm(dim, device=dev)
+        self.head_w = self.register_parameter("head_w", kiln.randn([vocab, dim], seed=3,
+                                                                   device=dev) * 0.1)
+
+    def forward(self, ids):
+        h = self.tok(ids)
+        h = h + self.att(self.ln(h))
+        return kiln.linear(self.norm(h), self.head_w, activation="none")
+
+
+def test_tiny_gpt_block_trains(dev):
+    model = _tiny_gpt(dev)
+    params = model.parameters()
+    assert len(params) == 1 + 2 + 4 + 1 + 1
+    opt = kiln.optim.adamw(params, lr=3e-2, no_weight_decay=kiln.optim.decay_split(params))
+    sched = kiln.optim.warmup_cosine_lr(opt, 3, 40)
+    seq = np.tile(np.arange(8), 5)  # predict the next token of 0 1 2 ... 7 0 1 ...
+    x = _t(np.stack([seq[i:i + 8] for i in range(4)]), dev)
+    y = _t(np.stack([seq[i + 1:i + 9] for i in range(4)]).reshape(-1), dev)
+    losses = []
+    for _ in range(30):
+        opt.zero_grad()
+        loss = kiln.nn.cross_entropy(model(x).reshape(32, 8), y)
+        loss.backward()
+        kiln.optim.clip_grad_norm_(opt, 1.0)
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.3 * losses[0], losses
+
 # ---- against PyTorch (on the CPU; skipped where torch is not installed) ----
 def _needs_f(name):
     if not _torch_has(name):
