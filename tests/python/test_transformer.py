@@ -131,11 +131,13 @@ def test_linear_matches_numpy(dev, activation):
     x = rng.normal(size=(2, 3, 5)).astype(np.float32)
     w = rng.normal(size=(4, 5)).astype(np.float32)
     b = rng.normal(size=4).astype(np.float32)
-    got = kiln.linear(_t(x, dev), _t(w, dev), _t(b, dev), activation).numpy()
-    np.testing.assert_allclose(got, _linear(x, w, b, activation), rtol=RTOL, atol=ATOL)
+    got = kiln.linear(_t(x, dev), _t(w, dev), _t(b, dev), activation)
+    # CUDA (cuBLASLt) fuses the tail into the GEMM; the erf GELU keeps only the bias there.
+    fused = "bias epilogue" if activation == "gelu" else "epilogue"
+    assert kiln.last_linear_path() == (fused if dev.backend == "cuda" else "separate")
+    np.testing.assert_allclose(got.numpy(), _linear(x, w, b, activation), rtol=RTOL, atol=ATOL)
     got = kiln.linear(_t(x, dev), _t(w, dev), activation=activation).numpy()  # no bias
     np.testing.assert_allclose(got, _linear(x, w, None, activation), rtol=RTOL, atol=ATOL)
-    assert kiln.last_linear_path() in ("epilogue", "bias epilogue", "separate")
 
 
 @pytest.mark.parametrize("activation", ["none", "gelu_tanh"])
@@ -390,6 +392,27 @@ def test_sdpa_bad_input(cpu):
     with pytest.raises(kiln.unsupported, match="dropout"):
         kiln.scaled_dot_product_attention(q, q, q, None, 0.1)
 
+
+def test_bfloat16_ops(dev):
+    """16-bit storage, f32 math: on CUDA the linear is one cuBLASLt GEMM with its epilogue."""
+    rng = _rng(25)
+
+    def bf16(shape):
+        t = kiln.tensor(rng.normal(size=shape).astype(np.float32), dtype="bfloat16", device=dev)
+        return t, t.to(kiln.float32).numpy().astype(np.float64)  # the rounded values
+
+    (x, nx), (w, nw), (b, nb) = bf16((4, 8)), bf16((6, 8)), bf16(6)
+    y = kiln.linear(x, w, b, "gelu_tanh")
+    assert y.dtype == kiln.bfloat16
+    if dev.backend == "cuda":
+        assert kiln.last_linear_path() == "epilogue"
+    np.testing.assert_allclose(y.to(kiln.float32).numpy(), _linear(nx, nw, nb, "gelu_tanh"),
+                               rtol=2e-2, atol=2e-2)
+    got = kiln.layer_norm(x, 8).to(kiln.float32).numpy()
+    np.testing.assert_allclose(got, _layer_norm(nx, 1), rtol=2e-2, atol=2e-2)
+    (q, nq), (k, nk), (v, nv) = bf16((2, 3, 4)), bf16((2, 3, 4)), bf16((2, 3, 4))
+    got = kiln.scaled_dot_product_attention(q, k, v, is_causal=True).to(kiln.float32).numpy()
+    np.testing.assert_allclose(got, _sdpa(nq, nk, nv, causal=True), rtol=2e-2, atol=2e-2)
 
 # ---- nn modules ----
 def test_norm_and_embedding_modules(dev):
