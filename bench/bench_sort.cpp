@@ -4,6 +4,7 @@
 // warm-up; prints Mkeys/s and checks the result against the host's sort.
 //
 //   bench_sort [--device cpu:0] [--runs 5] [--warmup 1] [--sizes 1048576,16777216]
+//              [--path tiled|chunked]   (default: the automatic choice)
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -24,6 +25,7 @@ struct options {
   std::string device;
   int runs = 5, warmup = 1;
   std::vector<std::uint64_t> sizes = {1u << 20, 1u << 24};
+  kiln::detail::radix_path path = kiln::detail::radix_path::automatic;
 };
 
 double median_ms(const options& o, const std::function<void()>& work) {
@@ -59,6 +61,7 @@ void run_size(kiln::queue& q, const options& o, std::uint64_t n) {
   a.value_bytes = 4;
   a.values_in = {vin.view().memory(), 0};
   a.values_out = {vout.view().memory(), 0};
+  a.path = o.path;
   const std::string dev_name = "radix_sort pairs " + dev.id();
   row(dev_name.c_str(), n, median_ms(o, [&] {
         kiln::detail::radix_sort(q, a);
@@ -101,6 +104,11 @@ int main(int argc, char** argv) {
       o.runs = std::atoi(argv[i + 1]);
     } else if (k == "--warmup") {
       o.warmup = std::atoi(argv[i + 1]);
+    } else if (k == "--path") {
+      const std::string v = argv[i + 1];
+      o.path = v == "tiled"     ? kiln::detail::radix_path::tiled
+               : v == "chunked" ? kiln::detail::radix_path::chunked
+                                : kiln::detail::radix_path::automatic;
     } else if (k == "--sizes") {
       o.sizes.clear();
       for (char* s = argv[i + 1]; *s;) {
@@ -109,7 +117,8 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: bench_sort [--device ID] [--runs N] [--warmup N] [--sizes A,B]\n");
+                   "usage: bench_sort [--device ID] [--runs N] [--warmup N] [--sizes A,B] [--path "
+                   "tiled|chunked]\n");
       return 2;
     }
   }

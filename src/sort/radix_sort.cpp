@@ -118,7 +118,12 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
 
   const device& dev = q.get_device();
   const radix_sort_policy& p = radix_policy;
-  const bool tiled = dev.supports(feature::barrier);
+  const bool barriers = dev.supports(feature::barrier);
+  if (a.path == radix_path::tiled && !barriers)
+    throw unsupported(fn + ": the tiled kernels need kiln::feature::barrier, which " + dev.id() +
+                      " lacks");
+  const bool tiled = a.path == radix_path::tiled || (a.path == radix_path::automatic && barriers &&
+                                                     dev.info().type != device_type::cpu);
   const program prog =
       program::compile(dev, radix_sort_source(tiled, kb, vb ? vb : 4), {}, check_mode::off);
   const kernel k_hist = prog.get_kernel(tiled ? "rs_hist" : "rs_chist");

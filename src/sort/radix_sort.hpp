@@ -47,6 +47,10 @@ struct sort_operand {
   std::uint64_t offset = 0;  // elements
 };
 
+// Which kernels run. automatic: the tiled kernels on GPUs, the chunked ones on CPU devices
+// (the CPU backend has no barriers; on PoCL the chunked kernels are ~10x faster than tiles).
+enum class radix_path { automatic, tiled, chunked };
+
 struct radix_sort_args {
   scalar_type key_type = scalar_type::u32;  // every type but f16/bf16
   std::uint64_t n = 0;
@@ -56,6 +60,7 @@ struct radix_sort_args {
   sort_operand values_in;
   sort_operand values_out;  // empty: allocated when value_bytes
   bool descending = false;
+  radix_path path = radix_path::automatic;  // tiled needs kiln::feature::barrier
 };
 
 // The sorted arrays: the outputs passed in, or the ones allocated (offset 0).

@@ -40,6 +40,34 @@ sort_operand operand(const kiln::buffer<T>& b) {
   return {b.view().memory(), 0};
 }
 
+template <class F>
+std::vector<F> specials(std::uint64_t n, std::uint64_t seed) {
+  using bits = std::conditional_t<sizeof(F) == 4, std::uint32_t, std::uint64_t>;
+  const F inf = std::numeric_limits<F>::infinity();
+  F neg_nan = -std::numeric_limits<F>::quiet_NaN();
+  F payload_nan;
+  bits b = std::bit_cast<bits>(std::numeric_limits<F>::quiet_NaN()) | 5;
+  payload_nan = std::bit_cast<F>(b);
+  const F pool[] = {std::numeric_limits<F>::quiet_NaN(),
+                    neg_nan,
+                    payload_nan,
+                    inf,
+                    -inf,
+                    F(0),
+                    -F(0),
+                    std::numeric_limits<F>::denorm_min(),
+                    -std::numeric_limits<F>::denorm_min(),
+                    std::numeric_limits<F>::max(),
+                    std::numeric_limits<F>::lowest(),
+                    F(1),
+                    F(-1),
+                    F(0.5)};
+  std::mt19937_64 rng(seed);
+  std::vector<F> out(n);
+  for (F& v : out) v = pool[rng() % std::size(pool)];
+  return out;
+}
+
 class SortTest : public conformance::DeviceTest {
  protected:
   std::vector<std::uint64_t> sizes() const {
@@ -75,6 +103,7 @@ class SortTest : public conformance::DeviceTest {
     a.keys_in = operand(kin);
     a.keys_out = operand(kout);
     a.descending = desc;
+    a.path = path_;
     if (with_values) {
       a.value_bytes = sizeof(V);
       a.values_in = operand(vin);
@@ -120,6 +149,8 @@ class SortTest : public conformance::DeviceTest {
     return out;
   }
 
+  kiln::detail::radix_path path_ = kiln::detail::radix_path::automatic;
+
   template <class K>
   void every_size(bool desc) {
     for (std::uint64_t n : sizes()) {
@@ -148,6 +179,23 @@ TEST_P(SortTest, EveryKeyTypeAscendingAndDescendingWithIndices) {
   both(double{});
 }
 
+// The tiled kernels (local memory, barriers) run by default on GPUs only; on PoCL they run
+// here, so CI checks their text on every key width, both directions, values of both sizes.
+TEST_P(SortTest, TiledKernelsWhereBarriersExist) {
+  KILN_REQUIRE_FEATURE(dev(), barrier, "the tiled kernels use local memory and barriers");
+  path_ = kiln::detail::radix_path::tiled;
+  for (std::uint64_t n : sizes()) {
+    for (bool desc : {false, true}) {
+      check<std::uint8_t>(random_keys<std::uint8_t>(n, 10 + n, false), desc);
+      check<std::int16_t>(random_keys<std::int16_t>(n, 11 + n, true), desc);
+      check<float>(random_keys<float>(n, 12 + n, false), desc, false);
+      check<std::int64_t, std::uint64_t>(random_keys<std::int64_t>(n, 13 + n, true), desc);
+    }
+  }
+  check<double>(specials<double>(5000, 14), true);
+  check<float, std::uint64_t>(specials<float>(5000, 15), false);
+}
+
 TEST_P(SortTest, KeysOnlyAndEightByteValues) {
   for (std::uint64_t n : sizes()) {
     check<std::int32_t>(random_keys<std::int32_t>(n, 3 + n, false), false, false);
@@ -162,34 +210,6 @@ TEST_P(SortTest, AllEqualKeysKeepInputOrder) {
   check<std::int32_t>(std::vector<std::int32_t>(n, -7), false);
   check<std::int32_t>(std::vector<std::int32_t>(n, -7), true);
   check<double>(std::vector<double>(n, 2.5), true);
-}
-
-template <class F>
-std::vector<F> specials(std::uint64_t n, std::uint64_t seed) {
-  using bits = std::conditional_t<sizeof(F) == 4, std::uint32_t, std::uint64_t>;
-  const F inf = std::numeric_limits<F>::infinity();
-  F neg_nan = -std::numeric_limits<F>::quiet_NaN();
-  F payload_nan;
-  bits b = std::bit_cast<bits>(std::numeric_limits<F>::quiet_NaN()) | 5;
-  payload_nan = std::bit_cast<F>(b);
-  const F pool[] = {std::numeric_limits<F>::quiet_NaN(),
-                    neg_nan,
-                    payload_nan,
-                    inf,
-                    -inf,
-                    F(0),
-                    -F(0),
-                    std::numeric_limits<F>::denorm_min(),
-                    -std::numeric_limits<F>::denorm_min(),
-                    std::numeric_limits<F>::max(),
-                    std::numeric_limits<F>::lowest(),
-                    F(1),
-                    F(-1),
-                    F(0.5)};
-  std::mt19937_64 rng(seed);
-  std::vector<F> out(n);
-  for (F& v : out) v = pool[rng() % std::size(pool)];
-  return out;
 }
 
 TEST_P(SortTest, FloatsNanLastSignedZerosAndInfinities) {
@@ -247,6 +267,11 @@ TEST_P(SortTest, BadInputIsRefusedClearly) {
   a.n = 11;  // more keys than the buffers hold
   EXPECT_THROW(radix_sort(q, a), kiln::invalid_argument);
   a.n = 10;
+  a.path = kiln::detail::radix_path::tiled;
+  if (!dev().supports(kiln::feature::barrier)) {
+    EXPECT_THROW(radix_sort(q, a), kiln::unsupported);
+  }
+  a.path = kiln::detail::radix_path::automatic;
   a.keys_out = a.keys_in;  // in place: refused
   EXPECT_THROW(radix_sort(q, a), kiln::invalid_argument);
   a.keys_out = operand(o32);
