@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <kiln/kiln.hpp>
+#include <kiln/query/tensor_query.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -61,9 +62,24 @@ int main(int argc, char** argv) {
         const kiln::tensor v = x * 2.f + 1.f;
         b = kiln::where(v > 1.5f, v, 0.f).sum().item<float>();
       });
+      // The run-time form Python's kiln.query uses (tensor_query), without Python.
+      namespace dq = kiln::detail::q;
+      float c = 0;
+      const double rt = median_ms(runs, [&] {
+        dq::tensor_query tq({x});
+        const kiln::tensor v = x * 2.f + 1.f;
+        tq.map(v);
+        tq.filter(v > 1.5f);
+        const auto bits = static_cast<std::uint32_t>(
+            (getenv("SYNC") ? tq.reduce(dq::reduce_kind::sum)
+                            : dq::async_reduce(*tq.reduce_async(dq::reduce_kind::sum)))
+                .value_bits);
+        std::memcpy(&c, &bits, sizeof c);
+      });
       std::printf(
-          "n %lld  C++ kiln::query %.4f ms  C++ tensor expression %.4f ms  (sums %.6g %.6g)\n",
-          static_cast<long long>(n), q, t, double(a), double(b));
+          "n %lld  C++ kiln::query %.4f ms  C++ tensor expression %.4f ms  C++ tensor_query %.4f "
+          "ms  (sums %.6g %.6g %.6g)\n",
+          static_cast<long long>(n), q, t, rt, double(a), double(b), double(c));
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_query_python_peer: %s\n", e.what());

@@ -93,8 +93,10 @@ tensor_query::tensor_query(const std::vector<tensor>& inputs) {
     keep_.push_back(data);
     leaves_[inputs[k].impl().get()] = var;
   }
-  // A stride-0 view of one element: a stored [n] leaf that costs no memory.
-  index_ = tensor::zeros(d_.dev, {1}, scalar_type::i64).expand({static_cast<std::int64_t>(d_.n)});
+  // A stride-0 view of one uninitialised element: a stored [n] leaf (so that casts of it stay
+  // nodes over it, unlike a scalar's) that costs neither memory nor a fill. Never read.
+  index_ = tensor(allocate_tensor(d_.dev, {1}, scalar_type::i64))
+               .expand({static_cast<std::int64_t>(d_.n)});
 }
 
 bool tensor_query::lower_stage(const tensor& expr, bool is_map) {
@@ -163,14 +165,22 @@ std::shared_ptr<async_state> tensor_query::reduce_async(reduce_kind k) {
   return q::reduce_async(d, reduce_spec{k, accumulator_type(k)}, nullptr);
 }
 
+reduce_result tensor_query::reduce(reduce_kind k) {
+  if (k == reduce_kind::custom)
+    throw invalid_argument("kiln::query: a custom reduction needs C++'s kiln::reduce");
+  if (k != reduce_kind::count) require_single("this reduction");
+  query_desc d = d_;
+  return q::reduce(d, reduce_spec{k, accumulator_type(k)});
+}
+
 std::shared_ptr<async_state> tensor_query::collect_async() {
   require_single("collecting");
   query_desc d = d_;
   return q::collect_async(d, nullptr);
 }
 
-tensor tensor_query::collected(async_state& s, scalar_type t) {
-  collect_result r = async_collect(s);
+namespace {
+tensor as_tensor(collect_result r, scalar_type t) {
   if (!r.outputs.at(0)) return tensor(allocate_tensor(r.dev, {0}, t));
   auto out = std::make_shared<tensor_impl>();
   out->dev = r.dev;
@@ -179,6 +189,17 @@ tensor tensor_query::collected(async_state& s, scalar_type t) {
   out->strides = {1};
   out->mem = r.outputs.at(0);
   return tensor(std::move(out));
+}
+}  // namespace
+
+tensor tensor_query::collected(async_state& s, scalar_type t) {
+  return as_tensor(async_collect(s), t);
+}
+
+tensor tensor_query::collect() {
+  require_single("collecting");
+  query_desc d = d_;
+  return as_tensor(q::collect(d), type());
 }
 
 }  // namespace kiln::detail::q

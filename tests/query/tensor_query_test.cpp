@@ -53,6 +53,9 @@ TEST_P(TensorQueryTest, MapFilterReduceMatchesTypedQueryAndHost) {
     const auto typed = kiln::buffer<float>(dev(), a) | kiln::transform(_1 * 2.f + 1.f) |
                        kiln::filter(_1 > 0.5f) | kiln::to_vector();
     EXPECT_TRUE(elements_equal(got.to_vector<float>(), typed));
+    // The waiting forms give the same.
+    EXPECT_EQ(tq.reduce(q::reduce_kind::count).count, kept.size());
+    EXPECT_TRUE(elements_equal(tq.collect().to_vector<float>(), typed));
   }
 }
 

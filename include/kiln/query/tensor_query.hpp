@@ -54,6 +54,10 @@ class tensor_query {
   // async_reduce / collected(). Single-valued elements only (but count), else
   // kiln::invalid_argument.
   std::shared_ptr<async_state> reduce_async(reduce_kind k);
+  // The same, waiting (as C++'s kiln::query terminals do; a kiln::fallback scope applies).
+  // Cheaper than the asynchronous form where the CPU backend runs a small query inline.
+  reduce_result reduce(reduce_kind k);
+  tensor collect();
   std::shared_ptr<async_state> collect_async();
   // The elements a finished collect_async produced, as a 1-D tensor of type().
   static tensor collected(async_state& s, scalar_type t);
