@@ -128,6 +128,7 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
       program::compile(dev, radix_sort_source(tiled, kb, vb ? vb : 4), {}, check_mode::off);
   const kernel k_hist = prog.get_kernel(tiled ? "rs_hist" : "rs_chist");
   const kernel k_scan = prog.get_kernel(tiled ? "rs_scan" : "rs_cscan");
+  const kernel k_scan_up = prog.get_kernel(tiled ? "rs_scan_up" : "rs_cscan");
   const kernel k_scatter = prog.get_kernel(tiled ? "rs_scatter" : "rs_cscatter");
 
   // Tiles (one work-group each) or chunks (one work-item each).
@@ -145,7 +146,13 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
     chunk = (n + parts - 1) / parts;
     parts = (n + chunk - 1) / chunk;
   }
-  const sort_operand hist = fresh(qi, 256 * parts * 8);
+  // The (digit, part) counts, then (tiled) the sums of the scan's work-groups.
+  const std::uint64_t count = 256 * parts, round = std::uint64_t(p.threads) * p.scan_items;
+  const std::uint64_t total_rounds = (count + round - 1) / round;
+  const std::uint64_t rounds = (total_rounds + p.scan_groups - 1) / p.scan_groups;
+  const std::uint64_t scan_groups = (total_rounds + rounds - 1) / rounds;
+  const sort_operand hist = fresh(qi, (count + (tiled ? scan_groups : 0)) * 8);
+  const sort_operand sums{hist.mem, count};
   const std::uint32_t passes = kb;
   const sort_operand tmp_k = passes > 1 ? fresh(qi, n * kb) : sort_operand{};
   const sort_operand tmp_v = passes > 1 && vb ? fresh(qi, n * vb) : sort_operand{};
@@ -165,15 +172,25 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
     const sort_operand& dst_v = to_out ? r.values : tmp_v;
     const std::uint32_t shift = pass * 8;
     std::vector<arg_binding> h = {
-        mem(src_k, kb, true, n),          scalar(n),    scalar(shift), scalar(kind), scalar(desc),
-        mem(hist, 8, false, 256 * parts), scalar(parts)};
+        mem(src_k, kb, true, n),    scalar(n),    scalar(shift), scalar(kind), scalar(desc),
+        mem(hist, 8, false, count), scalar(parts)};
     if (!tiled) h.push_back(scalar(chunk));
     launch(*k_hist.impl(), qi, grid, loc, h.data(), h.size());
-    arg_binding s[] = {mem(hist, 8, false, 256 * parts), scalar(std::uint64_t(256 * parts))};
-    if (tiled)
-      launch(*k_scan.impl(), qi, range(p.threads), &group, s, 2);
-    else
+    if (tiled) {
+      arg_binding up[] = {mem(hist, 8, true, count), scalar(count), scalar(rounds),
+                          mem(sums, 8, false, scan_groups)};
+      launch(*k_scan_up.impl(), qi, range(scan_groups * p.threads), &group, up, 4);
+      arg_binding top[] = {mem(sums, 8, false, scan_groups), scalar(scan_groups),
+                           scalar((scan_groups + round - 1) / round), mem(sums, 8, true, 0),
+                           scalar(std::int32_t(0))};
+      launch(*k_scan.impl(), qi, range(p.threads), &group, top, 5);
+      arg_binding down[] = {mem(hist, 8, false, count), scalar(count), scalar(rounds),
+                            mem(sums, 8, true, scan_groups), scalar(std::int32_t(1))};
+      launch(*k_scan.impl(), qi, range(scan_groups * p.threads), &group, down, 5);
+    } else {
+      arg_binding s[] = {mem(hist, 8, false, count), scalar(count)};
       launch(*k_scan.impl(), qi, range(1), &one, s, 2);
+    }
     // Keys only: the value parameters get the histogram, never read.
     std::vector<arg_binding> w = {mem(src_k, kb, true, n),
                                   mem(dst_k, kb, false, n),
@@ -184,7 +201,7 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
                                   scalar(shift),
                                   scalar(kind),
                                   scalar(desc),
-                                  mem(hist, 8, true, 256 * parts),
+                                  mem(hist, 8, true, count),
                                   scalar(parts)};
     if (!tiled) w.push_back(scalar(chunk));
     launch(*k_scatter.impl(), qi, grid, loc, w.data(), w.size());

@@ -31,7 +31,8 @@ struct radix_sort_policy {
   // with 16-bit counters packed four to a word, so a tile holds at most 65535 keys.
   std::uint32_t threads = 256;
   std::uint32_t items = 4;
-  std::uint32_t scan_items = 8;  // entries per work-item in the (digit, tile) scan
+  std::uint32_t scan_items = 8;     // entries per work-item per round of the (digit, tile) scan
+  std::uint32_t scan_groups = 512;  // work-groups of that scan, at most
   // Chunked path (the CPU backend, no barriers): one work-item sorts a contiguous chunk of at
   // least cpu_chunk_elems keys, at most cpu_chunks_per_unit chunks per core.
   std::uint32_t cpu_chunk_elems = 32768;
@@ -75,8 +76,9 @@ struct radix_sorted {
 radix_sorted radix_sort(queue& q, const radix_sort_args& a);
 
 // The kernel text (radix_sort_kernels.cpp) for keys of `key_bytes` (1, 2, 4, 8) and values of
-// `value_bytes` (4 or 8; keys-only sorts use 4 and pass no values): "rs_hist", "rs_scan",
-// "rs_scatter" for devices with barriers; "rs_chist", "rs_cscan", "rs_cscatter" otherwise.
+// `value_bytes` (4 or 8; keys-only sorts use 4 and pass no values): "rs_hist", "rs_scan_up",
+// "rs_scan", "rs_scatter" for devices with barriers; "rs_chist", "rs_cscan", "rs_cscatter"
+// otherwise.
 const std::string& radix_sort_source(bool tiled, std::uint32_t key_bytes,
                                      std::uint32_t value_bytes);
 

@@ -4,10 +4,11 @@
 // program. Keys are moved as raw bits; rs_order maps them to an unsigned order on the fly.
 //
 // Tiled path (barriers): per 8-bit digit pass, rs_hist counts each tile's digits in local
-// memory into hist[digit * tiles + tile]; rs_scan turns hist into exclusive offsets (one
-// work-group); rs_scatter sorts its tile by the digit in local memory, stably, by four 2-bit
-// splits (a block scan of four 16-bit counters packed in one word each), then writes each key
-// to its digit's offset plus its rank among the tile's keys of that digit.
+// memory into hist[digit * tiles + tile]; rs_scan_up and rs_scan turn hist into exclusive
+// offsets (reduce, scan of the sums, scan); rs_scatter sorts its tile by the digit in local
+// memory, stably, by four 2-bit splits (a block scan of four 16-bit counters packed in one word
+// each), then writes each key to its digit's offset plus its rank among the tile's keys of that
+// digit.
 // Chunked path (the CPU backend, no barriers): the same three steps with one work-item per
 // contiguous chunk of keys, walked in order (stable by construction).
 #include <mutex>
@@ -72,14 +73,33 @@ KILN_KERNEL void rs_hist(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint32_t shi
   for (uint32_t d = t; d < 256; d += RS_B) hist[d * tiles + tile] = h[d];
 }
 
-// One work-group: exclusive offsets over (digit, tile), RS_B * RS_SIT entries per round, loaded
-// and stored striped (coalesced) through buf, scanned blocked (item t: RS_SIT consecutive).
-KILN_KERNEL void rs_scan(KILN_GLOBAL uint64_t* hist, uint64_t count) {
+// The exclusive scan of hist over (digit, tile), in rounds of RS_B * RS_SIT entries: rs_scan_up
+// sums `rounds` consecutive rounds per work-group into sums[group]; rs_scan (one work-group,
+// no carry) scans those sums in place; rs_scan (a work-group per `rounds` rounds, carry from
+// sums) then writes the offsets. Rounds load and store striped (coalesced) through buf and
+// scan blocked (item t: RS_SIT consecutive entries).
+KILN_KERNEL void rs_scan_up(KILN_GLOBAL const uint64_t* hist, uint64_t count, uint64_t rounds,
+                            KILN_GLOBAL uint64_t* sums) {
+  KILN_LOCAL uint64_t s[RS_B];
+  const uint32_t t = (uint32_t)kiln_local_id(0);
+  const uint64_t g = kiln_group_id(0);
+  const uint64_t lo = g * rounds * (RS_B * RS_SIT), hi = lo + rounds * (RS_B * RS_SIT);
+  uint64_t sum = 0, excl, total;
+  for (uint64_t j = lo + t; j < hi && j < count; j += RS_B) sum += hist[j];
+  RS_BLOCK_SCAN(s, t, sum, excl, total)
+  (void)excl;
+  if (t == 0) sums[g] = total;
+}
+
+KILN_KERNEL void rs_scan(KILN_GLOBAL uint64_t* hist, uint64_t count, uint64_t rounds,
+                         KILN_GLOBAL const uint64_t* sums, int32_t has_carry) {
   KILN_LOCAL uint64_t s[RS_B];
   KILN_LOCAL uint64_t buf[RS_B * RS_SIT];
   const uint32_t t = (uint32_t)kiln_local_id(0);
-  uint64_t carry = 0;
-  for (uint64_t base = 0; base < count; base += RS_B * RS_SIT) {
+  const uint64_t g = kiln_group_id(0);
+  uint64_t carry = has_carry ? sums[g] : (uint64_t)0;
+  const uint64_t lo = g * rounds * (RS_B * RS_SIT), hi = lo + rounds * (RS_B * RS_SIT);
+  for (uint64_t base = lo; base < hi && base < count; base += RS_B * RS_SIT) {
     for (uint32_t i = 0; i < RS_SIT; ++i) {
       const uint64_t j = base + i * RS_B + t;
       buf[i * RS_B + t] = j < count ? hist[j] : (uint64_t)0;
