@@ -14,6 +14,7 @@
 #include "kiln/nn/normalization.hpp"
 #include "kiln/optim.hpp"
 #include "kiln/optim/clip.hpp"
+#include "tensor_args.hpp"
 
 namespace kiln::python {
 namespace {
@@ -103,19 +104,6 @@ auto optional_parameter(tensor M::*member) {
     const tensor& t = m.*member;
     return t.defined() ? py::cast(t) : py::none();
   };
-}
-
-// normalized_shape: an int or a sequence of ints, as torch.nn.LayerNorm takes it.
-shape_t to_normalized_shape(py::handle h) {
-  if (PyLong_Check(h.ptr())) return {h.cast<std::int64_t>()};
-  if (!PyUnicode_Check(h.ptr()) && !PyBytes_Check(h.ptr())) {
-    try {
-      return h.cast<shape_t>();
-    } catch (const py::cast_error&) {
-    }
-  }
-  throw py::type_error("normalized_shape must be an int or a sequence of ints, not " +
-                       std::string(py::str(py::type::of(h).attr("__name__"))));
 }
 
 scalar_type dtype_or_f32(py::handle dtype) {

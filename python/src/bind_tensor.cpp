@@ -30,6 +30,18 @@ axes to_axes(py::handle h) {
   return axes(h.cast<std::vector<int>>());
 }
 
+shape_t to_normalized_shape(py::handle h) {
+  if (PyLong_Check(h.ptr())) return {h.cast<std::int64_t>()};
+  if (!PyUnicode_Check(h.ptr()) && !PyBytes_Check(h.ptr())) {
+    try {
+      return h.cast<shape_t>();
+    } catch (const py::cast_error&) {
+    }
+  }
+  throw py::type_error("normalized_shape must be an int or a sequence of ints, not " +
+                       std::string(py::str(py::type::of(h).attr("__name__"))));
+}
+
 // A copy of x's elements in new storage (x.to(its own dtype) would be x itself).
 tensor copy_of(const tensor& x) {
   return kiln::copy_(tensor::empty(x.get_device(), x.shape(), x.dtype()), x);

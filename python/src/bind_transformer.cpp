@@ -25,19 +25,6 @@ using release_gil = py::call_guard<py::gil_scoped_release>;
 
 tensor or_undefined(const opt_tensor& t) { return t ? *t : tensor{}; }
 
-// normalized_shape: an int or a sequence of ints, as PyTorch takes it.
-shape_t to_normalized_shape(py::handle h) {
-  if (PyLong_Check(h.ptr())) return {h.cast<std::int64_t>()};
-  if (!PyUnicode_Check(h.ptr()) && !PyBytes_Check(h.ptr())) {
-    try {
-      return h.cast<shape_t>();
-    } catch (const py::cast_error&) {
-    }
-  }
-  throw py::type_error("normalized_shape must be an int or a sequence of ints, not " +
-                       std::string(py::str(py::type::of(h).attr("__name__"))));
-}
-
 // x with value where mask is true; value a Python or NumPy number, typed beside x's dtype as
 // an operand is (C++ converts it to x's dtype).
 tensor masked_fill(const tensor& x, const tensor& mask, py::handle value) {

@@ -21,6 +21,9 @@ scalar_type scalar_type_beside(scalar_type t, py::handle value);
 bool is_python_scalar(py::handle h);
 // Axes argument: None (every axis), an int or a sequence of ints.
 axes to_axes(py::handle h);
+// normalized_shape (layer_norm, rms_norm): an int or a sequence of ints, as PyTorch takes it;
+// TypeError naming what was passed otherwise.
+shape_t to_normalized_shape(py::handle h);
 
 template <bool Reflected, class F>
 tensor with_operand(const tensor& a, py::handle b, F&& f) {
