@@ -222,6 +222,49 @@ TEST_P(SortTest, FloatsNanLastSignedZerosAndInfinities) {
   }
 }
 
+// n one-byte keys in 0..250 into an output filled with 255, keys only: the output ascends and
+// holds each value as often as the input (an unwritten or misplaced element breaks one of the
+// two).
+void check_byte_keys(const kiln::device& dev, std::uint64_t n) {
+  std::vector<std::uint8_t> keys(n);
+  std::uint64_t want[256] = {};
+  for (std::uint64_t i = 0; i < n; ++i) {
+    keys[i] = std::uint8_t((i * 2654435761u >> 7) % 251);
+    ++want[keys[i]];
+  }
+  kiln::buffer<std::uint8_t> kin(dev, keys), kout(dev, n);
+  kout.fill(255);
+  radix_sort_args a;
+  a.key_type = scalar_type::u8;
+  a.n = n;
+  a.keys_in = operand(kin);
+  a.keys_out = operand(kout);
+  keys.clear();
+  keys.shrink_to_fit();
+  radix_sort(dev.default_queue(), a);
+  const std::vector<std::uint8_t> got = kout.to_vector();
+  std::uint64_t have[256] = {};
+  std::uint64_t descents = 0;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    ++have[got[i]];
+    descents += i && got[i] < got[i - 1];
+  }
+  EXPECT_EQ(descents, 0u);
+  for (int v = 0; v < 256; ++v) EXPECT_EQ(have[v], want[v]) << "key " << v;
+}
+
+TEST_P(SortTest, ByteKeysCounted) { check_byte_keys(dev(), 100003); }
+
+// 64-bit sizes: more than 2^32 keys (one pass of byte keys: ~4 GiB in, out and ~8 GiB of
+// counts); GPUs with room for it only.
+TEST_P(SortTest, MoreThanTwoToThe32Keys) {
+  KILN_REQUIRE_GPU(dev());
+  const std::uint64_t n = (std::uint64_t(1) << 32) + 4099;
+  if (dev().info().global_mem_bytes < 5 * n)
+    GTEST_SKIP() << dev().id() << " holds less than the " << 5 * n << " bytes the case needs";
+  check_byte_keys(dev(), n);
+}
+
 TEST_P(SortTest, AllocatesOutputsAndLeavesInputsAlone) {
   const std::vector<std::int64_t> keys = random_keys<std::int64_t>(5000, 9, false);
   kiln::buffer<std::int64_t> kin(dev(), keys);
