@@ -30,7 +30,7 @@ struct radix_sort_policy {
   // Barrier path (GPUs, OpenCL): a tile of threads * items keys per work-group. Tiles rank keys
   // with 16-bit counters packed four to a word, so a tile holds at most 65535 keys.
   std::uint32_t threads = 256;
-  std::uint32_t items = 4;
+  std::uint32_t items = 8;
   std::uint32_t scan_items = 8;     // entries per work-item per round of the (digit, tile) scan
   std::uint32_t scan_groups = 512;  // work-groups of that scan, at most
   // Chunked path (the CPU backend, no barriers): one work-item sorts a contiguous chunk of at
