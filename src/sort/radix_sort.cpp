@@ -118,12 +118,22 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
 
   const device& dev = q.get_device();
   const radix_sort_policy& p = radix_policy;
-  const bool barriers = dev.supports(feature::barrier);
-  if (a.path == radix_path::tiled && !barriers)
-    throw unsupported(fn + ": the tiled kernels need kiln::feature::barrier, which " + dev.id() +
-                      " lacks");
-  const bool tiled = a.path == radix_path::tiled || (a.path == radix_path::automatic && barriers &&
-                                                     dev.info().type != device_type::cpu);
+  // The tiled kernels need barriers, work-groups of p.threads and the scatter's local memory.
+  const device_info& info = dev.info();
+  const std::uint64_t local_bytes =
+      p.tile() * (kb + (vb ? vb : 4)) + std::uint64_t(p.threads) * 8 + 256 * (4 + 8);
+  std::string lacks;
+  if (!dev.supports(feature::barrier))
+    lacks = "kiln::feature::barrier";
+  else if (info.max_work_group_size && info.max_work_group_size < p.threads)
+    lacks = "work-groups of " + std::to_string(p.threads) + " items";
+  else if (info.local_mem_bytes && info.local_mem_bytes < local_bytes)
+    lacks = std::to_string(local_bytes) + " bytes of local memory";
+  if (a.path == radix_path::tiled && !lacks.empty())
+    throw unsupported(fn + ": the tiled kernels need " + lacks + ", which " + dev.id() + " lacks");
+  const bool tiled =
+      a.path == radix_path::tiled ||
+      (a.path == radix_path::automatic && lacks.empty() && info.type != device_type::cpu);
   const program prog =
       program::compile(dev, radix_sort_source(tiled, kb, vb ? vb : 4), {}, check_mode::off);
   const kernel k_hist = prog.get_kernel(tiled ? "rs_hist" : "rs_chist");
