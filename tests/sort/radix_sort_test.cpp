@@ -332,13 +332,17 @@ TEST_P(SortTest, BadInputIsRefusedClearly) {
   }
 }
 
-// The CUDA dialect of every kernel text compiles (NVRTC, compile-only where there is no GPU).
-TEST(SortCompile, CudaDialectOfEveryText) {
+// The CUDA dialect of the kernel texts compiles (NVRTC, compile-only where there is no GPU):
+// every tiled text, which CUDA runs, and two chunked ones, its fallback (NVRTC takes ~1 s for
+// each chunked text; their words are all that differ).
+TEST(SortCompile, CudaDialectOfTheTexts) {
   for (std::uint32_t kb : {1u, 2u, 4u, 8u})
     for (std::uint32_t vb : {4u, 8u})
       EXPECT_NO_THROW(
           conformance::compile_everywhere(kiln::detail::radix_sort_source(true, kb, vb)))
-          << kb << "-byte keys, " << vb << "-byte values";
+          << "tiled, " << kb << "-byte keys, " << vb << "-byte values";
+  EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::radix_sort_source(false, 1, 4)));
+  EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::radix_sort_source(false, 8, 8)));
 }
 
 KILN_INSTANTIATE_PER_DEVICE(SortTest);
