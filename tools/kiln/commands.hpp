@@ -33,8 +33,16 @@ struct calibrate_options {
 };
 int calibrate(const calibrate_options& o);
 
+// `kiln train gpt`'s model and schedule (0: the device's default, train_gpt.cpp).
+struct gpt_options {
+  std::int64_t context = 0, layers = 0, heads = 0, width = 0;
+  double dropout = 0;
+  std::int64_t eval_every = 0;      // steps between validation reports (0: five reports)
+  std::int64_t sample_chars = 300;  // the sampled paragraph's length
+};
+
 struct train_options {
-  std::string model = "both";        // mlp, lenet, both
+  std::string model = "both";        // mlp, lenet, both, mlp_wide, gpt
   std::string device_spec;           // empty: device::best()
   std::vector<std::string> devices;  // two or more: data parallel, one rank per device
   std::string data_dir;              // empty: data::default_mnist_dir()
@@ -48,8 +56,10 @@ struct train_options {
   // kiln::autocast; f16 with optim::grad_scaler).
   std::string precision = "fp32";
   std::int64_t max_steps = 0;  // > 0: at most this many steps per epoch (smoke tests)
+  gpt_options gpt;             // model "gpt" only (--steps: its steps in all)
 };
 int train(const train_options& o);
+int train_gpt(const train_options& o);  // train_gpt.cpp
 
 std::string human_bytes(unsigned long long bytes);
 // --json output: j on stdout, indented, with a newline (bytes that are not UTF-8, as in a path

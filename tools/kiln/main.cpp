@@ -121,9 +121,12 @@ int main(int argc, char** argv) {
                    to.precision.c_str());
     return train(to);
   });
-  tr->footer("Trains on the MNIST digits of scripts/fetch_mnist.sh (8,000 train / 2,000 test).");
-  tr->add_option("model", to.model, "mlp, lenet, both, or mlp_wide (10M parameters)")
-      ->check(CLI::IsMember({"mlp", "lenet", "both", "mlp_wide"}))
+  tr->footer(
+      "Trains on the MNIST digits of scripts/fetch_mnist.sh (8,000 train / 2,000 test); gpt on\n"
+      "the fortune cookies of Debian's fortunes package (--data: their directory).");
+  tr->add_option("model", to.model,
+                 "mlp, lenet, both, mlp_wide (10M parameters), or gpt (character-level)")
+      ->check(CLI::IsMember({"mlp", "lenet", "both", "mlp_wide", "gpt"}))
       ->capture_default_str();
   CLI::Option* one = tr->add_option("--device", to.device_spec,
                                     "The device; default KILN_DEVICE, else the best one")
@@ -160,7 +163,9 @@ int main(int argc, char** argv) {
                  ->check(CLI::IsMember({"bf16", "f16"}))
                  ->type_name("bf16|f16")
                  ->excludes(precision);
-  tr->add_option("--steps", to.max_steps, "At most N steps per epoch (0: the whole epoch)")
+  tr->add_option("--steps", to.max_steps,
+                 "At most N steps per epoch (0: the whole epoch); gpt: N steps in all (default "
+                 "2000 GPU, 300 CPU)")
       ->check(CLI::Range(std::int64_t{0}, INT64_MAX).description(""))
       ->type_name("N")
       ->capture_default_str();
@@ -168,6 +173,30 @@ int main(int argc, char** argv) {
       ->type_name("DIR");
   tr->add_option("--save", to.save_dir, "Save each model's checkpoint (safetensors) there")
       ->type_name("DIR");
+  auto positive = CLI::Range(std::int64_t{1}, INT64_MAX).description("");
+  tr->add_option("--context", to.gpt.context, "gpt: tokens of context (default 256 GPU, 64 CPU)")
+      ->check(positive)
+      ->type_name("N");
+  tr->add_option("--layers", to.gpt.layers, "gpt: transformer blocks (default 6 GPU, 4 CPU)")
+      ->check(positive)
+      ->type_name("N");
+  tr->add_option("--heads", to.gpt.heads, "gpt: attention heads (default 6 GPU, 4 CPU)")
+      ->check(positive)
+      ->type_name("N");
+  tr->add_option("--width", to.gpt.width, "gpt: embedding width (default 384 GPU, 128 CPU)")
+      ->check(positive)
+      ->type_name("N");
+  tr->add_option("--dropout", to.gpt.dropout, "gpt: dropout probability")
+      ->check(CLI::Range(0.0, 0.99).description(""))
+      ->type_name("P")
+      ->capture_default_str();
+  tr->add_option("--eval-every", to.gpt.eval_every, "gpt: steps between validation reports")
+      ->check(positive)
+      ->type_name("N");
+  tr->add_option("--sample", to.gpt.sample_chars, "gpt: characters to sample at the end")
+      ->check(CLI::Range(std::int64_t{0}, INT64_MAX).description(""))
+      ->type_name("N")
+      ->capture_default_str();
 
   command("version", "Print Kiln's version", [] {
     std::printf("%s\n", version_line.c_str());

@@ -307,6 +307,13 @@ int train_data_parallel(const train_options& o, const std::string& dir) {
 }  // namespace
 
 int train(const train_options& o) {
+  if (o.model == "gpt") {
+    if (!o.devices.empty()) {
+      std::fprintf(stderr, "kiln train gpt: --devices is not supported yet (use --device)\n");
+      return 2;
+    }
+    return train_gpt(o);
+  }
   const std::string dir = o.data_dir.empty() ? data::default_mnist_dir() : o.data_dir;
   if (!data::mnist_available(dir)) {
     std::fprintf(stderr,
