@@ -1,0 +1,39 @@
+// The generated kernels behind kiln/tensor/sampling.hpp (cache "tensor_sampling"), barrier-free
+// so one text runs on every backend, the CPU's included:
+//   topk pass: each item takes one chunk of a row (of x, or of the previous pass's candidates)
+//              and keeps its k best by insertion into its own slot of the output; passes repeat
+//              until one chunk per row is left (the chunk is >= 8k, so each pass shrinks a row
+//              at least 8-fold);
+//   cdf:       one item per row, the running sum of its weights (double where the device has
+//              fp64, else float);
+//   draw:      one item per sample, the first category whose running sum exceeds u * total.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "tensor/tensor_impl.hpp"
+
+namespace kiln::detail {
+
+// The type a topk pass keeps candidate values in: float for f16/bf16, u8 for bool, else t.
+scalar_type topk_value_type(scalar_type t);
+
+// One topk pass over `rows` rows of m entries. first: the entries are x's (contiguous
+// [rows, m], dtype x.dtype, index = position); otherwise in_v / in_i (candidate values of
+// topk_value_type and int64 indices, -1 = none). out_v / out_i: [rows, chunks, k], where
+// chunks = ceil(m / chunk); a chunk with fewer than k entries pads with index -1. Each slot is
+// in order, best first: larger (or smaller) value, NaN largest, then lower index.
+void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tensor_impl* in_i,
+                      tensor_impl& out_v, tensor_impl& out_i, scalar_type t, std::int64_t rows,
+                      std::int64_t m, std::int64_t chunk, std::int64_t k, bool largest);
+
+// cdf (contiguous [rows, n], f64 or f32) = running sums of w (contiguous [rows, n], float
+// dtype) along each row.
+void launch_cdf(tensor_impl& cdf, const tensor_impl& w, std::int64_t rows, std::int64_t n);
+// out (int64 [rows, s]) = for each uniform u (cdf's dtype, [rows, s]) the first j with
+// cdf[row, j] > u * cdf[row, n - 1] (the last positive category if rounding leaves none).
+void launch_draw(tensor_impl& out, const tensor_impl& cdf, const tensor_impl& u, std::int64_t rows,
+                 std::int64_t n, std::int64_t s);
+
+}  // namespace kiln::detail
