@@ -140,6 +140,7 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
   const kernel k_scan = prog.get_kernel(tiled ? "rs_scan" : "rs_cscan");
   const kernel k_scan_up = prog.get_kernel(tiled ? "rs_scan_up" : "rs_cscan");
   const kernel k_scatter = prog.get_kernel(tiled ? "rs_scatter" : "rs_cscatter");
+  const kernel k_final = prog.get_kernel("rs_final");
 
   // Tiles (one work-group each) or chunks (one work-item each).
   std::uint64_t parts = 0, chunk = 0;
@@ -161,31 +162,44 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
   const std::uint64_t total_rounds = (count + round - 1) / round;
   const std::uint64_t rounds = (total_rounds + p.scan_groups - 1) / p.scan_groups;
   const std::uint64_t scan_groups = (total_rounds + rounds - 1) / rounds;
-  const sort_operand hist = fresh(qi, (count + (tiled ? scan_groups : 0)) * 8);
-  const sort_operand sums{hist.mem, count};
+  // hist: the counts, the scan's sums (tiled), then loc[passes + 1]: where each pass reads
+  // (0 input, 1 output, 2 temporary), written by the scatter before it, loc[0] = 0 here.
   const std::uint32_t passes = kb;
-  const sort_operand tmp_k = passes > 1 ? fresh(qi, n * kb) : sort_operand{};
-  const sort_operand tmp_v = passes > 1 && vb ? fresh(qi, n * vb) : sort_operand{};
+  const std::uint64_t loc_at = count + (tiled ? scan_groups : 0);
+  const sort_operand hist = fresh(qi, (loc_at + passes + 1) * 8);
+  const sort_operand sums{hist.mem, count};
+  const std::uint32_t zero = 0;
+  fill(qi, *hist.mem, loc_at * 8, &zero, sizeof zero, 2);
+  // Keys only, or one pass: unused parameters get the histogram, never read.
+  const sort_operand tmp_k = passes > 1 ? fresh(qi, n * kb) : hist;
+  const sort_operand tmp_v = passes > 1 && vb ? fresh(qi, n * vb) : hist;
+  const sort_operand val_i = vb ? a.values_in : hist, val_o = vb ? r.values : hist;
+  const std::uint64_t vn = vb ? n : 0, tn = passes > 1 ? n : 0;
   const std::int32_t kind = kind_of(a.key_type), desc = a.descending ? 1 : 0;
   const std::int32_t has_vals = vb ? 1 : 0;
   const std::uint32_t vw = vb ? vb : 4;
 
   const local_size group(p.threads);
   const local_size one(1);
-  const range* const loc = tiled ? &group : &one;
+  const range* const loc_size = tiled ? &group : &one;
   const range grid(tiled ? parts * p.threads : parts);
-  sort_operand src_k = a.keys_in, src_v = a.values_in;
   for (std::uint32_t pass = 0; pass < passes; ++pass) {
-    // The passes alternate between the output and the temporary, ending in the output.
-    const bool to_out = (passes - 1 - pass) % 2 == 0;
-    const sort_operand& dst_k = to_out ? r.keys : tmp_k;
-    const sort_operand& dst_v = to_out ? r.values : tmp_v;
+    // Planned: the passes alternate between the output and the temporary, ending in the output.
+    const std::uint32_t plan = (passes - 1 - pass) % 2 == 0 ? 1 : 2;
     const std::uint32_t shift = pass * 8;
-    std::vector<arg_binding> h = {
-        mem(src_k, kb, true, n),    scalar(n),    scalar(shift), scalar(kind), scalar(desc),
-        mem(hist, 8, false, count), scalar(parts)};
+    const sort_operand loc{hist.mem, loc_at + pass};
+    std::vector<arg_binding> h = {mem(a.keys_in, kb, true, n),
+                                  mem(r.keys, kb, true, n),
+                                  mem(tmp_k, kb, true, tn),
+                                  mem(loc, 8, true, 1),
+                                  scalar(n),
+                                  scalar(shift),
+                                  scalar(kind),
+                                  scalar(desc),
+                                  mem(hist, 8, false, count),
+                                  scalar(parts)};
     if (!tiled) h.push_back(scalar(chunk));
-    launch(*k_hist.impl(), qi, grid, loc, h.data(), h.size());
+    launch(*k_hist.impl(), qi, grid, loc_size, h.data(), h.size());
     if (tiled) {
       arg_binding up[] = {mem(hist, 8, true, count), scalar(count), scalar(rounds),
                           mem(sums, 8, false, scan_groups)};
@@ -201,11 +215,12 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
       arg_binding s[] = {mem(hist, 8, false, count), scalar(count)};
       launch(*k_scan.impl(), qi, range(1), &one, s, 2);
     }
-    // Keys only: the value parameters get the histogram, never read.
-    std::vector<arg_binding> w = {mem(src_k, kb, true, n),
-                                  mem(dst_k, kb, false, n),
-                                  mem(vb ? src_v : hist, vw, true, vb ? n : 0),
-                                  mem(vb ? dst_v : hist, vw, false, vb ? n : 0),
+    std::vector<arg_binding> w = {mem(a.keys_in, kb, true, n),
+                                  mem(r.keys, kb, false, n),
+                                  mem(tmp_k, kb, false, tn),
+                                  mem(val_i, vw, true, vn),
+                                  mem(val_o, vw, false, vn),
+                                  mem(tmp_v, vw, false, vb ? tn : 0),
                                   scalar(has_vals),
                                   scalar(n),
                                   scalar(shift),
@@ -214,10 +229,24 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
                                   mem(hist, 8, true, count),
                                   scalar(parts)};
     if (!tiled) w.push_back(scalar(chunk));
-    launch(*k_scatter.impl(), qi, grid, loc, w.data(), w.size());
-    src_k = dst_k;
-    src_v = dst_v;
+    w.push_back(mem(loc, 8, false, 2));
+    w.push_back(scalar(plan));
+    launch(*k_scatter.impl(), qi, grid, loc_size, w.data(), w.size());
   }
+  // Skipped passes may have left the keys in the input or the temporary.
+  std::vector<arg_binding> f = {mem(a.keys_in, kb, true, n),
+                                mem(r.keys, kb, false, n),
+                                mem(tmp_k, kb, true, tn),
+                                mem(val_i, vw, true, vn),
+                                mem(val_o, vw, false, vn),
+                                mem(tmp_v, vw, true, vb ? tn : 0),
+                                scalar(has_vals),
+                                scalar(n),
+                                mem(sort_operand{hist.mem, loc_at + passes}, 8, true, 1)};
+  // Grid-stride copy; in the tiled program whole work-groups (the launch counts it as one that
+  // uses barriers).
+  const std::uint64_t copiers = tiled ? std::min<std::uint64_t>(parts, 4096) * p.threads : parts;
+  launch(*k_final.impl(), qi, range(copiers), loc_size, f.data(), f.size());
   return r;
 }
 

@@ -78,7 +78,7 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a);
 // The kernel text (radix_sort_kernels.cpp) for keys of `key_bytes` (1, 2, 4, 8) and values of
 // `value_bytes` (4 or 8; keys-only sorts use 4 and pass no values): "rs_hist", "rs_scan_up",
 // "rs_scan", "rs_scatter" for devices with barriers; "rs_chist", "rs_cscan", "rs_cscatter"
-// otherwise.
+// otherwise; "rs_final" in both.
 const std::string& radix_sort_source(bool tiled, std::uint32_t key_bytes,
                                      std::uint32_t value_bytes);
 

@@ -11,6 +11,9 @@
 // digit.
 // Chunked path (the CPU backend, no barriers): the same three steps with one work-item per
 // contiguous chunk of keys, walked in order (stable by construction).
+// Both: a pass whose digit is the same for every key writes nothing (the scatter sees it in
+// the scanned counts); loc[] on the device says where each pass reads, and rs_final copies
+// into the output when the last pass that moved keys left them elsewhere. No host wait.
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -37,6 +40,27 @@ KILN_FUNC KEY_T rs_order(KEY_T k, int32_t kind, int32_t desc) {
 KILN_FUNC uint32_t rs_digit(KEY_T k, uint32_t shift, int32_t kind, int32_t desc) {
   return (uint32_t)((rs_order(k, kind, desc) >> shift) & (KEY_T)255);
 }
+// Whether every key has digit d, from the scanned counts (start of d at 0, of d + 1 at n).
+KILN_FUNC bool rs_all_in(KILN_GLOBAL const uint64_t* hist, uint64_t parts, uint64_t n, uint32_t d) {
+  return hist[d * parts] == 0 && (d == 255 ? n : hist[(d + 1) * parts]) == n;
+}
+// Where a pass's keys live: 0 the input, 1 the output, 2 the temporary (loc[pass] on the
+// device: a pass whose digit is the same for every key moves nothing). Pointers by code:
+#define RS_PICK(w, i, a, b) ((w) == 0 ? (i) : (w) == 1 ? (a) : (b))
+// The copy into the output after the last pass, when the keys are elsewhere (passes skipped).
+KILN_KERNEL void rs_final(KILN_GLOBAL const KEY_T* ki, KILN_GLOBAL KEY_T* ka,
+                          KILN_GLOBAL const KEY_T* kb, KILN_GLOBAL const VAL_T* vi,
+                          KILN_GLOBAL VAL_T* va, KILN_GLOBAL const VAL_T* vb, int32_t has_vals,
+                          uint64_t n, KILN_GLOBAL const uint64_t* loc) {
+  const uint64_t w = loc[0];
+  if (w == 1) return;
+  KILN_GLOBAL const KEY_T* ks = w == 0 ? ki : kb;
+  KILN_GLOBAL const VAL_T* vs = w == 0 ? vi : vb;
+  for (uint64_t i = kiln_global_id(0); i < n; i += kiln_global_size(0)) {
+    ka[i] = ks[i];
+    if (has_vals) va[i] = vs[i];
+  }
+}
 )";
 
 // Exclusive scan of the uint64_t x over the work-group in s[RS_B] (Hillis-Steele); every item
@@ -57,9 +81,12 @@ constexpr const char* block_scan_text = R"(
 )";
 
 constexpr const char* tiled_text = R"(
-KILN_KERNEL void rs_hist(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint32_t shift, int32_t kind,
-                         int32_t desc, KILN_GLOBAL uint64_t* hist, uint64_t tiles) {
+KILN_KERNEL void rs_hist(KILN_GLOBAL const KEY_T* ki, KILN_GLOBAL const KEY_T* ka,
+                         KILN_GLOBAL const KEY_T* kb, KILN_GLOBAL const uint64_t* loc, uint64_t n,
+                         uint32_t shift, int32_t kind, int32_t desc, KILN_GLOBAL uint64_t* hist,
+                         uint64_t tiles) {
   KILN_LOCAL uint32_t h[256];
+  KILN_GLOBAL const KEY_T* keys = RS_PICK(loc[0], ki, ka, kb);
   const uint32_t t = (uint32_t)kiln_local_id(0);
   const uint64_t tile = kiln_group_id(0);
   for (uint32_t d = t; d < 256; d += RS_B) h[d] = 0;
@@ -124,17 +151,33 @@ KILN_KERNEL void rs_scan(KILN_GLOBAL uint64_t* hist, uint64_t count, uint64_t ro
   }
 }
 
-KILN_KERNEL void rs_scatter(KILN_GLOBAL const KEY_T* kin, KILN_GLOBAL KEY_T* kout,
-                            KILN_GLOBAL const VAL_T* vin, KILN_GLOBAL VAL_T* vout, int32_t has_vals,
+// plan: where this pass writes (1 or 2) unless its source is there already (then the other).
+KILN_KERNEL void rs_scatter(KILN_GLOBAL const KEY_T* ki, KILN_GLOBAL KEY_T* ka,
+                            KILN_GLOBAL KEY_T* kb, KILN_GLOBAL const VAL_T* vi,
+                            KILN_GLOBAL VAL_T* va, KILN_GLOBAL VAL_T* vb, int32_t has_vals,
                             uint64_t n, uint32_t shift, int32_t kind, int32_t desc,
-                            KILN_GLOBAL const uint64_t* hist, uint64_t tiles) {
+                            KILN_GLOBAL const uint64_t* hist, uint64_t tiles,
+                            KILN_GLOBAL uint64_t* loc, uint32_t plan) {
   KILN_LOCAL KEY_T sk[RS_TILE];
   KILN_LOCAL VAL_T sv[RS_TILE];
   KILN_LOCAL uint64_t s[RS_B];
   KILN_LOCAL uint32_t dstart[256];
   KILN_LOCAL uint64_t goff[256];
+  KILN_LOCAL uint32_t same;
   const uint32_t t = (uint32_t)kiln_local_id(0);
   const uint64_t tile = kiln_group_id(0);
+  const uint64_t w = loc[0], to = w == plan ? 3 - plan : plan;
+  if (t == 0) same = 0;
+  kiln_barrier();
+  for (uint32_t d = t; d < 256; d += RS_B)
+    if (rs_all_in(hist, tiles, n, d)) same = 1;
+  kiln_barrier();
+  if (tile == 0 && t == 0) loc[1] = same ? w : to;
+  if (same) return;  // every group and item alike
+  KILN_GLOBAL const KEY_T* kin = RS_PICK(w, ki, (KILN_GLOBAL const KEY_T*)ka, kb);
+  KILN_GLOBAL const VAL_T* vin = RS_PICK(w, vi, (KILN_GLOBAL const VAL_T*)va, vb);
+  KILN_GLOBAL KEY_T* kout = to == 1 ? ka : kb;
+  KILN_GLOBAL VAL_T* vout = to == 1 ? va : vb;
   const uint64_t base = tile * RS_TILE;
   const uint32_t cnt = (uint32_t)(n - base < (uint64_t)RS_TILE ? n - base : (uint64_t)RS_TILE);
   for (uint32_t i = 0; i < RS_IT; ++i) {
@@ -195,10 +238,12 @@ KILN_KERNEL void rs_scatter(KILN_GLOBAL const KEY_T* kin, KILN_GLOBAL KEY_T* kou
 )";
 
 constexpr const char* chunked_text = R"(
-KILN_KERNEL void rs_chist(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint32_t shift, int32_t kind,
-                          int32_t desc, KILN_GLOBAL uint64_t* hist, uint64_t chunks,
-                          uint64_t chunk) {
+KILN_KERNEL void rs_chist(KILN_GLOBAL const KEY_T* ki, KILN_GLOBAL const KEY_T* ka,
+                          KILN_GLOBAL const KEY_T* kb, KILN_GLOBAL const uint64_t* loc, uint64_t n,
+                          uint32_t shift, int32_t kind, int32_t desc, KILN_GLOBAL uint64_t* hist,
+                          uint64_t chunks, uint64_t chunk) {
   const uint64_t c = kiln_global_id(0);
+  KILN_GLOBAL const KEY_T* keys = RS_PICK(loc[0], ki, ka, kb);
   uint64_t h[256];
   for (uint32_t d = 0; d < 256; ++d) h[d] = 0;
   const uint64_t lo = c * chunk, hi = n - lo < chunk ? n : lo + chunk;
@@ -215,11 +260,22 @@ KILN_KERNEL void rs_cscan(KILN_GLOBAL uint64_t* hist, uint64_t count) {
   }
 }
 
-KILN_KERNEL void rs_cscatter(KILN_GLOBAL const KEY_T* kin, KILN_GLOBAL KEY_T* kout,
-                             KILN_GLOBAL const VAL_T* vin, KILN_GLOBAL VAL_T* vout, int32_t has_vals,
+KILN_KERNEL void rs_cscatter(KILN_GLOBAL const KEY_T* ki, KILN_GLOBAL KEY_T* ka,
+                             KILN_GLOBAL KEY_T* kb, KILN_GLOBAL const VAL_T* vi,
+                             KILN_GLOBAL VAL_T* va, KILN_GLOBAL VAL_T* vb, int32_t has_vals,
                              uint64_t n, uint32_t shift, int32_t kind, int32_t desc,
-                             KILN_GLOBAL const uint64_t* hist, uint64_t chunks, uint64_t chunk) {
+                             KILN_GLOBAL const uint64_t* hist, uint64_t chunks, uint64_t chunk,
+                             KILN_GLOBAL uint64_t* loc, uint32_t plan) {
   const uint64_t c = kiln_global_id(0);
+  const uint64_t w = loc[0], to = w == plan ? 3 - plan : plan;
+  bool same = false;
+  for (uint32_t d = 0; d < 256; ++d) same = same || rs_all_in(hist, chunks, n, d);
+  if (c == 0) loc[1] = same ? w : to;
+  if (same) return;
+  KILN_GLOBAL const KEY_T* kin = RS_PICK(w, ki, (KILN_GLOBAL const KEY_T*)ka, kb);
+  KILN_GLOBAL const VAL_T* vin = RS_PICK(w, vi, (KILN_GLOBAL const VAL_T*)va, vb);
+  KILN_GLOBAL KEY_T* kout = to == 1 ? ka : kb;
+  KILN_GLOBAL VAL_T* vout = to == 1 ? va : vb;
   uint64_t off[256];
   for (uint32_t d = 0; d < 256; ++d) off[d] = hist[d * chunks + c];
   const uint64_t lo = c * chunk, hi = n - lo < chunk ? n : lo + chunk;
