@@ -19,6 +19,8 @@
 #             timed from Python and from C++
 #   tests24   (issues 24, 25) this session's tests on every device (oneDNN from build/dnnl)
 #   bench24   (issues 24, 25) elementwise/norm, indexing and CPU rows beside PyTorch
+#   gpt       (issue 25) the GPT training step beside PyTorch, a PyTorch checkpoint's logits in
+#             kiln, and kiln train gpt on cuda:0 (fortunes in data/fortunes)
 #   picked    $PICKED: newline-separated "binary [gtest args]" lines, every device, 3 at a time
 build=${1:-build}
 shift
@@ -175,6 +177,17 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
         xargs -P 3 -I{} sh -c 'n=$(echo {} | cut -d" " -f1); timeout -k 5 420 '"$B"'/{} \
           --gtest_brief=1 > '"$OUT"'/picked_$n.log 2>&1; echo "$n rc=$?"' | sort | tee -a "$OUT/summary.txt"
       grep -h "FAILED \]\|tests ran" "$OUT"/picked_*.log | sort -u | head -30 | tee -a "$OUT/summary.txt"
+      ;;
+    gpt)  # (issue 25) the GPT step beside PyTorch, a PyTorch checkpoint in kiln, kiln train gpt
+      step torchgpt 300 python3 bench/torch_gpt.py --runs 20 ${GPT_COMPILE:+--compile}
+      step kilngpt 300 $B/bench_gpt --device cuda:0 --runs 20
+      mkdir -p "$OUT/ck"
+      step torchsave 120 python3 bench/torch_gpt.py --save "$OUT/ck"
+      step gptcheck 120 $B/bench_gpt --device cuda:0 --check "$OUT/ck"
+      step traingpt 300 $B/kiln train gpt --device cuda:0 --steps ${GPT_STEPS:-600} \
+        --eval-every 200 --data data/fortunes
+      grep -h "gpt step\|checkpoint from\|^step \|summary:\|^gpt:" "$OUT"/torchgpt.log \
+        "$OUT"/kilngpt.log "$OUT"/gptcheck.log "$OUT"/traingpt.log | tee -a "$OUT/summary.txt"
       ;;
     python)
       step python_build 200 bash scripts/gpu_python_build.sh "$build"
