@@ -15,6 +15,7 @@
 #include "kiln/tensor/layer_norm.hpp"
 #include "kiln/tensor/linalg.hpp"
 #include "kiln/tensor/linear.hpp"
+#include "kiln/tensor/sampling.hpp"
 #include "tensor_args.hpp"
 
 namespace kiln::python {
@@ -140,6 +141,36 @@ void bind_indexing(py::module_& m, tensor_class& cls) {
       .def("split", &split, py::arg("split_size"), py::arg("dim") = 0);
 }
 
+// topk as torch: a (values, indices) tuple; multinomial with torch's defaults (no replacement)
+// and a seed instead of a generator.
+void bind_sampling(py::module_& m, tensor_class& cls) {
+  auto topk = [](const tensor& x, std::int64_t k, int dim, bool largest, bool sorted) {
+    topk_result r;
+    {
+      py::gil_scoped_release off;
+      r = kiln::topk(x, k, dim, largest, sorted);
+    }
+    return py::make_tuple(r.values, r.indices);
+  };
+  m.def("topk", topk, py::arg("x"), py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true,
+        py::arg("sorted") = true,
+        "(values, indices int64) of the k largest (or smallest) entries along dim, best first: "
+        "torch.topk (NaN ranks largest, ties by lower index; always sorted). values is "
+        "differentiable.");
+  cls.def("topk", topk, py::arg("k"), py::arg("dim") = -1, py::arg("largest") = true,
+          py::arg("sorted") = true);
+  m.def(
+      "multinomial",
+      [](const tensor& probs, std::int64_t n, bool replacement, std::uint64_t seed) {
+        return kiln::multinomial(probs, n, replacement, seed);
+      },
+      py::arg("probs"), py::arg("num_samples"), py::arg("replacement") = false, py::arg("seed") = 0,
+      release_gil(),
+      "int64 [.., num_samples] category indices drawn from rows of non-negative weights "
+      "(1-D or 2-D, not necessarily normalised): torch.multinomial, seeded (the same seed "
+      "gives the same samples on every backend).");
+}
+
 void bind_attention(py::module_& m) {
   m.def(
       "scaled_dot_product_attention",
@@ -167,6 +198,7 @@ void bind_attention(py::module_& m) {
 void bind_transformer(py::module_& m, tensor_class& cls) {
   bind_linear_and_norms(m);
   bind_indexing(m, cls);
+  bind_sampling(m, cls);
   bind_attention(m);
 }
 

@@ -695,3 +695,73 @@ def test_multi_head_attention_against_torch(dev, causal):
     want = ref(tx, tx, tx, attn_mask=mask, need_weights=False)[0].detach().numpy()
     np.testing.assert_allclose(mha(_t(x.astype(np.float32), dev)).numpy(), want, rtol=1e-3,
                                atol=1e-4)
+
+
+# ---- topk and multinomial (kiln/tensor/sampling.hpp) ----
+def _np_topk(x, k, dim, largest):
+    """Positions of the k best along dim: NaN largest, ties by lower index (a stable sort)."""
+    x = np.moveaxis(x, dim, -1)
+    key = np.where(np.isnan(x), np.inf, x)
+    nan = np.isnan(x)
+    # Stable sort by (NaN first/last, value): lexsort's last key is the primary one.
+    order = np.stack([np.lexsort((-r if largest else r, ~n if largest else n))
+                      for r, n in zip(key.reshape(-1, x.shape[-1]), nan.reshape(-1, x.shape[-1]))])
+    idx = order[:, :k].reshape(x.shape[:-1] + (k,))
+    return np.moveaxis(idx, -1, dim)
+
+
+@pytest.mark.parametrize("dim", [-1, 0])
+@pytest.mark.parametrize("largest", [True, False])
+def test_topk_matches_numpy(dev, dim, largest):
+    rng = _rng(40)
+    x = rng.integers(-8, 8, size=(6, 2000)).astype(np.float32)  # duplicates
+    x[rng.random(size=x.shape) < 0.01] = np.nan
+    for k in [1, 6, 64]:
+        k = min(k, x.shape[dim])
+        values, indices = kiln.topk(_t(x, dev), k, dim=dim, largest=largest)
+        want = _np_topk(x, k, dim, largest)
+        np.testing.assert_array_equal(indices.numpy(), want)
+        np.testing.assert_array_equal(values.numpy(), np.take_along_axis(x, want, axis=dim))
+    v, i = _t(x, dev).topk(3)
+    assert i.dtype == kiln.int64 and v.shape == (6, 3)
+
+
+def test_topk_gradient_and_errors(dev):
+    x = _rng(41).normal(size=(3, 9))
+    _check_grads(lambda t: kiln.topk(t, 4, 1)[0],
+                 lambda a: np.take_along_axis(a, _np_topk(a, 4, 1, True), axis=1), [x], dev)
+    v, i = kiln.topk(_t(x, dev), 0)
+    assert v.shape == (3, 0) and i.shape == (3, 0)
+    with pytest.raises(kiln.invalid_argument, match="k = 10"):
+        kiln.topk(_t(x, dev), 10)
+
+
+def test_multinomial(dev):
+    p = np.array([[0.1, 0.0, 0.2, 0.3, 0.4], [1.0, 1.0, 0.0, 0.0, 2.0]], dtype=np.float32)
+    a = kiln.multinomial(_t(p, dev), 3, seed=7)  # torch's default: no replacement
+    assert a.dtype == kiln.int64 and a.shape == (2, 3)
+    got = a.numpy()
+    np.testing.assert_array_equal(got, kiln.multinomial(_t(p, dev), 3, seed=7).numpy())
+    for row, w in zip(got, p):
+        assert len(set(row)) == 3 and all(w[row] > 0)
+    draws = kiln.multinomial(_t(p[0], dev), 20000, replacement=True, seed=3).numpy()
+    counts = np.bincount(draws, minlength=5)
+    assert counts[1] == 0
+    expected = 20000 * p[0] / p[0].sum()
+    nz = expected > 0
+    assert (((counts - expected)[nz] ** 2) / expected[nz]).sum() < 40
+    with pytest.raises(kiln.invalid_argument, match="no positive weight"):
+        kiln.multinomial(_t(np.zeros((1, 3), np.float32), dev), 1)
+    with pytest.raises(kiln.invalid_argument):
+        kiln.multinomial(_t(p, dev), 4)  # the second row has 3 positive weights
+
+
+@needs_torch
+def test_topk_multinomial_against_torch(dev):
+    x = _rng(42).normal(size=(4, 300)).astype(np.float32)
+    v, i = kiln.topk(_t(x, dev), 5, largest=False)
+    tv, ti = torch.topk(torch.tensor(x), 5, largest=False)
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    np.testing.assert_array_equal(v.numpy(), tv.numpy())
+    _check_torch_grads(lambda t: kiln.topk(t, 3, 0)[0], lambda t: torch.topk(t, 3, 0)[0], [x[:, :7]],
+                       dev)
