@@ -1,5 +1,6 @@
 // Device radix sort (src/sort/, kiln::detail::radix_sort) against std::stable_sort on the host:
-// uint32 keys with uint32 indices (sort_by_key) and keys alone, 1M and 16M random keys, wall
+// uint32 keys with uint32 indices (sort_by_key), keys alone, and pairs of keys below 2^16 (two
+// passes skipped), 1M and 16M random keys, wall
 // clock (enqueue to finish; inputs on the device, outputs preallocated), median of runs after a
 // warm-up; prints Mkeys/s and checks that the pairs are stably sorted.
 //
@@ -89,6 +90,20 @@ void run_size(kiln::queue& q, const options& o, std::uint64_t n) {
         kiln::detail::radix_sort(q, a);
         q.finish();
       }));
+  // Keys below 2^16: the two upper digits are the same for every key, their passes skipped.
+  {
+    std::vector<std::uint32_t> small = keys;
+    for (auto& k : small) k &= 0xFFFF;
+    kiln::buffer<std::uint32_t> sin(dev, small);
+    kiln::detail::radix_sort_args b = a;
+    b.keys_in = {sin.view().memory(), 0};
+    b.value_bytes = 4;
+    const std::string name = "radix_sort pairs < 2^16 " + dev.id();
+    row(name.c_str(), n, median_ms(o, [&] {
+          kiln::detail::radix_sort(q, b);
+          q.finish();
+        }));
+  }
 
   if (!o.host) return;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs(n), work(n);
