@@ -5,6 +5,7 @@
 #include "sort/radix_sort.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -40,14 +41,16 @@ sort_operand operand(const kiln::buffer<T>& b) {
   return {b.view().memory(), 0};
 }
 
+// n keys drawn from the values whose order is special: NaNs (quiet, negative, with a payload:
+// bits compared, so their order among themselves is checked), infinities, signed zeros,
+// denormals, the extremes.
 template <class F>
 std::vector<F> specials(std::uint64_t n, std::uint64_t seed) {
   using bits = std::conditional_t<sizeof(F) == 4, std::uint32_t, std::uint64_t>;
   const F inf = std::numeric_limits<F>::infinity();
-  F neg_nan = -std::numeric_limits<F>::quiet_NaN();
-  F payload_nan;
-  bits b = std::bit_cast<bits>(std::numeric_limits<F>::quiet_NaN()) | 5;
-  payload_nan = std::bit_cast<F>(b);
+  const F neg_nan = -std::numeric_limits<F>::quiet_NaN();
+  const F payload_nan =
+      std::bit_cast<F>(bits(std::bit_cast<bits>(std::numeric_limits<F>::quiet_NaN()) | 5));
   const F pool[] = {std::numeric_limits<F>::quiet_NaN(),
                     neg_nan,
                     payload_nan,
@@ -77,8 +80,8 @@ class SortTest : public conformance::DeviceTest {
     return s;
   }
 
-  // Sorts keys (with values = indices as V unless V is void) on the device and compares with
-  // std::stable_sort, bit for bit.
+  // Sorts keys (with values = their indices as V, unless with_values is false) on the device
+  // and compares with std::stable_sort, bit for bit.
   template <class K, class V = std::uint32_t>
   void check(const std::vector<stored<K>>& keys, bool desc, bool with_values = true) {
     using S = stored<K>;
