@@ -309,6 +309,37 @@ TEST_P(SortTest, AllocatesOutputsAndLeavesInputsAlone) {
   EXPECT_EQ(kin.to_vector(), keys);
 }
 
+// Sorts on two queues of one device, enqueued back to back with no wait between, each with its
+// own temporaries: both results right once both queues finish.
+TEST_P(SortTest, TwoQueuesAtOnce) {
+  const std::uint64_t n = 50021;
+  kiln::queue q1(dev()), q2(dev());
+  std::vector<std::vector<std::uint32_t>> keys = {random_keys<std::uint32_t>(n, 71, false),
+                                                  random_keys<std::uint32_t>(n, 72, true)};
+  std::vector<kiln::buffer<std::uint32_t>> in;
+  for (const auto& k : keys) in.emplace_back(dev(), k);
+  std::vector<kiln::detail::radix_sorted> out;
+  for (int i = 0; i < 2; ++i) {
+    radix_sort_args a;
+    a.key_type = scalar_type::u32;
+    a.n = n;
+    a.keys_in = operand(in[std::size_t(i)]);
+    a.descending = i == 1;
+    out.push_back(radix_sort(i ? q2 : q1, a));
+  }
+  q1.finish();
+  q2.finish();
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::uint32_t> want = keys[std::size_t(i)];
+    if (i)
+      std::sort(want.begin(), want.end(), std::greater<>());
+    else
+      std::sort(want.begin(), want.end());
+    const auto& r = out[std::size_t(i)].keys;
+    EXPECT_EQ(kiln::buffer_view<std::uint32_t>(r.mem, r.offset, n).to_vector(), want) << i;
+  }
+}
+
 TEST_P(SortTest, BadInputIsRefusedClearly) {
   kiln::queue& q = dev().default_queue();
   kiln::buffer<std::uint16_t> k16(dev(), 10), out16(dev(), 10);
