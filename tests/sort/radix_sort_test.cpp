@@ -76,7 +76,7 @@ class SortTest : public conformance::DeviceTest {
   std::vector<std::uint64_t> sizes() const {
     const std::uint64_t t = radix_policy.tile();
     std::vector<std::uint64_t> s = {0, 1, 2, t - 1, t, t + 1, 5 * t + 17, 100003};
-    if (is_gpu()) s.insert(s.end(), {3000017, (std::uint64_t(1) << 24) + 3});
+    if (is_gpu()) s.push_back(3000017);
     return s;
   }
 
@@ -229,6 +229,15 @@ TEST_P(SortTest, KeysOnlyAndEightByteValues) {
     check<std::uint64_t, std::uint64_t>(random_keys<std::uint64_t>(n, 5 + n, false), false);
     check<float, std::uint64_t>(random_keys<float>(n, 6 + n, true), true);
   }
+}
+
+// 2^24 + 3 keys (~16K tiles, a scan of several rounds per work-group) on GPUs.
+TEST_P(SortTest, SixteenMillionKeysOnGpus) {
+  KILN_REQUIRE_GPU(dev());
+  const std::uint64_t n = (std::uint64_t(1) << 24) + 3;
+  check<std::uint32_t>(random_keys<std::uint32_t>(n, 81, false), false);
+  check<double, std::uint64_t>(random_keys<double>(n, 82, true), true);
+  check<std::int64_t>(random_keys<std::int64_t>(n, 83, false), false, false);
 }
 
 TEST_P(SortTest, AllEqualKeysKeepInputOrder) {
