@@ -25,26 +25,31 @@ using detail::tensor_impl;
 // A stored handle of t (a lazy t is evaluated into new contiguous storage).
 tensor stored(const tensor& t) { return t.is_lazy() ? detail::contiguous_of(t) : t; }
 
-// Candidates of a row per pass: a chunk keeps its k best, so chunks of >= 8k entries shrink
-// each row at least 8-fold per pass; 1024 keeps an item's loop long enough to pay for itself.
-std::int64_t chunk_for(std::int64_t k) { return std::max<std::int64_t>(1024, 8 * k); }
+}  // namespace
 
-// The int64 positions, along the last dim, of the k best of each row of xt (contiguous
-// [.., n]), shaped [.., k].
-tensor topk_last(const tensor& xt, std::int64_t k, bool largest) {
+namespace detail {
+
+tensor topk_rows(const tensor& x, std::int64_t k, bool largest, bool interleaved,
+                 std::int64_t least_chunk, std::int64_t items) {
+  const tensor xt = contiguous_of(x);  // itself when stored and contiguous
   const device& dev = xt.get_device();
   const std::int64_t n = xt.size(-1), rows = n ? xt.numel() / n : 0;
   shape_t shape = xt.shape();
   shape.back() = k;
   if (k == 0 || rows == 0) return tensor::zeros(dev, shape, scalar_type::i64);
-  const scalar_type t = xt.dtype(), vt = detail::topk_value_type(t);
+  const scalar_type t = xt.dtype(), vt = topk_value_type(t);
+  // A chunk keeps its k best, so chunks of >= 8k entries shrink each row at least 8-fold.
+  // Longer chunks cost fewer insertions (a chunk of c entries inserts about k (1 + ln(c / k))
+  // times), so a chunk is no shorter than it takes to give about `items` items in all.
+  const std::int64_t per_row = std::max<std::int64_t>(1, (items + rows - 1) / rows);
   std::shared_ptr<tensor_impl> cv, ci;
   for (std::int64_t m = n;;) {
-    const std::int64_t chunk = chunk_for(k), chunks = (m + chunk - 1) / chunk;
-    auto ov = detail::allocate_tensor(dev, {rows, chunks, k}, vt);
-    auto oi = detail::allocate_tensor(dev, {rows, chunks, k}, scalar_type::i64);
-    detail::launch_topk_pass(cv ? nullptr : xt.impl().get(), cv.get(), ci.get(), *ov, *oi, t, rows,
-                             m, chunk, k, largest);
+    const std::int64_t chunk = std::max({least_chunk, 8 * k, (m + per_row - 1) / per_row});
+    const std::int64_t chunks = (m + chunk - 1) / chunk;
+    auto ov = allocate_tensor(dev, {rows, chunks, k}, vt);
+    auto oi = allocate_tensor(dev, {rows, chunks, k}, scalar_type::i64);
+    launch_topk_pass(cv ? nullptr : xt.impl().get(), cv.get(), ci.get(), *ov, *oi, t, rows, m,
+                     chunks, chunk, interleaved, k, largest);
     cv = std::move(ov);
     ci = std::move(oi);
     if (chunks == 1) break;
@@ -53,7 +58,7 @@ tensor topk_last(const tensor& xt, std::int64_t k, bool largest) {
   return tensor(std::move(ci)).view(shape);
 }
 
-}  // namespace
+}  // namespace detail
 
 topk_result topk(const tensor& x0, std::int64_t k, int dim, bool largest, bool /*sorted*/) {
   if (!x0.defined()) throw invalid_argument("kiln::topk: the input is undefined");
@@ -73,7 +78,14 @@ topk_result topk(const tensor& x0, std::int64_t k, int dim, bool largest, bool /
     const tensor x = stored(x1);
     const int last = x.dim() - 1;
     const tensor xt = d == last ? x.contiguous() : x.transpose(d, last).contiguous();
-    const tensor it = topk_last(xt, k, largest);
+    // GPUs: interleaved chunks of >= 256 entries (neighbouring items read neighbouring
+    // entries), some 64 items per compute unit in flight; CPUs: contiguous chunks of >= 1024,
+    // some 8 items per core.
+    const device_info& info = x.get_device().info();
+    const bool gpu = info.type == device_type::gpu;
+    const std::int64_t units = std::max<std::int64_t>(1, info.compute_units);
+    const tensor it =
+        detail::topk_rows(xt, k, largest, gpu, gpu ? 256 : 1024, gpu ? 64 * 32 * units : 8 * units);
     indices = d == last ? it : it.transpose(d, last).contiguous();
     auto out = detail::allocate_tensor(x.get_device(), shape, x.dtype());
     if (k > 0)

@@ -51,20 +51,31 @@ std::string topk_source(scalar_type t, bool first, bool largest) {
             : cat("    const ", V,
                   " v = xv[row * m + j];\n    const int64_t id = xi[row * m + j];\n"
                   "    if (id < 0) continue;\n");
+  // Chunk c of a row holds entries [c * chunk, (c + 1) * chunk) (CPUs: an item walks memory
+  // in order), or interleaved c, c + chunks, ... (GPUs: neighbouring items read neighbouring
+  // entries). The order is total (value, then index), so any partition gives the same result.
+  // The k-th best so far (the bar to enter) stays in registers; a newcomer's place is found by
+  // binary search, then the worse ones shift down.
   return cat(
       better_macro(t, largest), "KILN_KERNEL void kt_topk(", in, ", KILN_GLOBAL ", V,
       "* KILN_RESTRICT ov, KILN_GLOBAL int64_t* KILN_RESTRICT oi, int64_t total, int64_t m, "
-      "int64_t chunk, int64_t chunks, int64_t k) {\n"
+      "int64_t chunks, int64_t chunk, int64_t interleaved, int64_t k) {\n"
       "  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n"
-      "  const int64_t row = i / chunks, lo = (i % chunks) * chunk;\n"
-      "  const int64_t hi = lo + chunk < m ? lo + chunk : m, base = i * k;\n"
-      "  int64_t cnt = 0;\n  for (int64_t j = lo; j < hi; ++j) {\n",
-      load,
-      "    if (cnt == k && !KT_BETTER(v, id, ov[base + k - 1], oi[base + k - 1])) continue;\n"
-      "    int64_t p = cnt < k ? cnt++ : k - 1;\n"
-      "    while (p > 0 && KT_BETTER(v, id, ov[base + p - 1], oi[base + p - 1])) {\n"
-      "      ov[base + p] = ov[base + p - 1];\n      oi[base + p] = oi[base + p - 1];\n"
-      "      --p;\n    }\n    ov[base + p] = v;\n    oi[base + p] = id;\n  }\n"
+      "  const int64_t row = i / chunks, c = i % chunks, base = i * k;\n"
+      "  const int64_t j0 = interleaved ? c : c * chunk, js = interleaved ? chunks : 1;\n"
+      "  const int64_t j1 = interleaved ? m : (j0 + chunk < m ? j0 + chunk : m);\n"
+      "  int64_t cnt = 0, bar_i = -1;\n  ",
+      V, " bar_v = (", V, ")0;\n  for (int64_t j = j0; j < j1; j += js) {\n", load,
+      "    if (!KT_BETTER(v, id, bar_v, bar_i)) continue;\n"
+      "    int64_t lo = 0, hi = cnt < k ? cnt : k - 1;\n"
+      "    while (lo < hi) {\n      const int64_t mid = (lo + hi) / 2;\n"
+      "      if (KT_BETTER(v, id, ov[base + mid], oi[base + mid])) hi = mid; else lo = mid + 1;\n"
+      "    }\n"
+      "    for (int64_t p = cnt < k ? cnt++ : k - 1; p > lo; --p) {\n"
+      "      ov[base + p] = ov[base + p - 1];\n      oi[base + p] = oi[base + p - 1];\n    }\n"
+      "    ov[base + lo] = v;\n    oi[base + lo] = id;\n"
+      "    if (cnt == k) {\n      bar_v = ov[base + k - 1];\n      bar_i = oi[base + k - 1];\n"
+      "    }\n  }\n"
       "  for (int64_t p = cnt; p < k; ++p) {\n    ov[base + p] = (",
       V, ")0;\n    oi[base + p] = -1;\n  }\n}\n");
 }
@@ -103,7 +114,7 @@ enum class kind : std::uint8_t { topk, cdf, draw };
 kernel sampling_kernel(const device& dev, kind k, scalar_type t, scalar_type t2, bool first,
                        bool largest) {
   ir::hasher h;
-  h.add("tensor sampling v1").add(std::uint64_t(k)).add(std::uint64_t(t)).add(std::uint64_t(t2));
+  h.add("tensor sampling v3").add(std::uint64_t(k)).add(std::uint64_t(t)).add(std::uint64_t(t2));
   h.add(std::uint64_t(first)).add(std::uint64_t(largest));
   const char* fn = k == kind::topk ? "kt_topk" : k == kind::cdf ? "kt_cdf" : "kt_draw";
   const generated_kernels g = get_generated(dev, "tensor_sampling", h.value(), [&] {
@@ -142,8 +153,9 @@ scalar_type topk_value_type(scalar_type t) {
 
 void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tensor_impl* in_i,
                       tensor_impl& out_v, tensor_impl& out_i, scalar_type t, std::int64_t rows,
-                      std::int64_t m, std::int64_t chunk, std::int64_t k, bool largest) {
-  const std::int64_t chunks = (m + chunk - 1) / chunk, total = rows * chunks;
+                      std::int64_t m, std::int64_t chunks, std::int64_t chunk, bool interleaved,
+                      std::int64_t k, bool largest) {
+  const std::int64_t total = rows * chunks;
   if (total == 0 || k == 0) return;
   const scalar_type v = topk_value_type(t);
   std::vector<arg_binding> a;
@@ -155,7 +167,8 @@ void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tenso
   }
   a.push_back(mem(out_v, v, false));
   a.push_back(mem(out_i, scalar_type::i64, false));
-  for (std::int64_t n : {total, m, chunk, chunks, k}) a.push_back(bind_arg(n));
+  for (std::int64_t n : {total, m, chunks, chunk, std::int64_t{interleaved}, k})
+    a.push_back(bind_arg(n));
   const device& dev = out_v.dev;
   run(sampling_kernel(dev, kind::topk, t, t, x != nullptr, largest), dev, total, a);
 }

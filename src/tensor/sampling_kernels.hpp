@@ -1,9 +1,9 @@
 // The generated kernels behind kiln/tensor/sampling.hpp (cache "tensor_sampling"), barrier-free
 // so one text runs on every backend, the CPU's included:
-//   topk pass: each item takes one chunk of a row (of x, or of the previous pass's candidates)
-//              and keeps its k best by insertion into its own slot of the output; passes repeat
-//              until one chunk per row is left (the chunk is >= 8k, so each pass shrinks a row
-//              at least 8-fold);
+//   topk pass: each item takes one chunk of a row (of x, or of the previous pass's candidates;
+//              contiguous, or interleaved on GPUs) and keeps its k best by insertion into
+//              its own slot of the output; passes repeat until one chunk per row is left (a
+//              chunk holds >= 8k entries, so each pass shrinks a row at least 8-fold);
 //   cdf:       one item per row, the running sum of its weights (double where the device has
 //              fp64, else float);
 //   draw:      one item per sample, the first category whose running sum exceeds u * total.
@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kiln/tensor.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln::detail {
@@ -21,12 +22,21 @@ scalar_type topk_value_type(scalar_type t);
 
 // One topk pass over `rows` rows of m entries. first: the entries are x's (contiguous
 // [rows, m], dtype x.dtype, index = position); otherwise in_v / in_i (candidate values of
-// topk_value_type and int64 indices, -1 = none). out_v / out_i: [rows, chunks, k], where
-// chunks = ceil(m / chunk); a chunk with fewer than k entries pads with index -1. Each slot is
+// topk_value_type and int64 indices, -1 = none). Chunk c holds entries [c chunk, (c + 1)
+// chunk), or, interleaved, c, c + chunks, ... out_v / out_i: [rows, chunks, k]; a chunk
+// with fewer than k entries pads with index -1. Each slot is
 // in order, best first: larger (or smaller) value, NaN largest, then lower index.
 void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tensor_impl* in_i,
                       tensor_impl& out_v, tensor_impl& out_i, scalar_type t, std::int64_t rows,
-                      std::int64_t m, std::int64_t chunk, std::int64_t k, bool largest);
+                      std::int64_t m, std::int64_t chunks, std::int64_t chunk, bool interleaved,
+                      std::int64_t k, bool largest);
+
+// The int64 positions, along the last dim, of the k best (0 < k <= n) of each row of xt
+// ([.., n]; a lazy or strided one is copied first), shaped [.., k]: passes of chunks of
+// max(least_chunk, 8k, what gives about `items` items) entries, contiguous or interleaved
+// (topk picks by device; tests force either).
+tensor topk_rows(const tensor& xt, std::int64_t k, bool largest, bool interleaved,
+                 std::int64_t least_chunk, std::int64_t items);
 
 // cdf (contiguous [rows, n], f64 or f32) = running sums of w (contiguous [rows, n], float
 // dtype) along each row.

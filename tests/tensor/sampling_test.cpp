@@ -13,6 +13,7 @@
 #include <random>
 #include <set>
 
+#include "tensor/sampling_kernels.hpp"
 #include "tensor/tensor_fixture.hpp"
 
 namespace tensor_test {
@@ -89,6 +90,20 @@ TEST_P(TensorSamplingTest, TopkMatchesHostWithDuplicatesAndNaN) {
     // Rows of several 1024-entry chunks: a second pass merges the chunks' candidates.
     check_last_dim(dev(), scalar_type::f32, 4, 5000, 64, largest, true, 3);
     check_last_dim(dev(), scalar_type::f32, 2, 3000, 7, largest, false, 4);
+  }
+}
+
+// Both chunk layouts (contiguous: CPUs; interleaved: GPUs) on every device, with chunks of 40
+// entries so that rows take four passes (3000 -> 375 -> 50 -> 10 -> 5 candidates).
+TEST_P(TensorSamplingTest, TopkBothChunkLayoutsAgree) {
+  const std::int64_t rows = 3, n = 3000, k = 5;
+  const std::vector<double> h = levels(std::size_t(rows * n), 8, true);
+  const tensor x = tensor::from(dev(), h, {rows, n}).to(scalar_type::f32);
+  for (bool largest : {true, false}) {
+    const auto want = host_topk(read(x), rows, n, k, largest);
+    for (bool interleaved : {false, true})
+      EXPECT_EQ(ids(kiln::detail::topk_rows(x, k, largest, interleaved, 16, 1000)), want)
+          << (interleaved ? "interleaved" : "contiguous") << (largest ? " largest" : " smallest");
   }
 }
 
