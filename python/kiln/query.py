@@ -155,9 +155,11 @@ class query:
         """The chain as kiln::query runs it, or None where a stage is not elementwise."""
         if self._run is None:
             self._run = False
-            if _builtins.all(x.dtype not in (_kiln.float16, _kiln.bfloat16)
-                             for x in self._inputs):
+            try:
                 tq = _kiln._tensor_query(self._inputs)
+            except _kiln.unsupported:  # f16/bf16 inputs: the tensor engine's path
+                tq = None
+            if tq is not None:
                 element = _element(self._inputs, tq.index)
                 for kind, f in self._stages:
                     out = _apply(f, element)
