@@ -166,11 +166,9 @@ tensor multinomial(const tensor& probs, std::int64_t num_samples, bool replaceme
   const scalar_type ct = dev.supports(feature::fp64) ? scalar_type::f64 : scalar_type::f32;
   if (replacement) {
     const tensor wc = detail::contiguous_of(w);
-    auto cdf = detail::allocate_tensor(dev, {rows, n}, ct);
-    detail::launch_cdf(*cdf, *wc.impl(), rows, n);
     const tensor u = tensor::rand(dev, {rows, num_samples}, seed, ct);
     auto out = detail::allocate_tensor(dev, {rows, num_samples}, scalar_type::i64);
-    detail::launch_draw(*out, *cdf, *u.impl(), rows, n, num_samples);
+    detail::launch_draws(*out, *wc.impl(), *u.impl(), rows, n, num_samples);
     return tensor(std::move(out)).reshape(out_shape);
   }
   // The exponential race: E / w with E = -log(1 - u) ~ Exp(1); the smallest keys, in order,

@@ -1,9 +1,10 @@
 // Kernel texts and launches for topk and multinomial; see sampling_kernels.hpp. Sources are
-// cached by (kind, dtype, first pass, largest) or (kind, weight dtype, cdf dtype).
+// cached by (kind, dtype, first pass, largest) or (kind, weight dtype, sum dtype).
 #include "tensor/sampling_kernels.hpp"
 
 #include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codegen/expr_render.hpp"
@@ -80,47 +81,95 @@ std::string topk_source(scalar_type t, bool first, bool largest) {
       V, ")0;\n    oi[base + p] = -1;\n  }\n}\n");
 }
 
-std::string cdf_source(scalar_type w, scalar_type c) {
-  const std::string W = type_name(w), C = type_name(c);
-  return cat("KILN_KERNEL void kt_cdf(KILN_GLOBAL ", C, "* KILN_RESTRICT cdf, KILN_GLOBAL const ",
-             W,
-             "* KILN_RESTRICT w, int64_t rows, int64_t n) {\n"
-             "  const int64_t r = (int64_t)kiln_global_id(0);\n  if (r >= rows) return;\n  ",
-             C, " acc = (", C, ")0;\n  for (int64_t j = 0; j < n; ++j) {\n    acc += (", C, ")",
-             codegen::load_value(w, "w[r * n + j]"), ";\n    cdf[r * n + j] = acc;\n  }\n}\n");
+// Multinomial with replacement over rows of n weights cut into chunks of B: chunk sums (one
+// item per chunk), their running sums (one item per row, in place), then per sample a binary
+// search over the chunks and a walk inside one. Every sum runs in a fixed order, so the bits
+// (and the samples) are the same on every backend. C_ is the sum type, W_ the weights' (their
+// loads spelled by LOADW).
+constexpr const char* chunk_sum_text = R"(
+KILN_KERNEL void kt_chunk_sum(KILN_GLOBAL C_* KILN_RESTRICT sums, KILN_GLOBAL const W_* KILN_RESTRICT w,
+                              int64_t total, int64_t n, int64_t chunks, int64_t B) {
+  const int64_t i = (int64_t)kiln_global_id(0);
+  if (i >= total) return;
+  const int64_t r = i / chunks, lo = (i % chunks) * B, hi = lo + B < n ? lo + B : n;
+  C_ acc = (C_)0;
+  for (int64_t j = lo; j < hi; ++j) acc += (C_)LOADW(w[r * n + j]);
+  sums[i] = acc;
+}
+)";
+
+constexpr const char* chunk_scan_text = R"(
+KILN_KERNEL void kt_chunk_scan(KILN_GLOBAL C_* KILN_RESTRICT sums, int64_t rows, int64_t chunks) {
+  const int64_t r = (int64_t)kiln_global_id(0);
+  if (r >= rows) return;
+  C_ acc = (C_)0;
+  for (int64_t c = 0; c < chunks; ++c) {
+    acc += sums[r * chunks + c];
+    sums[r * chunks + c] = acc;
+  }
+}
+)";
+
+// The first chunk whose running sum exceeds target = u * total, then the first entry there
+// whose running sum does (it has a positive weight). u < 1, but u * total can round to
+// total: then the first chunk reaching total and its last positive weight.
+constexpr const char* draw_text = R"(
+KILN_KERNEL void kt_draw(KILN_GLOBAL int64_t* KILN_RESTRICT out, KILN_GLOBAL const W_* KILN_RESTRICT w,
+                         KILN_GLOBAL const C_* KILN_RESTRICT sums, KILN_GLOBAL const C_* KILN_RESTRICT u,
+                         int64_t total, int64_t n, int64_t chunks, int64_t B, int64_t s) {
+  const int64_t i = (int64_t)kiln_global_id(0);
+  if (i >= total) return;
+  const int64_t r = i / s;
+  KILN_GLOBAL const C_* p = sums + r * chunks;
+  const C_ sum = p[chunks - 1], target = u[i] * sum;
+  const int over = target >= sum;
+  int64_t lo = 0, hi = chunks - 1;
+  while (lo < hi) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (over ? p[mid] >= sum : p[mid] > target) hi = mid; else lo = mid + 1;
+  }
+  const int64_t j0 = lo * B, j1 = j0 + B < n ? j0 + B : n;
+  C_ acc = lo > 0 ? p[lo - 1] : (C_)0;
+  int64_t last = j0;
+  for (int64_t j = j0; j < j1; ++j) {
+    const C_ v = (C_)LOADW(w[r * n + j]);
+    if (v > (C_)0) last = j;
+    acc += v;
+    if (!over && acc > target) {
+      out[i] = j;
+      return;
+    }
+  }
+  out[i] = last;
+}
+)";
+
+// text with C_ the sum type and W_ / LOADW the weights' storage type and load.
+std::string multinomial_source(const char* text, scalar_type w, scalar_type c) {
+  std::string s = text;
+  for (const auto& [from, to] : {std::pair{"C_", type_name(c)}, std::pair{"W_", type_name(w)}})
+    for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at))
+      s.replace(at, 2, to);
+  return cat("#define LOADW(e) ", codegen::load_value(w, "(e)"), "\n", s);
 }
 
-// Binary search for the first j with cdf[j] > target; with u < 1, u * total can still round
-// to total, then the first j reaching total (the last positive category) is taken.
-std::string draw_source(scalar_type c) {
-  const std::string C = type_name(c);
-  return cat("KILN_KERNEL void kt_draw(KILN_GLOBAL int64_t* KILN_RESTRICT out, KILN_GLOBAL const ",
-             C, "* KILN_RESTRICT cdf, KILN_GLOBAL const ", C,
-             "* KILN_RESTRICT u, int64_t total, int64_t n, int64_t s) {\n"
-             "  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n"
-             "  KILN_GLOBAL const ",
-             C, "* c = cdf + (i / s) * n;\n  const ", C, " sum = c[n - 1];\n  ", C,
-             " target = u[i] * sum;\n  if (target >= sum) {\n    int64_t lo = 0, hi = n - 1;\n"
-             "    while (lo < hi) {\n      const int64_t mid = lo + (hi - lo) / 2;\n"
-             "      if (c[mid] >= sum) hi = mid; else lo = mid + 1;\n    }\n"
-             "    out[i] = lo;\n    return;\n  }\n"
-             "  int64_t lo = 0, hi = n - 1;\n  while (lo < hi) {\n"
-             "    const int64_t mid = lo + (hi - lo) / 2;\n"
-             "    if (c[mid] > target) hi = mid; else lo = mid + 1;\n  }\n  out[i] = lo;\n}\n");
-}
-
-enum class kind : std::uint8_t { topk, cdf, draw };
+enum class kind : std::uint8_t { topk, chunk_sum, chunk_scan, draw };
 
 kernel sampling_kernel(const device& dev, kind k, scalar_type t, scalar_type t2, bool first,
                        bool largest) {
   ir::hasher h;
-  h.add("tensor sampling v3").add(std::uint64_t(k)).add(std::uint64_t(t)).add(std::uint64_t(t2));
+  h.add("tensor sampling v4").add(std::uint64_t(k)).add(std::uint64_t(t)).add(std::uint64_t(t2));
   h.add(std::uint64_t(first)).add(std::uint64_t(largest));
-  const char* fn = k == kind::topk ? "kt_topk" : k == kind::cdf ? "kt_cdf" : "kt_draw";
+  static constexpr const char* names[] = {"kt_topk", "kt_chunk_sum", "kt_chunk_scan", "kt_draw"};
+  const char* fn = names[std::size_t(k)];
   const generated_kernels g = get_generated(dev, "tensor_sampling", h.value(), [&] {
-    std::string src = k == kind::topk  ? topk_source(t, first, largest)
-                      : k == kind::cdf ? cdf_source(t, t2)
-                                       : draw_source(t);
+    std::string src;
+    switch (k) {
+      case kind::topk: src = topk_source(t, first, largest); break;
+      case kind::chunk_sum: src = multinomial_source(chunk_sum_text, t, t2); break;
+      case kind::chunk_scan: src = multinomial_source(chunk_scan_text, t, t2); break;
+      case kind::draw: src = multinomial_source(draw_text, t, t2); break;
+    }
     return generated_program{std::move(src), {fn}, std::string(fn) + " of " + type_name(t)};
   });
   if (g.compiled) stats_now().programs_compiled++;
@@ -173,24 +222,29 @@ void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tenso
   run(sampling_kernel(dev, kind::topk, t, t, x != nullptr, largest), dev, total, a);
 }
 
-void launch_cdf(tensor_impl& cdf, const tensor_impl& w, std::int64_t rows, std::int64_t n) {
-  if (rows * n == 0) return;
-  std::vector<arg_binding> a{mem(cdf, cdf.dtype, false), mem(w, w.dtype, true), bind_arg(rows),
-                             bind_arg(n)};
-  run(sampling_kernel(cdf.dev, kind::cdf, w.dtype, cdf.dtype, false, false), cdf.dev, rows, a);
-}
-
-void launch_draw(tensor_impl& out, const tensor_impl& cdf, const tensor_impl& u, std::int64_t rows,
-                 std::int64_t n, std::int64_t s) {
+void launch_draws(tensor_impl& out, const tensor_impl& w, const tensor_impl& u, std::int64_t rows,
+                  std::int64_t n, std::int64_t s) {
   const std::int64_t total = rows * s;
   if (total == 0) return;
-  std::vector<arg_binding> a{mem(out, scalar_type::i64, false),
-                             mem(cdf, cdf.dtype, true),
-                             mem(u, u.dtype, true),
-                             bind_arg(total),
-                             bind_arg(n),
-                             bind_arg(s)};
-  run(sampling_kernel(out.dev, kind::draw, cdf.dtype, cdf.dtype, false, false), out.dev, total, a);
+  const device& dev = out.dev;
+  const scalar_type c = u.dtype;
+  const std::int64_t B = multinomial_chunk, chunks = (n + B - 1) / B;
+  auto sums = allocate_tensor(dev, {rows, chunks}, c);
+  std::vector<arg_binding> a{mem(*sums, c, false), mem(w, w.dtype, true), bind_arg(rows * chunks),
+                             bind_arg(n),          bind_arg(chunks),      bind_arg(B)};
+  run(sampling_kernel(dev, kind::chunk_sum, w.dtype, c, false, false), dev, rows * chunks, a);
+  a = {mem(*sums, c, false), bind_arg(rows), bind_arg(chunks)};
+  run(sampling_kernel(dev, kind::chunk_scan, w.dtype, c, false, false), dev, rows, a);
+  a = {mem(out, scalar_type::i64, false),
+       mem(w, w.dtype, true),
+       mem(*sums, c, true),
+       mem(u, c, true),
+       bind_arg(total),
+       bind_arg(n),
+       bind_arg(chunks),
+       bind_arg(B),
+       bind_arg(s)};
+  run(sampling_kernel(dev, kind::draw, w.dtype, c, false, false), dev, total, a);
 }
 
 }  // namespace kiln::detail

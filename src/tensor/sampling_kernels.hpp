@@ -4,9 +4,10 @@
 //              contiguous, or interleaved on GPUs) and keeps its k best by insertion into
 //              its own slot of the output; passes repeat until one chunk per row is left (a
 //              chunk holds >= 8k entries, so each pass shrinks a row at least 8-fold);
-//   cdf:       one item per row, the running sum of its weights (double where the device has
-//              fp64, else float);
-//   draw:      one item per sample, the first category whose running sum exceeds u * total.
+//   multinomial (with replacement): sums of chunks of 256 weights (double where the device
+//              has fp64, else float), their running sums per row, then one item per sample:
+//              a binary search over the chunks and a walk inside one for the first category
+//              whose running sum exceeds u * total.
 #pragma once
 
 #include <cstdint>
@@ -38,12 +39,13 @@ void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tenso
 tensor topk_rows(const tensor& xt, std::int64_t k, bool largest, bool interleaved,
                  std::int64_t least_chunk, std::int64_t items);
 
-// cdf (contiguous [rows, n], f64 or f32) = running sums of w (contiguous [rows, n], float
-// dtype) along each row.
-void launch_cdf(tensor_impl& cdf, const tensor_impl& w, std::int64_t rows, std::int64_t n);
-// out (int64 [rows, s]) = for each uniform u (cdf's dtype, [rows, s]) the first j with
-// cdf[row, j] > u * cdf[row, n - 1] (the last positive category if rounding leaves none).
-void launch_draw(tensor_impl& out, const tensor_impl& cdf, const tensor_impl& u, std::int64_t rows,
-                 std::int64_t n, std::int64_t s);
+// Weights per chunk of multinomial's running sums.
+inline constexpr std::int64_t multinomial_chunk = 256;
+// out (int64 [rows, s]) = for each uniform u ([rows, s], f64 or f32: the sum type) the first
+// category j of w (contiguous [rows, n], a float dtype) whose running sum exceeds u * total
+// (the last positive weight when rounding leaves none). The running sums are those of chunks
+// of multinomial_chunk weights, each summed in order, added in order.
+void launch_draws(tensor_impl& out, const tensor_impl& w, const tensor_impl& u, std::int64_t rows,
+                  std::int64_t n, std::int64_t s);
 
 }  // namespace kiln::detail

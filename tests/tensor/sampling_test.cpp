@@ -193,22 +193,33 @@ TEST_P(TensorSamplingTest, TopkEmptyScalarAndErrors) {
   EXPECT_THROW((void)kiln::topk(x, 1, 2), kiln::error);
 }
 
-// The samples multinomial must give with replacement: inverse CDF (double running sums) over
-// tensor::rand's uniforms, which are the same bits on every backend.
+// The samples multinomial must give with replacement: inverse CDF over tensor::rand's
+// uniforms (the same bits on every backend), with running sums in multinomial's order (sums of
+// chunks of multinomial_chunk weights added in order, then the weights of one chunk).
 std::vector<std::int64_t> host_draws(const kiln::device& dev, const std::vector<double>& w,
                                      std::int64_t rows, std::int64_t n, std::int64_t s,
                                      std::uint64_t seed, scalar_type ut) {
   const std::vector<double> u = read(tensor::rand(dev, {rows, s}, seed, ut));
+  const std::int64_t B = kiln::detail::multinomial_chunk, chunks = (n + B - 1) / B;
   std::vector<std::int64_t> out;
   for (std::int64_t r = 0; r < rows; ++r) {
-    std::vector<double> cdf(static_cast<std::size_t>(n));
-    double acc = 0;
-    for (std::int64_t j = 0; j < n; ++j) cdf[std::size_t(j)] = acc += w[std::size_t(r * n + j)];
+    const double* row = w.data() + r * n;
+    std::vector<double> start(static_cast<std::size_t>(chunks + 1), 0.0);
+    for (std::int64_t c = 0; c < chunks; ++c) {
+      double sum = 0;
+      for (std::int64_t j = c * B; j < std::min(n, (c + 1) * B); ++j) sum += row[j];
+      start[std::size_t(c + 1)] = start[std::size_t(c)] + sum;
+    }
+    const double total = start.back();
     for (std::int64_t i = 0; i < s; ++i) {
-      const double t = u[std::size_t(r * s + i)] * acc;
-      auto it = std::upper_bound(cdf.begin(), cdf.end(), t);
-      if (it == cdf.end()) it = std::lower_bound(cdf.begin(), cdf.end(), acc);
-      out.push_back(it - cdf.begin());
+      const double t = u[std::size_t(r * s + i)] * total;
+      std::int64_t c = 0, pick = -1;
+      while (c + 1 < chunks && !(start[std::size_t(c + 1)] > t)) ++c;
+      double acc = start[std::size_t(c)];
+      for (std::int64_t j = c * B; j < std::min(n, (c + 1) * B) && pick < 0; ++j)
+        if ((acc += row[j]) > t) pick = j;
+      EXPECT_GE(pick, 0) << "u * total rounded to total: not expected in this test";
+      out.push_back(pick);
     }
   }
   return out;
