@@ -153,7 +153,7 @@ std::string multinomial_source(const char* text, scalar_type w, scalar_type c) {
   return cat("#define LOADW(e) ", codegen::load_value(w, "(e)"), "\n", s);
 }
 
-enum class kind : std::uint8_t { topk, chunk_sum, chunk_scan, draw };
+using kind = sampling_kernel_kind;
 
 kernel sampling_kernel(const device& dev, kind k, scalar_type t, scalar_type t2, bool first,
                        bool largest) {
@@ -163,14 +163,8 @@ kernel sampling_kernel(const device& dev, kind k, scalar_type t, scalar_type t2,
   static constexpr const char* names[] = {"kt_topk", "kt_chunk_sum", "kt_chunk_scan", "kt_draw"};
   const char* fn = names[std::size_t(k)];
   const generated_kernels g = get_generated(dev, "tensor_sampling", h.value(), [&] {
-    std::string src;
-    switch (k) {
-      case kind::topk: src = topk_source(t, first, largest); break;
-      case kind::chunk_sum: src = multinomial_source(chunk_sum_text, t, t2); break;
-      case kind::chunk_scan: src = multinomial_source(chunk_scan_text, t, t2); break;
-      case kind::draw: src = multinomial_source(draw_text, t, t2); break;
-    }
-    return generated_program{std::move(src), {fn}, std::string(fn) + " of " + type_name(t)};
+    return generated_program{
+        sampling_source(k, t, t2, first, largest), {fn}, std::string(fn) + " of " + type_name(t)};
   });
   if (g.compiled) stats_now().programs_compiled++;
   return g.kernels.at(0);
@@ -194,6 +188,17 @@ void run(const kernel& k, const device& dev, std::int64_t total, std::vector<arg
 }
 
 }  // namespace
+
+std::string sampling_source(sampling_kernel_kind k, scalar_type t, scalar_type t2, bool first,
+                            bool largest) {
+  switch (k) {
+    case kind::topk: return topk_source(t, first, largest);
+    case kind::chunk_sum: return multinomial_source(chunk_sum_text, t, t2);
+    case kind::chunk_scan: return multinomial_source(chunk_scan_text, t, t2);
+    case kind::draw: return multinomial_source(draw_text, t, t2);
+  }
+  return "";
+}
 
 scalar_type topk_value_type(scalar_type t) {
   if (is_reduced_float(t)) return scalar_type::f32;

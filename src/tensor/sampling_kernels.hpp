@@ -18,6 +18,12 @@
 
 namespace kiln::detail {
 
+enum class sampling_kernel_kind : std::uint8_t { topk, chunk_sum, chunk_scan, draw };
+// A kernel's source: topk of dtype t (first: reading x, else candidates; largest or smallest
+// first); the multinomial kernels of weight dtype t and sum dtype t2 (f32 or f64).
+std::string sampling_source(sampling_kernel_kind k, scalar_type t, scalar_type t2, bool first,
+                            bool largest);
+
 // The type a topk pass keeps candidate values in: float for f16/bf16, u8 for bool, else t.
 scalar_type topk_value_type(scalar_type t);
 

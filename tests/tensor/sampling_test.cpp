@@ -331,5 +331,21 @@ TEST_P(TensorSamplingTest, MultinomialBadInput) {
   EXPECT_THROW((void)kiln::multinomial(ok.reshape({1, 2, 2}), 1, true), kiln::shape_error);
 }
 
+// The kernels compile for CUDA too (NVRTC, where the backend is compile-only).
+TEST_P(TensorSamplingTest, SourcesCompileEverywhere) {
+  using k = kiln::detail::sampling_kernel_kind;
+  for (const auto t : {scalar_type::f32, scalar_type::bf16, scalar_type::f64, scalar_type::i8,
+                       scalar_type::u64, scalar_type::boolean})
+    for (bool first : {true, false})
+      for (bool largest : {true, false})
+        EXPECT_NO_THROW(conformance::compile_everywhere(
+            kiln::detail::sampling_source(k::topk, t, t, first, largest)));
+  for (const auto w : {scalar_type::f32, scalar_type::f16})
+    for (const auto c : {scalar_type::f32, scalar_type::f64})
+      for (const k kind : {k::chunk_sum, k::chunk_scan, k::draw})
+        EXPECT_NO_THROW(conformance::compile_everywhere(
+            kiln::detail::sampling_source(kind, w, c, false, false)));
+}
+
 }  // namespace
 }  // namespace tensor_test
