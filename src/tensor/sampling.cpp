@@ -58,6 +58,30 @@ tensor topk_rows(const tensor& x, std::int64_t k, bool largest, bool interleaved
   return tensor(std::move(ci)).view(shape);
 }
 
+bool topk_group_fits(const device& dev, std::int64_t n, std::int64_t k) {
+  const device_info& info = dev.info();
+  const std::uint64_t local_bytes = std::uint64_t(topk_group_max_k) * 16 + 2 * 1024 + 16;
+  return dev.supports(feature::barrier) && dev.supports(feature::atomics) &&
+         k <= topk_group_max_k && n < (std::int64_t{1} << 31) &&
+         (!info.max_work_group_size || info.max_work_group_size >= topk_group_items) &&
+         (!info.local_mem_bytes || info.local_mem_bytes >= local_bytes);
+}
+
+tensor topk_rows_group(const tensor& x, std::int64_t k, bool largest) {
+  const tensor xt = contiguous_of(x);
+  const device& dev = xt.get_device();
+  const std::int64_t n = xt.size(-1), rows = n ? xt.numel() / n : 0;
+  shape_t shape = xt.shape();
+  shape.back() = k;
+  if (!topk_group_fits(dev, n, k))
+    throw unsupported("kiln::topk: the work-group kernel does not fit " + dev.id() +
+                      " for k = " + std::to_string(k));
+  if (k == 0 || rows == 0) return tensor::zeros(dev, shape, scalar_type::i64);
+  auto out = allocate_tensor(dev, {rows, k}, scalar_type::i64);
+  launch_topk_group(*xt.impl(), *out, rows, n, k, largest);
+  return tensor(std::move(out)).view(shape);
+}
+
 }  // namespace detail
 
 topk_result topk(const tensor& x0, std::int64_t k, int dim, bool largest, bool /*sorted*/) {
@@ -78,14 +102,17 @@ topk_result topk(const tensor& x0, std::int64_t k, int dim, bool largest, bool /
     const tensor x = stored(x1);
     const int last = x.dim() - 1;
     const tensor xt = d == last ? x.contiguous() : x.transpose(d, last).contiguous();
-    // GPUs: interleaved chunks of >= 256 entries (neighbouring items read neighbouring
-    // entries), some 64 items per compute unit in flight; CPUs: contiguous chunks of >= 1024,
-    // some 8 items per core.
-    const device_info& info = x.get_device().info();
+    // GPUs: a work-group per row (radix select) where it fits, else interleaved chunks of
+    // >= 256 entries (neighbouring items read neighbouring entries), some 64 items per compute
+    // unit in flight; CPUs: contiguous chunks of >= 1024, some 8 items per core.
+    const device& dev = x.get_device();
+    const device_info& info = dev.info();
     const bool gpu = info.type == device_type::gpu;
     const std::int64_t units = std::max<std::int64_t>(1, info.compute_units);
-    const tensor it =
-        detail::topk_rows(xt, k, largest, gpu, gpu ? 256 : 1024, gpu ? 64 * 32 * units : 8 * units);
+    const tensor it = gpu && detail::topk_group_fits(dev, n, k)
+                          ? detail::topk_rows_group(xt, k, largest)
+                          : detail::topk_rows(xt, k, largest, gpu, gpu ? 256 : 1024,
+                                              gpu ? 64 * 32 * units : 8 * units);
     indices = d == last ? it : it.transpose(d, last).contiguous();
     auto out = detail::allocate_tensor(x.get_device(), shape, x.dtype());
     if (k > 0)

@@ -81,6 +81,136 @@ std::string topk_source(scalar_type t, bool first, bool largest) {
       V, ")0;\n    oi[base + p] = -1;\n  }\n}\n");
 }
 
+// topk by radix select, one work-group of KT_B items per row (devices with barriers). Each
+// entry maps to an unsigned key of its width whose order is the ranking (larger first; NaN
+// largest, -0 == +0; smallest-first inverts it). Passes over 8-bit digits from the top count
+// the entries that match the digits found so far in a local histogram, then take the digit
+// where the k-th best falls: the key of the k-th best, `kth`, and `rem`, how many entries equal
+// to it are wanted. A last pass gathers the entries above kth (local atomic slots, any order)
+// and the first rem equal to it in index order (a work-group scan per tile of KT_B), then each
+// selected entry's rank among the k gives its output position.
+constexpr const char* topk_group_text = R"(
+#define KT_B 256
+KILN_FUNC uint64_t kt_key(uint64_t b) {
+  const uint64_t top = (uint64_t)1 << (KT_W - 1);
+  const uint64_t all = KT_W == 64 ? ~(uint64_t)0 : (((uint64_t)1 << (KT_W & 63)) - 1);
+  uint64_t u = b;
+  if (KT_KIND == 2) {
+    const uint64_t mag = b & (top - 1);
+    u = mag > (uint64_t)KT_INF ? all : mag == 0 ? top : (b & top) ? (~b & all) : (b | top);
+  } else if (KT_KIND == 1) {
+    u = b ^ top;
+  }
+  return KT_LARGEST ? u : (~u & all);
+}
+
+KILN_KERNEL void kt_topk_group(KILN_GLOBAL const KT_X* KILN_RESTRICT x,
+                               KILN_GLOBAL int64_t* KILN_RESTRICT out, int64_t n, int64_t k) {
+  KILN_LOCAL uint32_t h[256];
+  KILN_LOCAL uint32_t sc[KT_B];
+  KILN_LOCAL uint64_t sk[KT_KMAX];
+  KILN_LOCAL int64_t si[KT_KMAX];
+  KILN_LOCAL uint32_t sh[3];
+  const uint32_t t = (uint32_t)kiln_local_id(0);
+  const int64_t row = (int64_t)kiln_group_id(0);
+  KILN_GLOBAL const KT_T* xr = x + row * n;
+  uint64_t prefix = 0, mask = 0;
+  uint32_t rem = (uint32_t)k;
+  for (int shift = KT_W - 8; shift >= 0; shift -= 8) {
+    h[t] = 0u;
+    kiln_barrier();
+    for (int64_t j = t; j < n; j += KT_B) {
+      const uint64_t key = kt_key((uint64_t)xr[j]);
+      if ((key & mask) == prefix) kiln_atomic_add(&h[(uint32_t)((key >> shift) & 255u)], 1u);
+    }
+    kiln_barrier();
+    if (t == 0) {
+      uint32_t acc = 0, d = 255;
+      while (acc + h[d] < rem) acc += h[d--];
+      sh[0] = d;
+      sh[1] = rem - acc;
+    }
+    kiln_barrier();
+    prefix |= (uint64_t)sh[0] << shift;
+    mask |= (uint64_t)255 << shift;
+    rem = sh[1];
+    kiln_barrier();
+  }
+  const uint32_t above = (uint32_t)k - rem;
+  if (t == 0) sh[2] = 0u;
+  kiln_barrier();
+  uint32_t seen = 0;
+  for (int64_t base = 0; base < n; base += KT_B) {
+    const int64_t j = base + t;
+    const uint64_t key = j < n ? kt_key((uint64_t)xr[j]) : (uint64_t)0;
+    if (j < n && key > prefix) {
+      const uint32_t p = kiln_atomic_add(&sh[2], 1u);
+      sk[p] = key;
+      si[p] = j;
+    }
+    if (seen < rem) {  // the same on every item: the scan's barriers are uniform
+      const uint32_t eq = j < n && key == prefix ? 1u : 0u;
+      sc[t] = eq;
+      kiln_barrier();
+      for (uint32_t o = 1; o < KT_B; o <<= 1) {
+        const uint32_t y = t >= o ? sc[t - o] : 0u;
+        kiln_barrier();
+        sc[t] += y;
+        kiln_barrier();
+      }
+      const uint32_t before = seen + sc[t] - eq;
+      if (eq && before < rem) {
+        sk[above + before] = key;
+        si[above + before] = j;
+      }
+      seen += sc[KT_B - 1];
+      kiln_barrier();
+    }
+  }
+  kiln_barrier();
+  for (uint32_t s = t; s < (uint32_t)k; s += KT_B) {
+    const uint64_t ks = sk[s];
+    const int64_t is = si[s];
+    uint32_t r = 0;
+    for (uint32_t o = 0; o < (uint32_t)k; ++o)
+      r += (sk[o] > ks || (sk[o] == ks && si[o] < is)) ? 1u : 0u;
+    out[row * k + r] = is;
+  }
+}
+)";
+
+// The unsigned type of t's width (the kernel reads raw bits).
+scalar_type bits_of(scalar_type t) {
+  switch (size_of(t)) {
+    case 1: return scalar_type::u8;
+    case 2: return scalar_type::u16;
+    case 4: return scalar_type::u32;
+    default: return scalar_type::u64;
+  }
+}
+
+std::string topk_group_source(scalar_type t, bool largest) {
+  const bool fl = is_floating(t);
+  const bool sign = t == scalar_type::i8 || t == scalar_type::i16 || t == scalar_type::i32 ||
+                    t == scalar_type::i64;
+  const char* inf = t == scalar_type::f32    ? "0x7f800000u"
+                    : t == scalar_type::f64  ? "0x7ff0000000000000ull"
+                    : t == scalar_type::f16  ? "0x7c00u"
+                    : t == scalar_type::bf16 ? "0x7f80u"
+                                             : "0u";
+  // The kernel's parameters name concrete types (the launcher checks them): KT_X spells x's.
+  std::string text = topk_group_text;
+  const std::string X = type_name(bits_of(t));
+  text.replace(text.find("KT_X"), 4, X);
+  return cat("#define KT_T ", X, "\n#define KT_W ", std::to_string(8 * size_of(t)),
+             "\n#define KT_KIND ",
+             fl     ? "2"
+             : sign ? "1"
+                    : "0",
+             "\n#define KT_INF ", inf, "\n#define KT_LARGEST ", largest ? "1" : "0",
+             "\n#define KT_KMAX ", std::to_string(topk_group_max_k), "\n", text);
+}
+
 // Multinomial with replacement over rows of n weights cut into chunks of B: chunk sums (one
 // item per chunk), their running sums (one item per row, in place), then per sample a binary
 // search over the chunks and a walk inside one. Every sum runs in a fixed order, so the bits
@@ -160,7 +290,8 @@ kernel sampling_kernel(const device& dev, kind k, scalar_type t, scalar_type t2,
   ir::hasher h;
   h.add("tensor sampling v4").add(std::uint64_t(k)).add(std::uint64_t(t)).add(std::uint64_t(t2));
   h.add(std::uint64_t(first)).add(std::uint64_t(largest));
-  static constexpr const char* names[] = {"kt_topk", "kt_chunk_sum", "kt_chunk_scan", "kt_draw"};
+  static constexpr const char* names[] = {"kt_topk", "kt_chunk_sum", "kt_chunk_scan", "kt_draw",
+                                          "kt_topk_group"};
   const char* fn = names[std::size_t(k)];
   const generated_kernels g = get_generated(dev, "tensor_sampling", h.value(), [&] {
     return generated_program{
@@ -180,10 +311,10 @@ arg_binding mem(const tensor_impl& x, scalar_type as, bool is_const) {
   return b;
 }
 
-void run(const kernel& k, const device& dev, std::int64_t total, std::vector<arg_binding>& a) {
+void run(const kernel& k, const device& dev, std::int64_t total, std::vector<arg_binding>& a,
+         const local_size* group = nullptr) {
   queue& q = dev.default_queue();
-  launch(*k.impl(), *q.impl(), range(static_cast<std::uint64_t>(total)), nullptr, a.data(),
-         a.size());
+  launch(*k.impl(), *q.impl(), range(static_cast<std::uint64_t>(total)), group, a.data(), a.size());
   stats_now().kernel_launches++;
 }
 
@@ -193,6 +324,7 @@ std::string sampling_source(sampling_kernel_kind k, scalar_type t, scalar_type t
                             bool largest) {
   switch (k) {
     case kind::topk: return topk_source(t, first, largest);
+    case kind::topk_group: return topk_group_source(t, largest);
     case kind::chunk_sum: return multinomial_source(chunk_sum_text, t, t2);
     case kind::chunk_scan: return multinomial_source(chunk_scan_text, t, t2);
     case kind::draw: return multinomial_source(draw_text, t, t2);
@@ -225,6 +357,17 @@ void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tenso
     a.push_back(bind_arg(n));
   const device& dev = out_v.dev;
   run(sampling_kernel(dev, kind::topk, t, t, x != nullptr, largest), dev, total, a);
+}
+
+void launch_topk_group(const tensor_impl& x, tensor_impl& out, std::int64_t rows, std::int64_t n,
+                       std::int64_t k, bool largest) {
+  if (rows == 0 || k == 0) return;
+  const device& dev = out.dev;
+  std::vector<arg_binding> a{mem(x, bits_of(x.dtype), true), mem(out, scalar_type::i64, false),
+                             bind_arg(n), bind_arg(k)};
+  const local_size group(topk_group_items);
+  run(sampling_kernel(dev, kind::topk_group, x.dtype, x.dtype, false, largest), dev,
+      rows * topk_group_items, a, &group);
 }
 
 void launch_draws(tensor_impl& out, const tensor_impl& w, const tensor_impl& u, std::int64_t rows,

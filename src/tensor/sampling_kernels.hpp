@@ -18,7 +18,7 @@
 
 namespace kiln::detail {
 
-enum class sampling_kernel_kind : std::uint8_t { topk, chunk_sum, chunk_scan, draw };
+enum class sampling_kernel_kind : std::uint8_t { topk, chunk_sum, chunk_scan, draw, topk_group };
 // A kernel's source: topk of dtype t (first: reading x, else candidates; largest or smallest
 // first); the multinomial kernels of weight dtype t and sum dtype t2 (f32 or f64).
 std::string sampling_source(sampling_kernel_kind k, scalar_type t, scalar_type t2, bool first,
@@ -38,12 +38,25 @@ void launch_topk_pass(const tensor_impl* x, const tensor_impl* in_v, const tenso
                       std::int64_t m, std::int64_t chunks, std::int64_t chunk, bool interleaved,
                       std::int64_t k, bool largest);
 
+// topk by radix select, one work-group of topk_group_items per row, for devices with barriers
+// and local atomics: k <= topk_group_max_k, rows shorter than 2^31, 18 KiB of local memory.
+// out (int64 [rows, k]) = the positions of the k best of each row of x (contiguous [rows, n],
+// any dtype), best first, in topk's order.
+inline constexpr std::int64_t topk_group_items = 256, topk_group_max_k = 1024;
+void launch_topk_group(const tensor_impl& x, tensor_impl& out, std::int64_t rows, std::int64_t n,
+                       std::int64_t k, bool largest);
+
 // The int64 positions, along the last dim, of the k best (0 < k <= n) of each row of xt
 // ([.., n]; a lazy or strided one is copied first), shaped [.., k]: passes of chunks of
 // max(least_chunk, 8k, what gives about `items` items) entries, contiguous or interleaved
 // (topk picks by device; tests force either).
 tensor topk_rows(const tensor& xt, std::int64_t k, bool largest, bool interleaved,
                  std::int64_t least_chunk, std::int64_t items);
+
+// Whether launch_topk_group runs on dev for rows of n and this k; topk_rows_group: the same
+// contract as topk_rows through it (kiln::unsupported where it does not fit).
+bool topk_group_fits(const device& dev, std::int64_t n, std::int64_t k);
+tensor topk_rows_group(const tensor& xt, std::int64_t k, bool largest);
 
 // Weights per chunk of multinomial's running sums.
 inline constexpr std::int64_t multinomial_chunk = 256;

@@ -107,6 +107,37 @@ TEST_P(TensorSamplingTest, TopkBothChunkLayoutsAgree) {
   }
 }
 
+// The work-group radix select (GPUs' path) on every device with barriers (PoCL in CI): every
+// dtype, NaN and -0 / +0, ties across tiles, k up to the whole row and to its limit.
+TEST_P(TensorSamplingTest, TopkWorkGroupRadixSelect) {
+  if (!kiln::detail::topk_group_fits(dev(), 1, 1)) GTEST_SKIP() << "no barriers or local atomics";
+  // One dtype per key mapping: 32- and 16-bit floats, signed and unsigned integers (f64 too).
+  std::vector<scalar_type> ts{scalar_type::f32, scalar_type::bf16, scalar_type::i64,
+                              scalar_type::u8};
+  if (has_f64()) ts.push_back(scalar_type::f64);
+  for (scalar_type t : ts)
+    for (bool largest : {true, false})
+      for (std::int64_t k : {1, 7, 300}) {
+        SCOPED_TRACE(std::string(kiln::type_name(t)) + " k " + std::to_string(k) +
+                     (largest ? " largest" : " smallest"));
+        const std::int64_t rows = 3, n = 1000;
+        std::vector<double> h =
+            levels(std::size_t(rows * n), 9, kiln::is_reduced_float(t) || t == scalar_type::f32);
+        if (t == scalar_type::u8)
+          for (auto& v : h) v = std::abs(v) * 2;
+        if (t == scalar_type::f32) h[5] = -0.0;  // equal to +0 (ties by index)
+        const tensor x = tensor::from(dev(), h, {rows, n}).to(t).eval();
+        const auto want = host_topk(read(x), rows, n, k, largest);
+        ASSERT_EQ(ids(kiln::detail::topk_rows_group(x, k, largest)), want);
+      }
+  const tensor big = tensor::from(dev(), levels(3000, 10, true), {3000});
+  EXPECT_EQ(ids(kiln::detail::topk_rows_group(big, 1024, true)),
+            host_topk(read(big), 1, 3000, 1024, true));
+  EXPECT_EQ(ids(kiln::detail::topk_rows_group(big, 1024, false)),
+            host_topk(read(big), 1, 3000, 1024, false));
+  EXPECT_THROW((void)kiln::detail::topk_rows_group(big, 1025, true), kiln::unsupported);
+}
+
 TEST_P(TensorSamplingTest, TopkEveryOrderedDtype) {
   std::vector<scalar_type> ts{scalar_type::f16, scalar_type::bf16, scalar_type::i32,
                               scalar_type::i64, scalar_type::i8,   scalar_type::i16};
@@ -340,6 +371,10 @@ TEST_P(TensorSamplingTest, SourcesCompileEverywhere) {
       for (bool largest : {true, false})
         EXPECT_NO_THROW(conformance::compile_everywhere(
             kiln::detail::sampling_source(k::topk, t, t, first, largest)));
+  for (const auto t : {scalar_type::f32, scalar_type::f16, scalar_type::f64, scalar_type::i8})
+    for (bool largest : {true, false})
+      EXPECT_NO_THROW(conformance::compile_everywhere(
+          kiln::detail::sampling_source(k::topk_group, t, t, false, largest)));
   for (const auto w : {scalar_type::f32, scalar_type::f16})
     for (const auto c : {scalar_type::f32, scalar_type::f64})
       for (const k kind : {k::chunk_sum, k::chunk_scan, k::draw})
