@@ -17,4 +17,5 @@
 #include "kiln/query/async.hpp"
 #include "kiln/query/expr.hpp"
 #include "kiln/query/pipeline.hpp"
+#include "kiln/query/sort.hpp"
 #include "kiln/query/terminals.hpp"

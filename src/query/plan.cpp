@@ -56,6 +56,25 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
     if ((filtered && positional) ||
         (scanned && s.kind != stage_kind::map && s.kind != stage_kind::enumerate))
       materialize();
+    if (s.kind == stage_kind::sort) {
+      // The key first among the outputs: computed here (order_by) or the element itself.
+      if (s.expr >= 0) {
+        stage key = s;
+        key.kind = stage_kind::map;  // defines the key's value; the element keeps its own
+        seg.stages.push_back(key);
+        vars.insert(vars.begin(), s.var);
+        types.insert(types.begin(), s.type);
+        indexed |= s.uses_index;
+      }
+      materialize();
+      seg.sort = {true, s.descending, s.expr >= 0};
+      if (s.expr >= 0) {
+        seg.inputs.erase(seg.inputs.begin());
+        vars.erase(vars.begin());
+        types.erase(types.begin());
+      }
+      continue;
+    }
     if (s.kind == stage_kind::take || s.kind == stage_kind::skip) {
       // take keeps earlier positions; skip would shift the ones earlier stages saw.
       if (indexed && s.kind == stage_kind::skip) materialize();
@@ -125,7 +144,7 @@ std::uint64_t shape_key(const query_desc& d, segment_end terminal, bool no_filte
   // Node ids too: the segments name them (equal structure built another way just misses).
   for (const stage& st : d.stages) {
     h.add(u(st.kind)).add(u(st.var)).add(u(st.expr)).add(u(st.type)).add(u(st.uses_index));
-    h.add(u(st.exclusive)).add(u(st.init)).add(u(st.arg));
+    h.add(u(st.exclusive)).add(u(st.init)).add(u(st.arg)).add(u(st.descending));
   }
   if (r) h.add(u(r->kind)).add(u(r->acc)).add(u(r->op)).add(u(r->init));
   return h.value();
@@ -168,7 +187,8 @@ std::shared_ptr<query_plan> cached_plan(const query_desc& d, segment_end termina
 }
 
 std::string describe(const segment& s, const ir::graph& g) {
-  static constexpr const char* kinds[] = {"map", "filter", "take", "skip", "enumerate", "scan"};
+  static constexpr const char* kinds[] = {"map",       "filter", "take", "skip",
+                                          "enumerate", "scan",   "sort"};
   static constexpr const char* ends[] = {"collect", "reduce", "scan"};
   std::string t = "kiln::query segment ending in ";
   t.append(ends[static_cast<int>(s.end)]).append(":");

@@ -9,6 +9,7 @@
 #include "query/codegen.hpp"
 #include "query/host_input.hpp"
 #include "query/plan.hpp"
+#include "query/sort_step.hpp"
 #include "runtime/generated_kernels.hpp"
 #include "runtime/nvtx.hpp"
 #include "runtime/runtime.hpp"
@@ -281,6 +282,8 @@ void execute(runner& run, const Terminal& terminal) {
   for (std::size_t i = 0; i + 1 < plan.size(); ++i) {
     const segment& s = plan[i];
     done[i] = run.collect_segment(i, bind_segment(run.d, s, done), false, nullptr);
+    if (plan[i + 1].after == static_cast<int>(i) && plan[i + 1].sort.on)
+      sort_collected(run.q, done[i], s.out_types, plan[i + 1].sort.descending);
     // Outputs no later segment reads are released as soon as possible.
     if (s.after >= 0 && !read_later(i, s.after)) done[static_cast<std::size_t>(s.after)] = {};
   }

@@ -32,8 +32,18 @@ struct slice {
   int stage = -1;  // the query's stage it came from: a cached plan reads the count there
 };
 
+// A sort between two segments: the earlier one's outputs, reordered by its first output (the
+// key) before this one reads them. drop_key: the key was computed for the sort (order_by) and
+// is not a component of the element after it.
+struct sort_step {
+  bool on = false;
+  bool descending = false;
+  bool drop_key = false;
+};
+
 struct segment {
   int after = -1;  // the segment whose outputs are the inputs (-1: the query's inputs)
+  sort_step sort;  // applied to segment `after`'s outputs first
   std::vector<segment_input> inputs;
   std::vector<slice> slices;
   std::vector<stage> stages;  // map, filter, enumerate, at most one scan

@@ -51,7 +51,7 @@ void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, st
 
 bool overlap(const sort_operand& a, std::uint32_t ea, const sort_operand& b, std::uint32_t eb,
              std::uint64_t n) {
-  if (a.mem != b.mem || n == 0) return false;
+  if (!a.mem || a.mem != b.mem || n == 0) return false;  // an output still to allocate: none
   const std::uint64_t a0 = a.offset * ea, b0 = b.offset * eb;
   return a0 < b0 + n * eb && b0 < a0 + n * ea;
 }

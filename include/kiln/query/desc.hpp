@@ -16,20 +16,23 @@ struct memory_impl;
 
 namespace kiln::detail::q {
 
-enum class stage_kind : std::uint8_t { map, filter, take, skip, enumerate, scan };
+// sort: the elements reordered by a key (stable); a barrier: what follows reads the sorted copy.
+enum class stage_kind : std::uint8_t { map, filter, take, skip, enumerate, scan, sort };
 
 // Stages refer to the query's IR graph (query_desc::graph) by node id; values of the element
 // are numbered (the inputs first, then one per map, enumerate and scan).
 struct stage {
   stage_kind kind = stage_kind::map;
   int var = -1;           // map, enumerate, scan: the value it defines
-  ir::node_id expr = -1;  // map: value; filter: predicate; enumerate: index; scan: combine
+  ir::node_id expr = -1;  // map: value; filter: predicate; enumerate: index; scan: combine;
+                          // sort: the key (-1: the element itself, single-valued)
   scalar_type type = scalar_type::f32;  // type of var
   std::uint64_t count = 0;              // take, skip
   bool uses_index = false;
-  bool exclusive = false;  // scan
-  std::int32_t init = -1;  // exclusive scan: the capture slot holding the initial value
-  int arg = -1;            // scan: the value it scans
+  bool exclusive = false;   // scan
+  std::int32_t init = -1;   // exclusive scan: the capture slot holding the initial value
+  int arg = -1;             // scan: the value it scans
+  bool descending = false;  // sort
 };
 
 inline stage make_stage(stage_kind k, int var, ir::node_id expr, scalar_type t,
