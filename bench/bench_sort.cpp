@@ -105,6 +105,16 @@ void run_size(kiln::queue& q, const options& o, std::uint64_t n) {
         }));
   }
 
+  {  // The same sort through kiln::query (a barrier: copy out, sort, collect into a buffer).
+    using namespace kiln::placeholders;
+    kiln::buffer<std::uint32_t> kin(dev, keys);
+    const std::string name = "kiln::query sort() keys " + dev.id();
+    row(name.c_str(), n, median_ms(o, [&] {
+          auto out = kin | kiln::sort() | kiln::to_buffer();
+          q.finish();
+        }));
+  }
+
   if (!o.host) return;
   std::vector<std::pair<std::uint32_t, std::uint32_t>> pairs(n), work(n);
   for (std::uint64_t i = 0; i < n; ++i) pairs[i] = {keys[i], std::uint32_t(i)};
