@@ -143,13 +143,24 @@ class query:
     def map(self, f):
         """Each element becomes f(element) (f: a placeholder expression or a function of
         kiln.tensor components)."""
-        return self._with(("map", f))
+        return self._with(("map", f, False))
 
     transform = map
 
     def filter(self, pred):
         """Keeps the elements for which pred holds."""
-        return self._with(("filter", pred))
+        return self._with(("filter", pred, False))
+
+    def sort(self, descending=False):
+        """The (single-valued) elements in order, stable: ascending, or descending; floats with
+        every NaN last either way (C++: kiln::sort). Runs as kiln::query (device radix sort)."""
+        return self._with(("sort", None, descending))
+
+    def order_by(self, key, descending=False):
+        """Every component reordered by key(element) (a placeholder expression or a function of
+        the components), stable (C++: kiln::order_by):
+        kiln.zip(k, v).order_by(_1).map(_2) is a sort by key."""
+        return self._with(("order_by", key, descending))
 
     def _native(self):
         """The chain as kiln::query runs it, or None where a stage is not elementwise."""
@@ -161,9 +172,14 @@ class query:
                 tq = None
             if tq is not None:
                 element = _element(self._inputs, tq.index)
-                for kind, f in self._stages:
+                for kind, f, descending in self._stages:
+                    if kind == "sort":
+                        tq.sort(descending)
+                        continue
                     out = _apply(f, element)
-                    if not (tq.map(out) if kind == "map" else tq.filter(out)):
+                    ok = (tq.map(out) if kind == "map" else tq.filter(out) if kind == "filter"
+                          else tq.order_by(out, descending))
+                    if not ok:
                         break
                     if kind == "map":
                         element = _element((out,), tq.index)
@@ -174,7 +190,11 @@ class query:
     def _evaluated(self):
         """(components, mask) as lazy tensors: the tensor engine's form of the chain."""
         components, mask = tuple(self._inputs), None
-        for kind, f in self._stages:
+        for kind, f, _ in self._stages:
+            if kind in ("sort", "order_by"):
+                raise _kiln.unsupported(
+                    "kiln.query: sort/order_by run as kiln::query only: every stage must be "
+                    "elementwise (no reductions or other tensors inside) and the inputs not 16-bit")
             out = _apply(f, components)
             if kind == "map":
                 components = (out,)
@@ -203,7 +223,7 @@ class query:
 
     def count(self):
         """How many elements pass the filters."""
-        if not _builtins.any(kind == "filter" for kind, _ in self._stages):
+        if not _builtins.any(st[0] == "filter" for st in self._stages):
             return len(self._inputs[0])
         if (tq := self._native()) is not None:
             return tq.reduce("count")

@@ -95,6 +95,8 @@ void bind_query(py::module_& m) {
       .def_property_readonly("arity", &q::tensor_query::arity)
       .def("map", &q::tensor_query::map, py::arg("value"))
       .def("filter", &q::tensor_query::filter, py::arg("predicate"))
+      .def("order_by", &q::tensor_query::order_by, py::arg("key"), py::arg("descending") = false)
+      .def("sort", &q::tensor_query::sort, py::arg("descending") = false)
       .def(
           "reduce",
           [](q::tensor_query& tq, const std::string& kind) {

@@ -99,15 +99,18 @@ tensor_query::tensor_query(const std::vector<tensor>& inputs) {
                .expand({static_cast<std::int64_t>(d_.n)});
 }
 
-bool tensor_query::lower_stage(const tensor& expr, bool is_map) {
-  const tensor_impl& root = impl_of(expr, is_map ? "kiln::query map" : "kiln::query filter");
+bool tensor_query::lower_stage(const tensor& expr, stage_kind kind, bool descending) {
+  const bool is_map = kind == stage_kind::map;
+  const tensor_impl& root = impl_of(expr, is_map                       ? "kiln::query map"
+                                          : kind == stage_kind::filter ? "kiln::query filter"
+                                                                       : "kiln::query order_by");
   if (!(expr.get_device() == d_.dev)) return false;
   // A scalar result (a constant map) has no element shape; the caller broadcasts it itself.
   if (root.shape.size() != 1 || static_cast<std::uint64_t>(root.shape[0]) != d_.n) return false;
   const std::size_t nodes = d_.graph.nodes.size(), caps = d_.graph.captures.size();
   stage_lowering w{d_.graph, leaves_, index_.impl().get(), d_.n};
   ir::node_id x = w.visit(root);
-  if (x >= 0 && !is_map && root.dtype != scalar_type::boolean)
+  if (x >= 0 && kind == stage_kind::filter && root.dtype != scalar_type::boolean)
     x = d_.graph.add(ir::op::cast, scalar_type::boolean, {x});
   if (x < 0) {  // undo: the graph is append-only, so truncating restores it
     d_.graph.nodes.resize(nodes);
@@ -115,9 +118,11 @@ bool tensor_query::lower_stage(const tensor& expr, bool is_map) {
     return false;
   }
   d_.graph.roots.push_back(x);
-  stage s = make_stage(is_map ? stage_kind::map : stage_kind::filter, is_map ? d_.new_var() : -1, x,
-                       is_map ? root.dtype : scalar_type::boolean);
+  const bool defines = kind != stage_kind::filter;
+  stage s =
+      make_stage(kind, defines ? d_.new_var() : -1, x, defines ? root.dtype : scalar_type::boolean);
   s.uses_index = w.uses_index;
+  s.descending = descending;
   if (is_map) {
     // Later stages see only the new value: the previous element's leaves are gone.
     leaves_.clear();
@@ -130,8 +135,19 @@ bool tensor_query::lower_stage(const tensor& expr, bool is_map) {
   return true;
 }
 
-bool tensor_query::map(const tensor& value) { return lower_stage(value, true); }
-bool tensor_query::filter(const tensor& predicate) { return lower_stage(predicate, false); }
+bool tensor_query::map(const tensor& value) { return lower_stage(value, stage_kind::map, false); }
+bool tensor_query::filter(const tensor& predicate) {
+  return lower_stage(predicate, stage_kind::filter, false);
+}
+bool tensor_query::order_by(const tensor& key, bool descending) {
+  return lower_stage(key, stage_kind::sort, descending);
+}
+void tensor_query::sort(bool descending) {
+  require_single("sort");
+  stage s = make_stage(stage_kind::sort, -1, -1, type());
+  s.descending = descending;
+  d_.stages.push_back(std::move(s));
+}
 
 scalar_type tensor_query::type() const { return d_.types.at(0); }
 

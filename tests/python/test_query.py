@@ -111,3 +111,35 @@ def test_bfloat16_inputs_take_the_tensor_engine_path(cpu):
     assert q._native() is None  # kiln::query has no 16-bit elements yet
     assert q.sum() == pytest.approx((a * 2)[a * 2 > 40].sum(), rel=1e-2)
     assert q.count() == int((a * 2 > 40).sum())
+
+
+def test_sort_and_order_by_run_on_the_device(dev):
+    rng = np.random.default_rng(5)
+    a = rng.standard_normal(3001).astype(np.float32)
+    a[::97] = np.nan
+    q = kiln.query(a, device=dev).map(_1 * 2).filter(_1 > -1)
+    kept = (a * 2)[(a * 2) > -1]  # the comparison drops the NaNs
+    np.testing.assert_array_equal(q.sort().to_numpy(), np.sort(kept, kind="stable"))
+    np.testing.assert_array_equal(q.sort(descending=True).to_numpy(),
+                                  -np.sort(-kept, kind="stable"))
+    # NaN last in both directions.
+    both = kiln.query(a, device=dev).sort(descending=True).to_numpy()
+    assert np.isnan(both[-31:]).all() and not np.isnan(both[:-31]).any()
+    assert both[0] == np.nanmax(a)
+    # order_by: values in their keys' order, stable among equal keys; the key is not kept.
+    k = (np.arange(1000) * 7919 % 13).astype(np.int32)
+    v = np.arange(1000, dtype=np.int64)
+    got = kiln.zip(k, v, device=dev).order_by(_1, descending=True).map(_2).to_numpy()
+    np.testing.assert_array_equal(got, v[np.argsort(-k, kind="stable")])
+    rev = kiln.zip(k, v, device=dev).order_by(lambda kk, vv: -vv).map(_2)  # a function key
+    np.testing.assert_array_equal(rev.to_numpy(), v[::-1])
+    assert rev.sum() == int(v.sum())  # a reduction after the sort sees every element once
+    assert kiln.zip(k, v, device=dev).order_by(_1).map(_2).tensor().device == dev
+
+
+def test_sort_needs_the_kiln_query_path(cpu):
+    x = kiln.tensor(np.arange(5.0), device=cpu)
+    with pytest.raises(kiln.unsupported):
+        kiln.query(x).map(lambda t: t - t.sum()).sort().to_numpy()
+    with pytest.raises(kiln.invalid_argument):
+        kiln.zip(x, x).sort().to_numpy()  # two components: order_by a key instead

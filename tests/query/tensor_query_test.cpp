@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstring>
 
+#include "kiln/query/sort.hpp"
 #include "query/query_fixture.hpp"
 
 namespace query_test {
@@ -97,6 +98,28 @@ TEST_P(TensorQueryTest, ExpressionsAQueryCannotRunAreRefusedAndLeaveItUnchanged)
   double ref = 0;
   for (float e : a) ref += 3.f * e;
   EXPECT_NEAR(value_of<float>(q::async_reduce(*s)), ref, 1e-3 * (1 + std::abs(ref)));
+}
+
+TEST_P(TensorQueryTest, SortAndOrderByMatchTheTypedQuery) {
+  const auto a = data<float>(5003, 21);
+  const kiln::tensor x = tensor_of(a);
+  q::tensor_query s({x});
+  ASSERT_TRUE(s.map(x * 3.f));
+  s.sort(true);
+  const auto typed = kiln::buffer<float>(dev(), a) | kiln::transform(_1 * 3.f) |
+                     kiln::sort(kiln::descending) | kiln::to_vector();
+  EXPECT_TRUE(elements_equal(s.collect().to_vector<float>(), typed));
+  // order_by keeps the element: a zip sorted by a computed key, its first component collected.
+  const kiln::tensor y = kiln::tensor::from(dev(), std::vector<std::int32_t>(a.size(), 1));
+  q::tensor_query o({x, y});
+  ASSERT_TRUE(o.order_by(kiln::abs(x)));
+  ASSERT_TRUE(o.map(x * y));
+  const auto by =
+      kiln::zip(kiln::buffer<float>(dev(), a),
+                kiln::buffer<std::int32_t>(dev(), std::vector<std::int32_t>(a.size(), 1))) |
+      kiln::order_by(kiln::abs(_1)) | kiln::transform(_1 * _2) | kiln::to_vector();
+  EXPECT_TRUE(elements_equal(o.collect().to_vector<float>(), by));
+  EXPECT_THROW(q::tensor_query({x, y}).sort(), kiln::invalid_argument);
 }
 
 TEST_P(TensorQueryTest, BadInputIsAClearError) {

@@ -40,6 +40,11 @@ class tensor_query {
   // then evaluates it another way.
   bool map(const tensor& value);
   bool filter(const tensor& predicate);
+  // Reorders the elements, stably (kiln::order_by / kiln::sort): by `key`, an expression as
+  // map's (false as for map), or by the single-valued element itself (else
+  // kiln::invalid_argument). The element keeps its components.
+  bool order_by(const tensor& key, bool descending = false);
+  void sort(bool descending = false);
 
   scalar_type type() const;  // the (single-valued) element's type; first component's for zip
   std::size_t arity() const { return d_.vars.size(); }
@@ -63,7 +68,7 @@ class tensor_query {
   static tensor collected(async_state& s, scalar_type t);
 
  private:
-  bool lower_stage(const tensor& expr, bool is_map);
+  bool lower_stage(const tensor& expr, stage_kind kind, bool descending);
   void require_single(const char* what) const;
 
   query_desc d_;
