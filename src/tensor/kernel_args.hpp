@@ -5,6 +5,7 @@
 
 #include "kiln/ir/node.hpp"
 #include "kiln/kernel.hpp"
+#include "tensor/tensor_impl.hpp"
 
 namespace kiln::detail {
 
@@ -24,6 +25,17 @@ inline void add_scalar(std::vector<arg_binding>& a, const ir::capture& c) {
   b.size = static_cast<std::uint32_t>(size_of(c.type));
   b.scalar = c.bits;
   a.push_back(b);
+}
+
+// A stored tensor's memory from its first element, bound as elements of type `as`.
+inline arg_binding tensor_mem(const tensor_impl& x, scalar_type as, bool is_const) {
+  arg_binding b;
+  b.is_mem = true;
+  b.mem = x.mem.get();
+  b.byte_offset = static_cast<std::uint64_t>(x.offset) * size_of(x.dtype);
+  b.type = as;
+  b.is_const = is_const;
+  return b;
 }
 
 }  // namespace kiln::detail

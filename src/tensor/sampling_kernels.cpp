@@ -12,6 +12,7 @@
 #include "ir/hash.hpp"
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "tensor/kernel_args.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -302,13 +303,7 @@ kernel sampling_kernel(const device& dev, kind k, scalar_type t, scalar_type t2,
 }
 
 arg_binding mem(const tensor_impl& x, scalar_type as, bool is_const) {
-  arg_binding b;
-  b.is_mem = true;
-  b.mem = x.mem.get();
-  b.byte_offset = static_cast<std::uint64_t>(x.offset) * size_of(x.dtype);
-  b.type = as;
-  b.is_const = is_const;
-  return b;
+  return tensor_mem(x, as, is_const);
 }
 
 void run(const kernel& k, const device& dev, std::int64_t total, std::vector<arg_binding>& a,
