@@ -68,6 +68,7 @@ transformer_block::transformer_block(const device& dev, const gpt_config& c) {
       "attn", multi_head_attention(dev, c.n_embd, c.n_head, {c.bias, true, c.dtype, s.next()}));
   ln_2 = register_module("ln_2", layer_norm(dev, {c.n_embd}, 1e-5, norm));
   auto m = register_module("mlp", block_mlp(dev, c, s));
+  mlp = m;
   c_fc = m->c_fc;
   c_proj = m->c_proj;
   if (c.dropout > 0) drop = std::make_shared<dropout>(c.dropout, s.next());
@@ -78,8 +79,7 @@ tensor transformer_block::forward(const tensor& x) const {
     return drop && is_training() ? drop->forward(branch) : branch;
   };
   const tensor y = x + residual(attn->forward(ln_1->forward(x)));
-  const tensor h = kiln::linear(ln_2->forward(y), c_fc->weight, c_fc->bias, "gelu");
-  return y + residual(c_proj->forward(h));
+  return y + residual(mlp->forward(ln_2->forward(y)));
 }
 
 std::string transformer_block::describe() const {

@@ -45,7 +45,8 @@ class transformer_block : public module {
   std::string describe() const override;
   std::shared_ptr<layer_norm> ln_1, ln_2;
   std::shared_ptr<multi_head_attention> attn;
-  std::shared_ptr<linear> c_fc, c_proj;  // children of the child "mlp"
+  std::shared_ptr<module> mlp;           // c_proj(gelu(c_fc(.)))
+  std::shared_ptr<linear> c_fc, c_proj;  // mlp's children
   std::shared_ptr<dropout> drop;
 };
 
