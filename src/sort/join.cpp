@@ -1,0 +1,1 @@
+// Filled in by its owner this session (see the header).

@@ -1,0 +1,2 @@
+// Filled in by its owner this session.
+#include <gtest/gtest.h>
