@@ -4,6 +4,7 @@ A thin layer over Kiln's C++ API (docs/python.md). Every kiln::error is raised a
 exception of the same name (kiln.shape_error, kiln.compile_error, ...).
 """
 
+import functools as _functools
 import sys as _sys
 
 from . import _kiln
@@ -33,3 +34,16 @@ def _module_setattr(self, name, value):
 
 
 _kiln.nn.module.__setattr__ = _module_setattr
+
+
+def _autocast_call(self, func):
+    """`@kiln.autocast(...)` on a function: each call runs inside the block (torch.autocast's
+    decorator form)."""
+    @_functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with self:
+            return func(*args, **kwargs)
+    return wrapper
+
+
+_kiln.autocast.__call__ = _autocast_call

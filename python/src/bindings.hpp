@@ -21,5 +21,6 @@ void bind_kernel(py::module_& m);
 void bind_dlpack(py::module_& m, tensor_class& cls);
 void bind_transformer(py::module_& m, tensor_class& cls);  // layer norm, indexing, attention
 void bind_query(py::module_& m);  // kiln.query's run-time plans (python/kiln/query.py)
+void bind_amp(py::module_& m);    // kiln.autocast, kiln.optim.grad_scaler (after bind_nn)
 
 }  // namespace kiln::python

@@ -17,4 +17,5 @@ PYBIND11_MODULE(_kiln, m) {
   bind_dlpack(m, tensor);
   bind_transformer(m, tensor);
   bind_query(m);
+  bind_amp(m);
 }
