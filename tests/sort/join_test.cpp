@@ -1,13 +1,13 @@
 // Device equi-join (src/sort/join.hpp): inner and left joins against the nested loop (a
-// std::map of runs for large sizes) on seeded random keys of several types and widths, on every
-// device; empty sides, one row, ~1e5 rows with many duplicates, all-equal keys (n * m rows),
+// stably sorted build rows for large sizes) on seeded random keys of several types and widths, on
+// every device; empty sides, one row, ~1e5 rows with many duplicates, all-equal keys (n * m rows),
 // no matches; NaN and signed zeros; caller outputs poisoned first (one spare element stays
 // poisoned); the row limit and bad input.
 #include "sort/join.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
-#include <map>
 #include <random>
 #include <utility>
 
@@ -32,8 +32,8 @@ bool is_nan(auto v) {
     return false;
 }
 
-// The rows the join promises: the nested loop; for big inputs the same through a map of the
-// build positions per key (NaN skipped: it equals nothing; -0.0 and +0.0 are one map key).
+// The rows the join promises: the nested loop; for big inputs the same through the build rows
+// sorted by key (NaN skipped: it equals nothing).
 template <class K>
 rows reference(const std::vector<K>& build, const std::vector<K>& probe, bool left) {
   rows out;
@@ -46,21 +46,25 @@ rows reference(const std::vector<K>& build, const std::vector<K>& probe, bool le
     }
     return out;
   }
-  std::map<K, std::vector<std::uint64_t>> runs;
+  // Build rows sorted by key, stably (equal keys, -0.0 and +0.0 among them, keep row order).
+  std::vector<std::pair<K, std::uint64_t>> runs;
   for (std::uint64_t j = 0; j < build.size(); ++j)
-    if (!is_nan(build[j])) runs[build[j]].push_back(j);
+    if (!is_nan(build[j])) runs.emplace_back(build[j], j);
+  const auto by_key = [](const auto& x, const auto& y) { return x.first < y.first; };
+  std::stable_sort(runs.begin(), runs.end(), by_key);
   for (std::uint64_t i = 0; i < probe.size(); ++i) {
-    auto it = is_nan(probe[i]) ? runs.end() : runs.find(probe[i]);
-    if (it != runs.end())
-      for (std::uint64_t j : it->second) out.emplace_back(i, j);
-    else if (left)
-      out.emplace_back(i, none);
+    const auto [lo, hi] = is_nan(probe[i]) ? std::pair(runs.end(), runs.end())
+                                           : std::equal_range(runs.begin(), runs.end(),
+                                                              std::pair(probe[i], 0), by_key);
+    for (auto it = lo; it != hi; ++it) out.emplace_back(i, it->second);
+    if (left && lo == hi) out.emplace_back(i, none);
   }
   return out;
 }
 
 // n keys from `range` values (many duplicates when range is small); floats mix in NaNs,
-// signed zeros and infinities.
+// signed zeros and infinities (rarely for wide ranges: each special is one key, n/48 of them
+// would make millions of rows).
 template <class K>
 std::vector<K> random_keys(std::uint64_t n, std::uint64_t range, std::uint64_t seed) {
   std::mt19937_64 rng(seed);
@@ -71,8 +75,9 @@ std::vector<K> random_keys(std::uint64_t n, std::uint64_t range, std::uint64_t s
       const K special[] = {
           std::numeric_limits<K>::quiet_NaN(), -std::numeric_limits<K>::quiet_NaN(), K(0), -K(0),
           std::numeric_limits<K>::infinity(),  -std::numeric_limits<K>::infinity()};
-      v = rng() % 8 == 0 ? special[rng() % std::size(special)]
-                         : K(std::int64_t(r) - std::int64_t(range / 2)) / K(4);
+      v = rng() % (range < 1000 ? 8 : 512) == 0
+              ? special[rng() % std::size(special)]
+              : K(std::int64_t(r) - std::int64_t(range / 2)) / K(4);
     } else if constexpr (std::is_signed_v<K>) {
       v = static_cast<K>(std::int64_t(r) - std::int64_t(range / 2));
     } else {
