@@ -193,9 +193,6 @@ void load_state_dict(py_scaler& s, const py::dict& d) {
   const char* fn = "kiln.optim.grad_scaler.load_state_dict: ";
   if (!s.options.enabled)
     throw invalid_argument(std::string(fn) + "this scaler is disabled (enabled=False)");
-  if (!d.contains("scale"))
-    throw invalid_argument(std::string(fn) +
-                           "no 'scale' (the state of a disabled scaler is empty)");
   optim::grad_scaler_options o = s.options;
   for (auto [k, v] : d) {
     const std::string key = py::str(k);
@@ -210,6 +207,9 @@ void load_state_dict(py_scaler& s, const py::dict& d) {
     else if (key != "_growth_tracker")
       throw invalid_argument(std::string(fn) + "unexpected key '" + key + "'");
   }
+  if (!d.contains("scale"))
+    throw invalid_argument(std::string(fn) +
+                           "no 'scale' (the state of a disabled scaler is empty)");
   optim::grad_scaler fresh(o);  // checks the values as the constructor does
   py::gil_scoped_release off;
   std::lock_guard<std::mutex> lock(*s.mu);

@@ -94,9 +94,9 @@ def _bound_signature(fn):
 
 
 def _python_signature(fn):
-    kinds = {inspect.Parameter.POSITIONAL_ONLY: "pos", inspect.Parameter.POSITIONAL_OR_KEYWORD: "any",
-             inspect.Parameter.KEYWORD_ONLY: "kw", inspect.Parameter.VAR_POSITIONAL: "*",
-             inspect.Parameter.VAR_KEYWORD: "**"}
+    P = inspect.Parameter
+    kinds = {P.POSITIONAL_ONLY: "pos", P.POSITIONAL_OR_KEYWORD: "any", P.KEYWORD_ONLY: "kw",
+             P.VAR_POSITIONAL: "*", P.VAR_KEYWORD: "**"}
     out = []
     for p in inspect.signature(fn).parameters.values():
         if p.name == "self":
