@@ -252,6 +252,34 @@ def test_scaler_skips_while_f16_gradients_overflow(dev):
     assert np.isfinite(lin.weight.numpy()).all()
 
 
+def test_scaler_schedule_and_steps_follow_pytorchs_rules(dev):
+    # torch.amp.GradScaler's rules, written out: backoff on inf, growth after growth_interval
+    # clean steps in a row (the count restarting after each); clean steps are SGD on the
+    # unscaled gradient (a NumPy reference), skipped ones change nothing.
+    w0 = np.random.default_rng(5).normal(size=(3, 4)).astype(np.float32)
+    data = np.random.default_rng(6).normal(size=(8, 4)).astype(np.float32)
+    w = kiln.tensor(w0, device=dev, requires_grad=True)
+    opt = kiln.optim.sgd([w], lr=0.1)
+    scaler = kiln.optim.grad_scaler(init_scale=1024.0, growth_interval=2)
+    x, reference, scales = kiln.tensor(data, device=dev), w0.astype(np.float64), []
+    for inject in [False, False, True, False, False, False, True, False]:
+        opt.zero_grad()
+        scaler.scale((x @ w.T).square().mean()).backward()
+        if inject:
+            g = w.grad.numpy()
+            g[0, 0] = np.inf
+            w.grad = kiln.tensor(g, device=dev)
+        else:
+            y = data @ reference.T
+            reference = reference - 0.1 * (2 * y.T @ data / y.size)
+        scaler.step(opt)
+        scaler.update()
+        scales.append(scaler.get_scale())
+        np.testing.assert_allclose(w.numpy(), reference, rtol=1e-4, atol=1e-5)
+    assert scales == [1024.0, 2048.0, 1024.0, 1024.0, 2048.0, 2048.0, 1024.0, 1024.0]
+    assert opt.step_count == 6
+
+
 def test_scaler_scales_a_list_of_losses(cpu):
     scaler = kiln.optim.grad_scaler(init_scale=8.0)
     a, b = kiln.tensor(1.5, device=cpu), kiln.tensor(2.0, device=cpu)
@@ -369,14 +397,14 @@ def test_autocast_types_as_torch_does(dev, half):
     tx, tw, timg = (torch.from_numpy(t.numpy()) for t in (x, w, img))
     tlabels = torch.from_numpy(labels.numpy())
     conv = kiln.nn.conv2d(1, 2, 3, device=dev)
-    tconv_w = torch.from_numpy(conv.weight.numpy())
+    tconv_w, tconv_b = (torch.from_numpy(t.numpy()) for t in (conv.weight, conv.bias))
     with kiln.autocast(half):
         ours = {"matmul": x @ w.T, "linear": kiln.linear(x, w), "conv2d": conv(img),
                 "cross_entropy": kiln.nn.cross_entropy(x @ w.T, labels),
                 "mse_loss": kiln.nn.mse_loss(x @ w.T, kiln.zeros(8, 3, device=dev))}
     with torch.autocast("cpu", dtype=tdtype):
         theirs = {"matmul": tx @ tw.T, "linear": F.linear(tx, tw),
-                  "conv2d": F.conv2d(timg, tconv_w),
+                  "conv2d": F.conv2d(timg, tconv_w, tconv_b),
                   "cross_entropy": F.cross_entropy(tx @ tw.T, tlabels),
                   "mse_loss": F.mse_loss(tx @ tw.T, torch.zeros(8, 3))}
     for name, t in theirs.items():
@@ -389,34 +417,43 @@ def test_grad_scaler_follows_torch_amp(dev):
     torch = _torch()
     if not hasattr(torch, "amp") or not hasattr(torch.amp, "GradScaler"):
         pytest.skip("this PyTorch has no torch.amp.GradScaler")
-    try:
-        tscaler = torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2)
-    except (RuntimeError, TypeError) as e:
-        pytest.skip(f"torch.amp.GradScaler on the CPU: {e}")
     w0 = np.random.default_rng(5).normal(size=(3, 4)).astype(np.float32)
     data = np.random.default_rng(6).normal(size=(8, 4)).astype(np.float32)
+    injected = [False, False, True, False, False, False, True, False]
+
+    def run(scaler, w, opt, x, poison):
+        scales, weights = [], []
+        for inject in injected:
+            opt.zero_grad()
+            scaler.scale((x @ w.T).square().mean()).backward()
+            if inject:
+                poison(w)
+            scaler.step(opt)
+            scaler.update()
+            scales.append(scaler.get_scale())
+            weights.append(np.array(w.detach().numpy()))
+        return scales, weights
+
+    def torch_poison(w):
+        w.grad[0, 0] = float("inf")
+
+    def kiln_poison(w):
+        g = w.grad.numpy()
+        g[0, 0] = np.inf
+        w.grad = kiln.tensor(g, device=dev)
+
     tw = torch.tensor(w0, requires_grad=True)
-    topt = torch.optim.SGD([tw], lr=0.1)
+    try:
+        theirs = run(torch.amp.GradScaler("cpu", init_scale=1024.0, growth_interval=2), tw,
+                     torch.optim.SGD([tw], lr=0.1), torch.from_numpy(data), torch_poison)
+    except (RuntimeError, NotImplementedError, TypeError) as e:
+        pytest.skip(f"torch.amp.GradScaler on the CPU: {e}")
     kw = kiln.tensor(w0, device=dev, requires_grad=True)
-    kopt = kiln.optim.sgd([kw], lr=0.1)
-    kscaler = kiln.optim.grad_scaler(init_scale=1024.0, growth_interval=2)
-    kx, tx = kiln.tensor(data, device=dev), torch.from_numpy(data)
-    for step, inject in enumerate([False, False, True, False, False, False, True, False]):
-        topt.zero_grad()
-        tscaler.scale((tx @ tw.T).square().mean()).backward()
-        kopt.zero_grad()
-        kscaler.scale((kx @ kw.T).square().mean()).backward()
-        if inject:
-            tw.grad[0, 0] = float("inf")
-            g = kw.grad.numpy()
-            g[0, 0] = np.inf
-            kw.grad = kiln.tensor(g, device=dev)
-        tscaler.step(topt)
-        tscaler.update()
-        kscaler.step(kopt)
-        kscaler.update()
-        assert kscaler.get_scale() == tscaler.get_scale(), f"step {step}"
-        np.testing.assert_allclose(kw.numpy(), tw.detach().numpy(), rtol=1e-5, atol=1e-6)
+    ours = run(kiln.optim.grad_scaler(init_scale=1024.0, growth_interval=2), kw,
+               kiln.optim.sgd([kw], lr=0.1), kiln.tensor(data, device=dev), kiln_poison)
+    assert ours[0] == theirs[0] == [1024.0, 2048.0, 1024.0, 1024.0, 2048.0, 2048.0, 1024.0,
+                                    1024.0]
+    np.testing.assert_allclose(np.array(ours[1]), np.array(theirs[1]), rtol=1e-4, atol=1e-5)
 
 
 def test_bf16_training_follows_torch(dev):
