@@ -22,6 +22,7 @@
 #   gpt       (issue 25) the GPT training step beside PyTorch, a PyTorch checkpoint's logits in
 #             kiln, and kiln train gpt on cuda:0 (fortunes in data/fortunes)
 #   picked    $PICKED: newline-separated "binary [gtest args]" lines, every device, 3 at a time
+#   group     (issue 26) group_by / distinct / join on cuda:0 beside PyTorch's formulations
 build=${1:-build}
 shift
 # Logs go to a scratch folder; $OUT (the device tool's) gets the summary and one tarball of them.
@@ -233,6 +234,11 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       grep -h "^| " "$OUT/b24_ew.log" "$OUT/b24_cpu.log" | tee -a "$OUT/summary.txt"
       grep -h "conv\|sgemm" "$OUT/b24_cpu_omp.log" | head -8 | sed 's/^/omp /' | tee -a "$OUT/summary.txt"
       grep -hv "^\s*$" "$OUT/b24_idx.log" "$OUT/b24_idx_torch.log" | tail -30 | tee -a "$OUT/summary.txt"
+      ;;
+    group)
+      step group_kiln 300 $B/bench_group --device cuda:0 --runs ${GROUP_RUNS:-5} ${GROUP_ARGS:-}
+      step group_torch 300 python3 bench/torch_group.py --runs ${GROUP_RUNS:-5} ${GROUP_ARGS:-}
+      grep -hv "^\s*$" "$OUT/group_kiln.log" "$OUT/group_torch.log" | tail -30 | tee -a "$OUT/summary.txt"
       ;;
     gemm)
       step gemm_kiln 200 $B/bench_gemm --device cuda:0 --runs 20

@@ -16,6 +16,8 @@
 
 #include "kiln/query/async.hpp"
 #include "kiln/query/expr.hpp"
+#include "kiln/query/group.hpp"
+#include "kiln/query/join.hpp"
 #include "kiln/query/pipeline.hpp"
 #include "kiln/query/sort.hpp"
 #include "kiln/query/terminals.hpp"

@@ -11,6 +11,43 @@
 
 namespace kiln::detail::q {
 
+namespace {
+
+// The columns a group stage reads, computed at the end of the segment before it: the key first
+// (computed, or the single-valued element), then each aggregate's input (count has none).
+void plan_group(const stage& s, segment& seg, std::vector<int>& vars,
+                std::vector<scalar_type>& types, bool& indexed) {
+  std::vector<int> cv;
+  std::vector<scalar_type> ct;
+  if (s.expr >= 0) seg.stages.push_back(make_stage(stage_kind::map, s.var, s.expr, s.type));
+  cv.push_back(s.expr >= 0 ? s.var : vars.at(0));
+  ct.push_back(s.type);
+  for (const aggregate& a : s.aggregates) {
+    if (a.kind == aggregate_kind::count) continue;
+    if (a.expr >= 0) seg.stages.push_back(make_stage(stage_kind::map, a.in_var, a.expr, a.in_type));
+    cv.push_back(a.in_var);
+    ct.push_back(a.in_type);
+  }
+  indexed |= s.uses_index;
+  vars = std::move(cv);
+  types = std::move(ct);
+}
+
+group_step group_columns(const stage& s) {
+  group_step g;
+  g.on = true;
+  g.keep_key = !s.drop_key;
+  int next = 1;
+  for (const aggregate& a : s.aggregates) {
+    const bool counted = a.kind == aggregate_kind::count;
+    g.columns.push_back({a.kind, counted ? -1 : next, a.out_type});
+    if (!counted) ++next;
+  }
+  return g;
+}
+
+}  // namespace
+
 std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_filter_at_end,
                           bool no_scan_at_end) {
 #ifndef NDEBUG
@@ -56,6 +93,50 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
     if ((filtered && positional) ||
         (scanned && s.kind != stage_kind::map && s.kind != stage_kind::enumerate))
       materialize();
+    if (s.kind == stage_kind::group) {
+      plan_group(s, seg, vars, types, indexed);
+      materialize();
+      seg.sort = {s.sorted, false, false};
+      seg.group = group_columns(s);
+      // After the stage: the key (unless dropped), then one component per aggregate.
+      seg.inputs.clear();
+      vars.clear();
+      types.clear();
+      if (!s.drop_key) {
+        seg.inputs.push_back({0, s.var, s.type, {}});
+        vars.push_back(s.var);
+        types.push_back(s.type);
+      }
+      for (std::size_t k = 0; k < s.aggregates.size(); ++k) {
+        const aggregate& a = s.aggregates[k];
+        const int column = static_cast<int>(k) + (s.drop_key ? 0 : 1);
+        seg.inputs.push_back({column, a.out_var, a.out_type, {}});
+        vars.push_back(a.out_var);
+        types.push_back(a.out_type);
+      }
+      continue;
+    }
+    if (s.kind == stage_kind::join) {
+      // This side's key first, then its components; after: both elements' components.
+      seg.stages.push_back(make_stage(stage_kind::map, s.var, s.expr, s.type));
+      indexed |= s.uses_index;
+      vars.insert(vars.begin(), s.var);
+      types.insert(types.begin(), s.type);
+      materialize();
+      seg.join = {true, s.left, static_cast<int>(si)};
+      seg.inputs.clear();
+      vars = s.out_vars;
+      types = s.out_types;
+      for (std::size_t k = 0; k < vars.size(); ++k)
+        seg.inputs.push_back({static_cast<int>(k), vars[k], types[k], {}});
+      continue;
+    }
+    if (s.kind == stage_kind::top_k) {  // a descending sort, then the first `count`
+      materialize();
+      seg.sort = {true, true, false};
+      seg.slices.push_back({stage_kind::take, s.count, static_cast<int>(si), true});
+      continue;
+    }
     if (s.kind == stage_kind::sort) {
       // The key first among the outputs: computed here (order_by) or the element itself.
       if (s.expr >= 0) {
@@ -145,6 +226,13 @@ std::uint64_t shape_key(const query_desc& d, segment_end terminal, bool no_filte
   for (const stage& st : d.stages) {
     h.add(u(st.kind)).add(u(st.var)).add(u(st.expr)).add(u(st.type)).add(u(st.uses_index));
     h.add(u(st.exclusive)).add(u(st.init)).add(u(st.arg)).add(u(st.descending));
+    h.add(u(st.sorted)).add(u(st.drop_key)).add(st.aggregates.size()).add(u(st.left));
+    for (std::size_t k = 0; k < st.out_vars.size(); ++k)
+      h.add(u(st.out_vars[k])).add(u(st.out_types[k]));
+    for (const aggregate& a : st.aggregates) {
+      h.add(u(a.kind)).add(u(a.expr)).add(u(a.in_var)).add(u(a.in_type));
+      h.add(u(a.out_var)).add(u(a.out_type));
+    }
   }
   if (r) h.add(u(r->kind)).add(u(r->acc)).add(u(r->op)).add(u(r->init));
   return h.value();
@@ -187,8 +275,8 @@ std::shared_ptr<query_plan> cached_plan(const query_desc& d, segment_end termina
 }
 
 std::string describe(const segment& s, const ir::graph& g) {
-  static constexpr const char* kinds[] = {"map",       "filter", "take", "skip",
-                                          "enumerate", "scan",   "sort"};
+  static constexpr const char* kinds[] = {"map",  "filter", "take",  "skip",  "enumerate",
+                                          "scan", "sort",   "group", "top_k", "join"};
   static constexpr const char* ends[] = {"collect", "reduce", "scan"};
   std::string t = "kiln::query segment ending in ";
   t.append(ends[static_cast<int>(s.end)]).append(":");

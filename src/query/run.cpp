@@ -7,7 +7,9 @@
 
 #include "kiln/kernel.hpp"
 #include "query/codegen.hpp"
+#include "query/group_step.hpp"
 #include "query/host_input.hpp"
+#include "query/join_step.hpp"
 #include "query/plan.hpp"
 #include "query/sort_step.hpp"
 #include "runtime/generated_kernels.hpp"
@@ -248,6 +250,9 @@ bound bind_segment(const query_desc& d, const segment& s, const std::vector<coll
   for (const slice& sl : s.slices) {
     // A cached plan serves every count: the query's own stage holds it.
     const std::uint64_t count = d.stages[static_cast<std::size_t>(sl.stage)].count;
+    if (sl.exact && count > n)
+      throw invalid_argument("kiln::top_k: k = " + std::to_string(count) + " but the query has " +
+                             std::to_string(n) + " element(s)");
     if (sl.kind == stage_kind::skip) {
       const std::uint64_t k = std::min(count, n);
       skipped += k;
@@ -282,8 +287,14 @@ void execute(runner& run, const Terminal& terminal) {
   for (std::size_t i = 0; i + 1 < plan.size(); ++i) {
     const segment& s = plan[i];
     done[i] = run.collect_segment(i, bind_segment(run.d, s, done), false, nullptr);
-    if (plan[i + 1].after == static_cast<int>(i) && plan[i + 1].sort.on)
-      sort_collected(run.q, done[i], s.out_types, plan[i + 1].sort.descending);
+    if (const segment& next = plan[i + 1]; next.after == static_cast<int>(i)) {
+      if (next.sort.on) sort_collected(run.q, done[i], s.out_types, next.sort.descending);
+      if (next.group.on) group_collected(run.q, done[i], s.out_types, next.group);
+      if (next.join.on)
+        join_collected(run.q, done[i], s.out_types,
+                       *run.d.stages[static_cast<std::size_t>(next.join.stage)].other,
+                       next.join.left);
+    }
     // Outputs no later segment reads are released as soon as possible.
     if (s.after >= 0 && !read_later(i, s.after)) done[static_cast<std::size_t>(s.after)] = {};
   }

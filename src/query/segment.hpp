@@ -29,7 +29,8 @@ struct segment_input {
 struct slice {
   stage_kind kind = stage_kind::take;
   std::uint64_t count = 0;
-  int stage = -1;  // the query's stage it came from: a cached plan reads the count there
+  int stage = -1;      // the query's stage it came from: a cached plan reads the count there
+  bool exact = false;  // top_k: fewer than `count` elements is an error, not a shorter result
 };
 
 // A sort between two segments: the earlier one's outputs, reordered by its first output (the
@@ -41,9 +42,34 @@ struct sort_step {
   bool drop_key = false;
 };
 
+// A group stage between two segments (group_step.cpp): the earlier one's outputs are the key
+// (first) and the aggregates' inputs; runs of equal keys (sorted first when sort.on) become one
+// element each: the key (unless dropped), then one component per aggregate.
+struct group_step {
+  struct column {
+    aggregate_kind kind = aggregate_kind::sum;
+    int input = -1;  // which output of the earlier segment it aggregates (-1: count)
+    scalar_type out_type = scalar_type::f32;
+  };
+  bool on = false;
+  bool keep_key = true;
+  std::vector<column> columns;
+};
+
+// A join between two segments (join_step.cpp): the earlier one's outputs are the key (first) and
+// the element; `other` is collected (key first), the pairs of equal keys found, and the next
+// segment reads the element's components, then the other's, then (left) a bool `matched`.
+struct join_step {
+  bool on = false;
+  bool left = false;
+  int stage = -1;  // the query's join stage: a cached plan reads the other query there
+};
+
 struct segment {
-  int after = -1;  // the segment whose outputs are the inputs (-1: the query's inputs)
-  sort_step sort;  // applied to segment `after`'s outputs first
+  int after = -1;    // the segment whose outputs are the inputs (-1: the query's inputs)
+  sort_step sort;    // applied to segment `after`'s outputs first
+  group_step group;  // then this
+  join_step join;    // or this
   std::vector<segment_input> inputs;
   std::vector<slice> slices;
   std::vector<stage> stages;  // map, filter, enumerate, at most one scan

@@ -17,7 +17,34 @@ struct memory_impl;
 namespace kiln::detail::q {
 
 // sort: the elements reordered by a key (stable); a barrier: what follows reads the sorted copy.
-enum class stage_kind : std::uint8_t { map, filter, take, skip, enumerate, scan, sort };
+// group: runs of equal keys (after a sort, or as they come) reduced to one element each; a
+// barrier (group_by, distinct, reduce_by_key, unique_by_key). top_k: a descending sort and the
+// first `count` elements, which must exist.
+// join: the element paired with every element of another query whose key is equal; a barrier.
+enum class stage_kind : std::uint8_t {
+  map,
+  filter,
+  take,
+  skip,
+  enumerate,
+  scan,
+  sort,
+  group,
+  top_k,
+  join
+};
+struct query_desc;
+
+// One aggregate of a group stage; the kinds match the device primitive's (src/sort/).
+enum class aggregate_kind : std::uint8_t { sum, min, max, count, mean, first };
+struct aggregate {
+  aggregate_kind kind = aggregate_kind::sum;
+  ir::node_id expr = -1;  // the aggregated value (-1: count, or `first` of in_var)
+  int in_var = -1;        // the value aggregated (defined by expr, or an element component)
+  scalar_type in_type = scalar_type::f32;
+  int out_var = -1;  // the component it becomes after the group stage
+  scalar_type out_type = scalar_type::f32;
+};
 
 // Stages refer to the query's IR graph (query_desc::graph) by node id; values of the element
 // are numbered (the inputs first, then one per map, enumerate and scan).
@@ -33,6 +60,19 @@ struct stage {
   std::int32_t init = -1;   // exclusive scan: the capture slot holding the initial value
   int arg = -1;             // scan: the value it scans
   bool descending = false;  // sort
+  // group: var/expr/type are the key's (expr -1: the single-valued element itself);
+  // `sorted` sorts by the key first (group_by, distinct), else runs are taken as they come;
+  // `drop_key`: the key is not a component after the stage (unique_by_key, distinct_by).
+  bool sorted = false;
+  bool drop_key = false;
+  std::vector<aggregate> aggregates;
+  // join: var/expr/type are this side's key; `other` is the other query, its element prefixed
+  // by its key (an enumerate-like stage ends it); left: unmatched elements are kept.
+  // out_vars/out_types: the element after it (this side's, the other's, then `matched`).
+  std::shared_ptr<query_desc> other;
+  bool left = false;
+  std::vector<int> out_vars;
+  std::vector<scalar_type> out_types;
 };
 
 inline stage make_stage(stage_kind k, int var, ir::node_id expr, scalar_type t,

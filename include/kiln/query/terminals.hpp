@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "kiln/query/async.hpp"
@@ -38,41 +40,59 @@ T bits_as(std::uint64_t b) {
   return v;
 }
 
+// Collected elements on the host: one std::vector of T, or of std::tuple<Ts...> for an element
+// of several components (zip, enumerate, group_by), read column by column.
+template <class... Ts>
+auto read_elements(const collect_result& r) {
+  if constexpr (sizeof...(Ts) == 1) {
+    return read_vector<Ts...>(r.outputs[0], r.count);  // staged, pipelined D2H (host_output.hpp)
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      const auto cols = std::make_tuple(read_vector<Ts>(r.outputs[I], r.count)...);
+      std::vector<std::tuple<Ts...>> v;
+      v.reserve(r.count);
+      for (std::uint64_t i = 0; i < r.count; ++i) v.emplace_back(std::get<I>(cols)[i]...);
+      return v;
+    }
+    (std::index_sequence_for<Ts...>{});
+  }
+}
+// The same as device buffers: one buffer<T>, or a std::tuple of one buffer per component.
+template <class... Ts>
+auto adopt_elements(const collect_result& r) {
+  if constexpr (sizeof...(Ts) == 1) {
+    return buffer<Ts...>(adopt, buffer_view<Ts...>(r.outputs[0], 0, r.count));
+  } else {
+    return [&]<std::size_t... I>(std::index_sequence<I...>) {
+      return std::make_tuple(buffer<Ts>(adopt, buffer_view<Ts>(r.outputs[I], 0, r.count))...);
+    }
+    (std::index_sequence_for<Ts...>{});
+  }
+}
+
 struct to_vector_t : terminal_tag {
   template <class... Ts>
   auto apply(kiln::query<Ts...> q) const {
-    require_single<kiln::query<Ts...>>();
-    using T = only_t<kiln::query<Ts...>>;
-    collect_result r = collect(q.desc());
-    return read_vector<T>(r.outputs[0], r.count);  // staged, pipelined D2H (host_output.hpp)
+    return read_elements<Ts...>(collect(q.desc()));
   }
   // The device-side result is read back at get().
   template <class... Ts>
   auto apply_async(kiln::query<Ts...> q, const kiln::queue* on) const {
-    require_single<kiln::query<Ts...>>();
-    using T = only_t<kiln::query<Ts...>>;
-    return pending<std::vector<T>>(collect_async(q.desc(), on), [](async_state& s) {
-      collect_result r = async_collect(s);
-      return read_vector<T>(r.outputs[0], r.count);
-    });
+    using R = decltype(read_elements<Ts...>(std::declval<const collect_result&>()));
+    return pending<R>(collect_async(q.desc(), on),
+                      [](async_state& s) { return read_elements<Ts...>(async_collect(s)); });
   }
 };
 struct to_buffer_t : terminal_tag {
   template <class... Ts>
   auto apply(kiln::query<Ts...> q) const {
-    require_single<kiln::query<Ts...>>();
-    using T = only_t<kiln::query<Ts...>>;
-    collect_result r = collect(q.desc());
-    return buffer<T>(adopt, buffer_view<T>(r.outputs[0], 0, r.count));
+    return adopt_elements<Ts...>(collect(q.desc()));
   }
   template <class... Ts>
   auto apply_async(kiln::query<Ts...> q, const kiln::queue* on) const {
-    require_single<kiln::query<Ts...>>();
-    using T = only_t<kiln::query<Ts...>>;
-    return pending<buffer<T>>(collect_async(q.desc(), on), [](async_state& s) {
-      collect_result r = async_collect(s);
-      return buffer<T>(adopt, buffer_view<T>(r.outputs[0], 0, r.count));
-    });
+    using R = decltype(adopt_elements<Ts...>(std::declval<const collect_result&>()));
+    return pending<R>(collect_async(q.desc(), on),
+                      [](async_state& s) { return adopt_elements<Ts...>(async_collect(s)); });
   }
 };
 
@@ -163,6 +183,8 @@ struct custom_reduce_t : terminal_tag {
 };
 }  // namespace detail::q
 
+// Elements of several components (zip, enumerate, group_by) come as std::tuple<Ts...>, and
+// to_buffer() gives a std::tuple of one buffer per component.
 inline auto to_vector() { return detail::q::to_vector_t{}; }
 // The result stays on the device. After a filter, its allocation may be larger than size().
 inline auto to_buffer() { return detail::q::to_buffer_t{}; }
