@@ -57,7 +57,7 @@ std::string unscale_source(scalar_type t) {
                       "  const int64_t stride = (int64_t)kiln_global_size(0);\n",
                       "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",  //
                       "    const ", math, " v = ", load, " * inv;\n",                            //
-                      "    if (!(v - v == 0)) sc[0] = 1.0f;\n",                                  //
+                      "    if (!(v - v == 0)) { sc[0] = 1.0f; sc[3] = 1.0f; }\n",                //
                       "    g[i] = ", store, ";\n",                                               //
                       "  }\n}\n");
 }
@@ -69,9 +69,10 @@ const char* const update_source =
     "KILN_KERNEL void ko_scaler_update(KILN_GLOBAL float* sc, float growth, float backoff,\n"
     "                                  float interval) {\n"
     "  if (kiln_global_id(0) != 0) return;\n"
-    "  if (sc[0] != 0.0f) {\n"
+    "  if (sc[3] != 0.0f) {  // an overflow in any step since the last update\n"
     "    sc[1] = sc[1] * backoff;\n"
     "    sc[2] = 0.0f;\n"
+    "    sc[3] = 0.0f;\n"
     "  } else {\n"
     "    const float clean = sc[2] + 1.0f;\n"
     "    const float grown = sc[1] * growth;\n"
@@ -95,8 +96,10 @@ using detail::scaler_state;
 std::shared_ptr<scaler_state> make_state(const device& dev, double init_scale) {
   auto s = std::make_shared<scaler_state>();
   s->dev = dev;
-  s->mem = kiln::detail::allocate(dev, 3 * sizeof(float));
-  const float init[3] = {0.f, static_cast<float>(init_scale), 0.f};
+  // found_inf of the last step, the scale, clean steps in a row, found_inf of any step since
+  // the last update (one scaler may step several optimizers between updates, as PyTorch's).
+  s->mem = kiln::detail::allocate(dev, 4 * sizeof(float));
+  const float init[4] = {0.f, static_cast<float>(init_scale), 0.f, 0.f};
   queue& q = dev.default_queue();
   kiln::detail::copy_h2d(*q.impl(), *s->mem, 0, init, sizeof init);
   q.finish();  // `init` goes out of scope (the copy may be asynchronous)

@@ -90,6 +90,28 @@ TEST_P(GradScalerTest, OverflowSkipsTheStepAndBacksOff) {
   EXPECT_EQ(scaler.get_scale(), 256);
 }
 
+// One scaler over two optimizers (PyTorch's usage): an overflow in the first one's gradients
+// skips that step only, and the update backs off even though the last step was clean.
+TEST_P(GradScalerTest, AnOverflowInAnyOptimizerBacksOffAtTheUpdate) {
+  auto first = params(), second = params();
+  auto a = kiln::optim::sgd(first, {.lr = 0.1});
+  auto b = kiln::optim::sgd(second, {.lr = 0.1});
+  grad_scaler scaler({.init_scale = 8, .growth_interval = 1});
+  give(first, 1, 8, true);
+  give(second, 2, 8, false);
+  EXPECT_FALSE(scaler.step(a));
+  EXPECT_TRUE(scaler.step(b));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 4) << "the first optimizer's overflow was forgotten";
+  // Clean steps of both: growth (interval 1) and the flag cleared by the update.
+  give(first, 3, 4, false);
+  give(second, 4, 4, false);
+  EXPECT_TRUE(scaler.step(a));
+  EXPECT_TRUE(scaler.step(b));
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 8);
+}
+
 TEST_P(GradScalerTest, GrowsAfterGrowthInterval) {
   auto ps = params();
   auto opt = kiln::optim::sgd(ps, {.lr = 0.01, .momentum = 0.9});

@@ -280,8 +280,6 @@ def test_scaler_schedule_and_steps_follow_pytorchs_rules(dev):
     assert opt.step_count == 6
 
 
-@pytest.mark.xfail(strict=True, reason="kiln::optim::grad_scaler::step resets the found-inf "
-                   "flag per call, so update() sees only the last optimizer's (C++ gap)")
 def test_scaler_update_backs_off_for_an_overflow_in_any_optimizer(cpu):
     # torch.amp.GradScaler: one scaler, step() per optimizer, one update(): any overflow backs
     # off.
