@@ -10,7 +10,7 @@ import sys as _sys
 from . import _kiln
 from ._kiln import *  # noqa: F401,F403
 from ._kiln import __version__, nn, optim  # noqa: F401
-from .query import _1, _2, _3, _4, _i, last_query_stats, query, zip  # noqa: F401
+from .query import _1, _2, _3, _4, _i, agg, last_query_stats, query, zip  # noqa: F401
 
 # The elementwise functions also take placeholder expressions: kiln.sqrt(kiln._1) * 2.
 from .query import (abs, ceil, cos, exp, floor, log, relu, rsqrt, sigmoid, sin,  # noqa: F401,A004

@@ -6,7 +6,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import nn as nn, optim as optim
-from .query import _expr, last_query_stats as last_query_stats, query as query, zip as zip
+from .query import _expr, agg as agg, last_query_stats as last_query_stats, query as query, zip as zip
 
 __version__: str
 

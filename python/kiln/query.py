@@ -162,6 +162,44 @@ class query:
         kiln.zip(k, v).order_by(_1).map(_2) is a sort by key."""
         return self._with(("order_by", key, descending))
 
+    def group_by(self, key):
+        """Groups by key(element), ascending; .aggregate(kiln.agg.sum(_2), kiln.agg.count(), ...)
+        makes the groups: elements (key, aggregates...) (C++: kiln::group_by | aggregate)."""
+        return _grouped(self, key)
+
+    def reduce_by_key(self, key, *aggregates):
+        """(key, aggregates...) per run of consecutive equal keys, no sort (C++:
+        kiln::reduce_by_key)."""
+        return self._with(("group", key, (_check_aggregates(aggregates), False)))
+
+    def distinct(self):
+        """The sorted unique values of a single-valued query (C++: kiln::distinct)."""
+        return self._with(("distinct", None, None))
+
+    def distinct_by(self, key):
+        """The first element (every component) of each distinct key(element), ascending by key."""
+        return self._with(("first_by", key, True))
+
+    def unique_by_key(self, key):
+        """The first element of each run of consecutive equal keys (C++: kiln::unique_by_key)."""
+        return self._with(("first_by", key, False))
+
+    def top_k(self, k):
+        """The k largest elements, descending (NaN last); fewer than k is kiln.invalid_argument."""
+        if not isinstance(k, int) or k < 0:
+            raise _kiln.invalid_argument(f"kiln.query.top_k: k must be an int >= 0, got {k!r}")
+        return self._with(("top_k", None, k))
+
+    def join(self, other, key, other_key):
+        """Pairs of equal keys with another query (or tensor): this element's components, then
+        the other's, in the nested loop's order (C++: kiln::join)."""
+        return self._with(("join", key, (_as_query(other), other_key, False)))
+
+    def left_join(self, other, key, other_key):
+        """As join, keeping unmatched elements (the other's components 0) with a last bool
+        component, matched (C++: kiln::left_join)."""
+        return self._with(("join", key, (_as_query(other), other_key, True)))
+
     def _native(self):
         """The chain as kiln::query runs it, or None where a stage is not elementwise."""
         if self._run is None:
@@ -172,13 +210,16 @@ class query:
                 tq = None
             if tq is not None:
                 element = _element(self._inputs, tq.index)
-                for kind, f, descending in self._stages:
-                    if kind == "sort":
-                        tq.sort(descending)
+                for kind, f, extra in self._stages:
+                    if kind in _BARRIERS:
+                        ok = _barrier(tq, kind, f, extra, element)
+                        if ok is None:
+                            break
+                        element = _element(tuple(tq.components), tq.index)
                         continue
                     out = _apply(f, element)
                     ok = (tq.map(out) if kind == "map" else tq.filter(out) if kind == "filter"
-                          else tq.order_by(out, descending))
+                          else tq.order_by(out, extra))
                     if not ok:
                         break
                     if kind == "map":
@@ -191,9 +232,9 @@ class query:
         """(components, mask) as lazy tensors: the tensor engine's form of the chain."""
         components, mask = tuple(self._inputs), None
         for kind, f, _ in self._stages:
-            if kind in ("sort", "order_by"):
+            if kind == "order_by" or kind in _BARRIERS:
                 raise _kiln.unsupported(
-                    "kiln.query: sort/order_by run as kiln::query only: every stage must be "
+                    f"kiln.query: {kind} runs as kiln::query only: every stage must be "
                     "elementwise (no reductions or other tensors inside) and the inputs not 16-bit")
             out = _apply(f, components)
             if kind == "map":
@@ -223,7 +264,7 @@ class query:
 
     def count(self):
         """How many elements pass the filters."""
-        if not _builtins.any(st[0] == "filter" for st in self._stages):
+        if _builtins.all(st[0] in ("map", "sort", "order_by") for st in self._stages):
             return len(self._inputs[0])
         if (tq := self._native()) is not None:
             return tq.reduce("count")
@@ -267,11 +308,112 @@ class query:
         kept = v.numpy()[mask.numpy().astype(bool)]
         return _kiln.tensor(kept, device=v.device)
 
+    def tensors(self):
+        """Every component's values as a tuple of kiln.tensor (an element of several
+        components: after zip, group_by or join). Runs as kiln::query."""
+        tq = self._native()
+        if tq is None:
+            if _builtins.any(st[0] == "filter" for st in self._stages):
+                components, mask = self._evaluated()
+                keep = mask.numpy().astype(bool)
+                return tuple(_kiln.tensor(c.numpy()[keep], device=c.device) for c in components)
+            return tuple(c.eval() for c in self._evaluated()[0])
+        return tuple(tq.collect_all())
+
     def to_numpy(self):
+        """The elements as a NumPy array; a tuple of arrays for several components."""
+        if (tq := self._native()) is not None and tq.arity != 1:
+            return tuple(t.numpy() for t in tq.collect_all())
         return self.tensor().numpy()
 
     def __iter__(self):
         return iter(self.to_numpy().tolist())
+
+
+class _grouped:
+    """query.group_by(key): .aggregate(...) makes the groups."""
+
+    def __init__(self, q, key):
+        self._q, self._key = q, key
+
+    def aggregate(self, *aggregates):
+        return self._q._with(("group", self._key, (_check_aggregates(aggregates), True)))
+
+
+class agg:
+    """Aggregates of group_by(...).aggregate(...) and reduce_by_key (C++: kiln::agg::): sum
+    (int64/uint64 for integers, the float type kept), min, max (NaN propagates), mean (float32
+    for float32, else float64), count (uint64), first (the group's first in input order)."""
+
+    @staticmethod
+    def sum(e):
+        return ("sum", e)
+
+    @staticmethod
+    def min(e):
+        return ("min", e)
+
+    @staticmethod
+    def max(e):
+        return ("max", e)
+
+    @staticmethod
+    def mean(e):
+        return ("mean", e)
+
+    @staticmethod
+    def first(e):
+        return ("first", e)
+
+    @staticmethod
+    def count():
+        return ("count", None)
+
+
+def _check_aggregates(aggregates):
+    if not aggregates:
+        raise _kiln.invalid_argument("kiln.query: give at least one kiln.agg aggregate")
+    for a in aggregates:
+        if not (isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str)):
+            raise _kiln.invalid_argument(
+                f"kiln.query: aggregates come from kiln.agg (sum, min, max, mean, count, first), "
+                f"not {a!r}")
+    return tuple(aggregates)
+
+
+def _as_query(x):
+    return x if isinstance(x, query) else query(x)
+
+
+_BARRIERS = ("sort", "group", "first_by", "distinct", "top_k", "join")
+
+
+def _barrier(tq, kind, f, extra, element):
+    """Adds a barrier stage to the native query; None where a key or value is not elementwise."""
+    if kind == "sort":
+        tq.sort(extra)
+    elif kind == "distinct":
+        tq.distinct()
+    elif kind == "top_k":
+        tq.top_k(extra)
+    elif kind == "first_by":
+        if not tq.first_by(_apply(f, element), extra):
+            return None
+    elif kind == "group":
+        aggregates, sorted_ = extra
+        values = [(k, None if e is None else _apply(e, element)) for k, e in aggregates]
+        if not tq.group(_apply(f, element), values, sorted_):
+            return None
+    else:  # join
+        other, other_key, left = extra
+        otq = other._native()
+        if otq is None:
+            raise _kiln.unsupported("kiln.query.join: the other query must run as kiln::query "
+                                    "(elementwise stages, inputs not 16-bit)")
+        okey = _apply(other_key, _element(tuple(otq.components), otq.index))
+        if not tq.join(otq, _apply(f, element), okey, left):
+            return None
+    return True
 
 
 def _apply(f, components):

@@ -92,6 +92,7 @@ tensor_query::tensor_query(const std::vector<tensor>& inputs) {
     keep_.push_back(inputs[k]);
     keep_.push_back(data);
     leaves_[inputs[k].impl().get()] = var;
+    components_.push_back(inputs[k]);
   }
   // A stride-0 view of one uninitialised element: a stored [n] leaf (so that casts of it stay
   // nodes over it, unlike a scalar's) that costs neither memory nor a fill. Never read.
@@ -99,29 +100,41 @@ tensor_query::tensor_query(const std::vector<tensor>& inputs) {
                .expand({static_cast<std::int64_t>(d_.n)});
 }
 
-bool tensor_query::lower_stage(const tensor& expr, stage_kind kind, bool descending) {
-  const bool is_map = kind == stage_kind::map;
-  const tensor_impl& root = impl_of(expr, is_map                       ? "kiln::query map"
-                                          : kind == stage_kind::filter ? "kiln::query filter"
-                                                                       : "kiln::query order_by");
-  if (!(expr.get_device() == d_.dev)) return false;
+ir::node_id tensor_query::lower_expr(const tensor& expr, const char* what, bool to_bool,
+                                     bool* uses_index) {
+  const tensor_impl& root = impl_of(expr, what);
+  if (!(expr.get_device() == d_.dev)) return -1;
   // A scalar result (a constant map) has no element shape; the caller broadcasts it itself.
-  if (root.shape.size() != 1 || static_cast<std::uint64_t>(root.shape[0]) != d_.n) return false;
+  if (root.shape.size() != 1 || static_cast<std::uint64_t>(root.shape[0]) != d_.n) return -1;
   const std::size_t nodes = d_.graph.nodes.size(), caps = d_.graph.captures.size();
   stage_lowering w{d_.graph, leaves_, index_.impl().get(), d_.n};
   ir::node_id x = w.visit(root);
-  if (x >= 0 && kind == stage_kind::filter && root.dtype != scalar_type::boolean)
+  if (x >= 0 && to_bool && root.dtype != scalar_type::boolean)
     x = d_.graph.add(ir::op::cast, scalar_type::boolean, {x});
   if (x < 0) {  // undo: the graph is append-only, so truncating restores it
     d_.graph.nodes.resize(nodes);
     d_.graph.captures.resize(caps);
-    return false;
+    return -1;
   }
   d_.graph.roots.push_back(x);
+  *uses_index |= w.uses_index;
+  return x;
+}
+
+bool tensor_query::lower_stage(const tensor& expr, stage_kind kind, bool descending) {
+  const bool is_map = kind == stage_kind::map;
+  bool uses_index = false;
+  const ir::node_id x = lower_expr(expr,
+                                   is_map                       ? "kiln::query map"
+                                   : kind == stage_kind::filter ? "kiln::query filter"
+                                                                : "kiln::query order_by",
+                                   kind == stage_kind::filter, &uses_index);
+  if (x < 0) return false;
+  const tensor_impl& root = *expr.impl();
   const bool defines = kind != stage_kind::filter;
   stage s =
       make_stage(kind, defines ? d_.new_var() : -1, x, defines ? root.dtype : scalar_type::boolean);
-  s.uses_index = w.uses_index;
+  s.uses_index = uses_index;
   s.descending = descending;
   if (is_map) {
     // Later stages see only the new value: the previous element's leaves are gone.
@@ -130,8 +143,162 @@ bool tensor_query::lower_stage(const tensor& expr, stage_kind kind, bool descend
     keep_.push_back(expr);
     d_.vars = {s.var};
     d_.types = {s.type};
+    components_ = {expr};
   }
   d_.stages.push_back(std::move(s));
+  return true;
+}
+
+namespace {
+scalar_type aggregate_type(aggregate_kind k, scalar_type t) {
+  switch (k) {
+    case aggregate_kind::count: return scalar_type::u64;
+    case aggregate_kind::sum:
+      if (is_floating(t)) return t;
+      return is_unsigned(t) && t != scalar_type::boolean ? scalar_type::u64 : scalar_type::i64;
+    case aggregate_kind::mean: return t == scalar_type::f32 ? t : scalar_type::f64;
+    default: return t;  // min, max, first
+  }
+}
+}  // namespace
+
+tensor tensor_query::new_leaf(int var, scalar_type t) {
+  tensor leaf = tensor(allocate_tensor(d_.dev, {1}, t)).expand({static_cast<std::int64_t>(d_.n)});
+  leaves_[leaf.impl().get()] = var;
+  keep_.push_back(leaf);
+  return leaf;
+}
+
+void tensor_query::replace_element(const std::vector<int>& vars,
+                                   const std::vector<scalar_type>& types) {
+  leaves_.clear();
+  components_.clear();
+  d_.vars = vars;
+  d_.types = types;
+  for (std::size_t k = 0; k < vars.size(); ++k) components_.push_back(new_leaf(vars[k], types[k]));
+}
+
+bool tensor_query::group(const tensor& key, const std::vector<aggregate_spec>& aggs, bool sorted) {
+  for (const aggregate_spec& a : aggs)
+    if (a.kind != aggregate_kind::count && !a.value.defined())
+      throw invalid_argument("kiln::query group_by: an aggregate other than count needs a value");
+  const std::size_t nodes = d_.graph.nodes.size(), caps = d_.graph.captures.size(),
+                    roots = d_.graph.roots.size();
+  const int vars = d_.next_var;
+  const auto undo = [&] {
+    d_.graph.nodes.resize(nodes);
+    d_.graph.captures.resize(caps);
+    d_.graph.roots.resize(roots);
+    d_.next_var = vars;
+    return false;
+  };
+  bool uses_index = false;
+  const ir::node_id k = lower_expr(key, "kiln::query group_by", false, &uses_index);
+  if (k < 0) return undo();
+  stage s = make_stage(stage_kind::group, d_.new_var(), k, key.dtype());
+  s.sorted = sorted;
+  for (const aggregate_spec& a : aggs) {
+    aggregate g;
+    g.kind = a.kind;
+    if (a.kind != aggregate_kind::count) {
+      if ((g.expr = lower_expr(a.value, "kiln::query aggregate", false, &uses_index)) < 0)
+        return undo();
+      if (a.value.dtype() == scalar_type::boolean && a.kind != aggregate_kind::sum &&
+          a.kind != aggregate_kind::first)
+        throw dtype_error("kiln::query aggregate: min, max and mean of bool are not defined");
+      g.in_var = d_.new_var();
+      g.in_type = a.value.dtype();
+    } else {
+      g.in_type = scalar_type::u64;
+    }
+    g.out_type = aggregate_type(a.kind, g.in_type);
+    g.out_var = d_.new_var();
+    s.aggregates.push_back(g);
+  }
+  s.uses_index = uses_index;
+  std::vector<int> out_vars{s.var};
+  std::vector<scalar_type> out_types{s.type};
+  for (const aggregate& g : s.aggregates) {
+    out_vars.push_back(g.out_var);
+    out_types.push_back(g.out_type);
+  }
+  d_.stages.push_back(std::move(s));
+  replace_element(out_vars, out_types);
+  return true;
+}
+
+bool tensor_query::first_by(const tensor& key, bool sorted) {
+  bool uses_index = false;
+  const ir::node_id k =
+      lower_expr(key, "kiln::query distinct_by/unique_by_key", false, &uses_index);
+  if (k < 0) return false;
+  stage s = make_stage(stage_kind::group, d_.new_var(), k, key.dtype());
+  s.sorted = sorted;
+  s.drop_key = true;
+  s.uses_index = uses_index;
+  for (std::size_t c = 0; c < d_.vars.size(); ++c) {
+    aggregate a;
+    a.kind = aggregate_kind::first;
+    a.in_var = a.out_var = d_.vars[c];
+    a.in_type = a.out_type = d_.types[c];
+    s.aggregates.push_back(a);
+  }
+  d_.stages.push_back(std::move(s));
+  return true;  // the element keeps its components (and their leaves)
+}
+
+void tensor_query::distinct() {
+  require_single("distinct");
+  stage s = make_stage(stage_kind::group, d_.vars[0], -1, d_.types[0]);
+  s.sorted = true;
+  d_.stages.push_back(std::move(s));
+}
+
+void tensor_query::top_k(std::uint64_t k) {
+  require_single("top_k");
+  d_.stages.push_back(make_stage(stage_kind::top_k, -1, -1, type(), k));
+}
+
+bool tensor_query::join(const tensor_query& other, const tensor& key, const tensor& other_key,
+                        bool left) {
+  if (!(other.d_.dev == d_.dev))
+    throw invalid_argument("kiln::query join: the sides live on different devices (" + d_.dev.id() +
+                           " and " + other.d_.dev.id() + ")");
+  if (key.dtype() != other_key.dtype())
+    throw dtype_error(std::string("kiln::query join: the keys differ in type (") +
+                      type_name(key.dtype()) + " and " + type_name(other_key.dtype()) + ")");
+  // The other side ends in its key, prepended to its element (kiln::join's form).
+  tensor_query o = other;
+  bool other_index = false;
+  const ir::node_id ox = o.lower_expr(other_key, "kiln::query join", false, &other_index);
+  if (ox < 0) return false;
+  stage ok = make_stage(stage_kind::enumerate, o.d_.new_var(), ox, other_key.dtype());
+  ok.uses_index = other_index;
+  o.d_.vars.insert(o.d_.vars.begin(), ok.var);
+  o.d_.types.insert(o.d_.types.begin(), ok.type);
+  o.d_.stages.push_back(std::move(ok));
+
+  bool uses_index = false;
+  const ir::node_id x = lower_expr(key, "kiln::query join", false, &uses_index);
+  if (x < 0) return false;
+  stage s = make_stage(stage_kind::join, d_.new_var(), x, key.dtype());
+  s.uses_index = uses_index;
+  s.left = left;
+  s.out_vars = d_.vars;
+  s.out_types = d_.types;
+  for (std::size_t k = 1; k < o.d_.types.size(); ++k) {
+    s.out_vars.push_back(d_.new_var());
+    s.out_types.push_back(o.d_.types[k]);
+  }
+  if (left) {
+    s.out_vars.push_back(d_.new_var());
+    s.out_types.push_back(scalar_type::boolean);
+  }
+  s.other = std::make_shared<query_desc>(std::move(o.d_));
+  const std::vector<int> out_vars = s.out_vars;
+  const std::vector<scalar_type> out_types = s.out_types;
+  d_.stages.push_back(std::move(s));
+  replace_element(out_vars, out_types);
   return true;
 }
 
@@ -216,6 +383,20 @@ tensor tensor_query::collect() {
   require_single("collecting");
   query_desc d = d_;
   return as_tensor(q::collect(d), type());
+}
+
+std::vector<tensor> tensor_query::collect_all() {
+  query_desc d = d_;
+  collect_result r = q::collect(d);
+  std::vector<tensor> out;
+  for (std::size_t k = 0; k < d_.types.size(); ++k) {
+    collect_result one;
+    one.outputs = {r.outputs.at(k)};
+    one.count = r.count;
+    one.dev = r.dev;
+    out.push_back(as_tensor(std::move(one), d_.types[k]));
+  }
+  return out;
 }
 
 }  // namespace kiln::detail::q

@@ -143,3 +143,69 @@ def test_sort_needs_the_kiln_query_path(cpu):
         kiln.query(x).map(lambda t: t - t.sum()).sort().to_numpy()
     with pytest.raises(kiln.invalid_argument):
         kiln.zip(x, x).sort().to_numpy()  # two components: order_by a key instead
+
+
+def test_group_by_aggregate_against_numpy(dev):
+    rng = np.random.default_rng(5)
+    k = rng.integers(-20, 20, 3000).astype(np.int32)
+    v = rng.uniform(-100, 100, 3000).astype(np.float32)
+    keys, total, count, top, mean = kiln.zip(k, v, device=dev).filter(_2 > -90).group_by(_1) \
+        .aggregate(kiln.agg.sum(_2), kiln.agg.count(), kiln.agg.max(_2), kiln.agg.mean(_2)) \
+        .to_numpy()
+    keep = v > -90
+    want = np.unique(k[keep])
+    np.testing.assert_array_equal(keys, want)
+    assert keys.dtype == np.int32 and count.dtype == np.uint64 and mean.dtype == np.float32
+    for i, key in enumerate(want):
+        sel = v[keep & (k == key)]
+        assert count[i] == sel.size
+        np.testing.assert_allclose(total[i], sel.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
+        assert top[i] == sel.max()
+        np.testing.assert_allclose(mean[i], sel.astype(np.float64).mean(), rtol=1e-4, atol=1e-4)
+    # Stages after the groups see (key, aggregates...).
+    big = kiln.zip(k, v, device=dev).group_by(_1 * 2).aggregate(kiln.agg.count()) \
+        .filter(_2 > 75).map(_1).to_numpy()
+    u, c = np.unique(k * 2, return_counts=True)
+    np.testing.assert_array_equal(big, u[c > 75])
+
+
+def test_distinct_top_k_and_runs(dev):
+    rng = np.random.default_rng(6)
+    x = rng.integers(0, 50, 2000).astype(np.int64)
+    np.testing.assert_array_equal(kiln.query(x, device=dev).distinct().to_numpy(), np.unique(x))
+    f = rng.standard_normal(1000).astype(np.float32)
+    np.testing.assert_array_equal(kiln.query(f, device=dev).top_k(7).to_numpy(),
+                                  np.sort(f)[::-1][:7])
+    with pytest.raises(kiln.invalid_argument):
+        kiln.query(f, device=dev).filter(_1 > 0).top_k(1001).to_numpy()
+    runs = np.repeat(np.array([3, 1, 3, 3, 2], dtype=np.int32), [4, 1, 2, 5, 3])
+    vals = np.arange(runs.size, dtype=np.float64)
+    k, m = kiln.zip(runs, vals, device=dev).reduce_by_key(_1, kiln.agg.max(_2)).to_numpy()
+    np.testing.assert_array_equal(k, [3, 1, 3, 2])
+    np.testing.assert_array_equal(m, [3, 4, 11, 14])
+    k, v = kiln.zip(runs, vals, device=dev).unique_by_key(_1).to_numpy()
+    np.testing.assert_array_equal(v, [0, 4, 5, 12])
+    k, v = kiln.zip(runs, vals, device=dev).distinct_by(_1).to_numpy()
+    np.testing.assert_array_equal(k, [1, 2, 3])
+    np.testing.assert_array_equal(v, [4, 12, 0])
+    assert kiln.zip(runs, vals, device=dev).distinct_by(_1).count() == 3
+
+
+def test_join_and_left_join_against_the_nested_loop(dev):
+    rng = np.random.default_rng(7)
+    a = rng.integers(0, 30, 400).astype(np.int32)
+    av = rng.uniform(0, 1, 400).astype(np.float32)
+    b = rng.integers(0, 30, 50).astype(np.int32)
+    bv = np.arange(50, dtype=np.int64)
+    rows = [(x, y, z, w) for x, y in zip(a, av) for z, w in zip(b, bv) if x == z]
+    got = kiln.zip(a, av, device=dev).join(kiln.zip(b, bv, device=dev), _1, _1).to_numpy()
+    assert len(got) == 4 and got[0].size == len(rows)
+    for c in range(4):
+        np.testing.assert_array_equal(got[c], [r[c] for r in rows])
+    left = kiln.zip(a, av, device=dev).left_join(kiln.query(b, device=dev), _1, _1).to_numpy()
+    assert len(left) == 4  # (a, av, b, matched)
+    matched = left[3]
+    want = [any(x == z for z in b) for x in a for _ in range(max(1, int(np.sum(b == x))))]
+    np.testing.assert_array_equal(matched, want)
+    with pytest.raises(kiln.invalid_argument):
+        kiln.query(a, device=dev).group_by(_1).aggregate("sum")

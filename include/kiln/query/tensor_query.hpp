@@ -46,6 +46,26 @@ class tensor_query {
   bool order_by(const tensor& key, bool descending = false);
   void sort(bool descending = false);
 
+  // Grouping stages (kiln/query/group.hpp), false as map's. group: by `key`, sorted
+  // (group_by | aggregate) or over consecutive runs (reduce_by_key); the element becomes
+  // (key, one component per aggregate; count's value is undefined). first_by: the first
+  // element of each key, every component kept (distinct_by sorted, unique_by_key not).
+  struct aggregate_spec {
+    aggregate_kind kind = aggregate_kind::sum;
+    tensor value;
+  };
+  bool group(const tensor& key, const std::vector<aggregate_spec>& aggs, bool sorted);
+  bool first_by(const tensor& key, bool sorted);
+  void distinct();              // single-valued element
+  void top_k(std::uint64_t k);  // single-valued element
+  // kiln::join / left_join with another run-time query (its key from its own components).
+  // After it the element is this side's components, the other's, then (left) matched.
+  bool join(const tensor_query& other, const tensor& key, const tensor& other_key, bool left);
+
+  // The tensors standing for the element's components in stage expressions: the inputs, a
+  // map's value, or new leaves after a group or a join.
+  const std::vector<tensor>& components() const { return components_; }
+
   scalar_type type() const;  // the (single-valued) element's type; first component's for zip
   std::size_t arity() const { return d_.vars.size(); }
   std::uint64_t size() const { return d_.n; }
@@ -63,18 +83,24 @@ class tensor_query {
   // Cheaper than the asynchronous form where the CPU backend runs a small query inline.
   reduce_result reduce(reduce_kind k);
   tensor collect();
+  // Every component's values (one tensor each; an element of several components).
+  std::vector<tensor> collect_all();
   std::shared_ptr<async_state> collect_async();
   // The elements a finished collect_async produced, as a 1-D tensor of type().
   static tensor collected(async_state& s, scalar_type t);
 
  private:
   bool lower_stage(const tensor& expr, stage_kind kind, bool descending);
+  ir::node_id lower_expr(const tensor& expr, const char* what, bool to_bool, bool* uses_index);
+  tensor new_leaf(int var, scalar_type t);
+  void replace_element(const std::vector<int>& vars, const std::vector<scalar_type>& types);
   void require_single(const char* what) const;
 
   query_desc d_;
   tensor index_;
   std::vector<tensor> keep_;  // inputs and stage values: their impls key leaves_ below
   std::unordered_map<const tensor_impl*, int> leaves_;  // stored or lazy tensor -> value number
+  std::vector<tensor> components_;
 };
 
 }  // namespace kiln::detail::q
