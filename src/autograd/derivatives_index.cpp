@@ -1,15 +1,16 @@
-// Gradients of the indexing operations: index_select / embedding scatter back by a CSR of the
-// indices; gather and scatter_add are each other's transposes; cat's pieces are views of the
-// gradient; a split piece's gradient is itself padded with zeros along dim (one kernel).
+// Gradients of the indexing operations: index_select / embedding sum back into rows by a device
+// sort of the indices (no host wait); gather and scatter_add are each other's transposes; cat's
+// pieces are views of the gradient; a split piece's gradient is itself padded with zeros along dim
+// (one kernel).
 #include "autograd/derivatives_index.hpp"
 
 namespace kiln::detail::grad {
 
-tensor index_select(const tensor& x, int dim, const row_csr& csr, const tensor& out) {
+tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out) {
   const shape_t xs = x.shape();
   return autograd::record("index_select", out, {x},
-                          [xs, dim, csr](const tensor& g, const tensor&) -> std::vector<tensor> {
-                            return {index_add_rows(g, dim, csr, xs)};
+                          [xs, dim, index](const tensor& g, const tensor&) -> std::vector<tensor> {
+                            return {index_add_rows(g, dim, index, xs)};
                           });
 }
 

@@ -10,17 +10,11 @@
 
 namespace kiln::detail {
 
-// index_select's indices grouped by the row they read, on the device (tensor/
-// indexing_kernels.hpp's csr_arrays): a counting sort on the host, O(n + rows), and frequent
-// rows cut into chunks of max(16, sqrt(largest count)) positions so no item loops long.
-struct row_csr {
-  tensor offsets, order, first, span;  // int64 [rows + 1], [max(n, 1)], [rows + 1], [2 chunks]
-  std::int64_t n = 0, chunks = 0;
-};
-row_csr build_row_csr(const std::vector<std::int64_t>& ids, std::int64_t rows, const device& dev);
-// The gradient of index_select(x, dim, index) for x of shape xs: g's slices summed into the
-// rows they came from, each row's in ascending position order. No recording.
-tensor index_add_rows(const tensor& g, int dim, const row_csr& csr, const shape_t& xs);
+// The gradient of index_select(x, dim, index) for x of shape xs (index stored, int32/int64,
+// 0-D or 1-D): g's slices summed into the rows they came from, each row's in ascending position
+// order (tensor/indexing_kernels.hpp's launch_index_add: a device sort, no host wait). Indices
+// outside x's dim add nothing. No recording.
+tensor index_add_rows(const tensor& g, int dim, const tensor& index, const shape_t& xs);
 // x (or zeros of `shape` when x is undefined) plus src scattered by index along dim, summed in
 // index order. No recording, no range check.
 tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const tensor& src,
@@ -30,7 +24,7 @@ tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const ten
 tensor pad_along(const tensor& g, int dim, std::int64_t start, const shape_t& xs);
 
 namespace grad {
-tensor index_select(const tensor& x, int dim, const row_csr& csr, const tensor& out);
+tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out);
 tensor gather(const tensor& x, int dim, const tensor& index, const tensor& out);
 tensor scatter_add(const tensor& x, int dim, const tensor& index, const tensor& src,
                    const tensor& out);

@@ -1,14 +1,18 @@
-// The indexing operations of kiln/tensor/indexing.hpp: checks, index-range checks, output
-// shapes, then the generated kernels of indexing_kernels.cpp (gather-likes, cat) or lazy
-// elementwise nodes (masked_fill, tril, triu); autograd/derivatives_index.cpp records them.
+// The indexing operations of kiln/tensor/indexing.hpp: checks, index-range checks (deferred on
+// accelerators: no host wait), output shapes, then the generated kernels of indexing_kernels.cpp
+// (gather-likes, cat) or lazy elementwise nodes (masked_fill, tril, triu);
+// autograd/derivatives_index.cpp records them.
 #include "kiln/tensor/indexing.hpp"
 
 #include <algorithm>
-#include <cmath>
+#include <atomic>
+#include <mutex>
 #include <string>
+#include <vector>
 
 #include "autograd/derivatives.hpp"
 #include "autograd/derivatives_index.hpp"
+#include "kiln/buffer.hpp"
 #include "tensor/build.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/indexing_kernels.hpp"
@@ -43,20 +47,124 @@ void check_index(const char* fn, const tensor& x, const tensor& index) {
   check_device(fn, x, "the input", index, "the indices");
 }
 
-// Every index in [0, bound): one fused count read back; the first bad value is found on the
-// host only when there is one.
-void check_range(const char* fn, const tensor& index, std::int64_t bound) {
-  if (index.numel() == 0) return;
-  no_grad off;
-  const tensor bad = ((index < std::int64_t{0}) + (index >= bound)).sum();
+std::atomic<std::uint64_t> check_reads{0};
+
+std::string out_of_range(const char* fn, std::int64_t n, std::int64_t bound) {
+  return name(fn) + ": " + std::to_string(n) + " index(es) out of range [0, " +
+         std::to_string(bound) + ")";
+}
+
+// Every index in [0, bound), checked at once: one fused count read back; the first bad value
+// is found on the host only when there is one.
+void check_range_now(const char* fn, const tensor& bad, const tensor& index, std::int64_t bound) {
+  ++check_reads;
   const auto n = bad.item<std::int64_t>();
   if (n == 0) return;
   const std::vector<std::int64_t> v = index.to(scalar_type::i64).to_vector<std::int64_t>();
   std::size_t at = 0;
   while (at < v.size() && v[at] >= 0 && v[at] < bound) ++at;
-  throw invalid_argument(name(fn) + ": " + std::to_string(n) + " index(es) out of range [0, " +
-                         std::to_string(bound) + "), the first " + std::to_string(v.at(at)) +
+  throw invalid_argument(out_of_range(fn, n, bound) + ", the first " + std::to_string(v.at(at)) +
                          " at flat position " + std::to_string(at));
+}
+
+// The range check without a host wait on accelerators, as nn::cross_entropy's labels
+// (src/nn/loss.cpp): the count of bad indices is copied into pinned memory on the default
+// queue, and a later checked call on that device reports it, as a GPU framework's device-side
+// assert does. Meanwhile the kernels stay inside the tensors (a bad index gathers zeros and adds
+// nothing to a gradient). A check is reported by the first later call that finds it done, and
+// at the latest by the call `max_lag` calls later, which waits for it. Reading it back at once
+// would stop the host every step and keep a step out of a CUDA graph.
+struct range_check {
+  device dev;
+  pinned_buffer<std::int64_t> bad;
+  event done;
+  const char* fn;
+  std::int64_t bound;
+  std::uint64_t call;
+};
+constexpr std::uint64_t max_lag = 2;
+
+struct range_checks {
+  std::mutex mu;
+  std::vector<range_check> pending;
+  // Finished checks' pinned slots, reused: a pinned allocation costs far more than the check.
+  std::vector<std::pair<device, pinned_buffer<std::int64_t>>> spare;
+  std::uint64_t calls = 0;
+};
+range_checks& checks() {
+  static auto* c = new range_checks;  // never destroyed: pinned memory outlives static dtors
+  return *c;
+}
+
+pinned_buffer<std::int64_t> pinned_slot(const device& dev) {
+  range_checks& c = checks();
+  {
+    std::lock_guard lock(c.mu);
+    for (auto it = c.spare.begin(); it != c.spare.end(); ++it)
+      if (it->first == dev) {
+        pinned_buffer<std::int64_t> b = std::move(it->second);
+        c.spare.erase(it);
+        return b;
+      }
+  }
+  return pinned_buffer<std::int64_t>(dev, 1);
+}
+
+// Throws for the first finished (or overdue) check of dev that found bad indices.
+void report_checks(const device& dev, std::uint64_t now) {
+  std::vector<range_check> ready;
+  range_checks& c = checks();
+  {
+    std::lock_guard lock(c.mu);
+    for (auto it = c.pending.begin(); it != c.pending.end();) {
+      if (it->dev == dev && (it->call + max_lag <= now || it->done.done())) {
+        ready.push_back(std::move(*it));
+        it = c.pending.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  std::string error;
+  for (range_check& r : ready) {
+    r.done.wait();  // all: their slots are reused
+    if (const std::int64_t bad = r.bad.data()[0]; bad && error.empty())
+      error = out_of_range(r.fn, bad, r.bound) + " in an earlier call on " + dev.id() +
+              " (checked on the device, reported by a later call)";
+  }
+  {
+    std::lock_guard lock(c.mu);
+    for (range_check& r : ready)
+      if (c.spare.size() < 16) c.spare.emplace_back(dev, std::move(r.bad));
+  }
+  if (!error.empty()) throw invalid_argument(error);
+}
+
+// Every index in [0, bound): at once on the host device, deferred elsewhere.
+void check_range(const char* fn, const tensor& index, std::int64_t bound) {
+  if (index.numel() == 0) return;
+  no_grad off;
+  const device dev = index.get_device();
+  const tensor bad = ((index < std::int64_t{0}) + (index >= bound)).sum().to(scalar_type::i64);
+  if (dev == device::host()) return check_range_now(fn, bad, index, bound);
+  range_checks& c = checks();
+  std::uint64_t now;
+  {
+    std::lock_guard lock(c.mu);
+    now = ++c.calls;
+  }
+  report_checks(dev, now);
+  const tensor b = bad.eval();
+  const detail::tensor_impl& s = *b.impl();
+  if (s.kind != detail::tensor_kind::stored || !s.mem) return check_range_now(fn, b, index, bound);
+  range_check pc{dev, pinned_slot(dev), event(nullptr), fn, bound, now};
+  queue& q = dev.default_queue();
+  detail::copy_d2h(*q.impl(), pc.bad.data(), *s.mem,
+                   static_cast<std::uint64_t>(s.offset) * sizeof(std::int64_t),
+                   sizeof(std::int64_t));
+  pc.done = q.record();
+  std::lock_guard lock(c.mu);
+  c.pending.push_back(std::move(pc));
 }
 
 // A stored handle of t (a lazy t is evaluated into new contiguous storage).
@@ -76,35 +184,15 @@ std::int64_t prod(const shape_t& s, std::size_t from, std::size_t to) {
   return p;
 }
 
-// The indices on the host, each checked in [0, bound) there (index_select reads them back once:
-// the check and, for the backward, the CSR need them).
-std::vector<std::int64_t> host_indices(const char* fn, const tensor& index, std::int64_t bound) {
-  std::vector<std::int64_t> v;
-  {
-    no_grad off;
-    v = index.to(scalar_type::i64).to_vector<std::int64_t>();
-  }
-  std::size_t bad = 0, first = v.size();
-  for (std::size_t k = 0; k < v.size(); ++k)
-    if (v[k] < 0 || v[k] >= bound) {
-      if (!bad++) first = k;
-    }
-  if (bad)
-    throw invalid_argument(name(fn) + ": " + std::to_string(bad) + " index(es) out of range [0, " +
-                           std::to_string(bound) + "), the first " + std::to_string(v[first]) +
-                           " at flat position " + std::to_string(first));
-  return v;
-}
-
-tensor index_select_forward(const tensor& x, int d, const tensor& index0) {
-  const tensor index = stored(index0);
+// index stored, 0-D or 1-D.
+tensor index_select_forward(const tensor& x, int d, const tensor& index) {
   shape_t shape = x.shape();
   shape[std::size_t(d)] = index.numel();
   auto out = output(x, shape, x.dtype());
   shape_t is(shape.size(), 0);
   is[std::size_t(d)] = index.dim() ? index.strides()[0] : 0;
   detail::launch_gather(*out, *x.impl(), *index.impl(), d, x.strides(), is,
-                        x.strides()[std::size_t(d)]);
+                        x.strides()[std::size_t(d)], x.size(d));
   return tensor(std::move(out));
 }
 
@@ -127,11 +215,11 @@ tensor gather_forward(const tensor& x0, int dim, const tensor& index0) {
   if (x.dim() == 0) throw shape_error("kiln::gather: the input must have at least 1 dim");
   const int d = detail::normalise_axis(dim, x.dim(), "kiln::gather");
   check_sizes("gather", index0, x, "the input", d, true);
-  check_range("gather", index0, x.size(d));
   const tensor index = stored(index0);
+  check_range("gather", index, x.size(d));
   auto out = output(x, index.shape(), x.dtype());
   detail::launch_gather(*out, *x.impl(), *index.impl(), d, x.strides(), index.strides(),
-                        x.strides()[std::size_t(d)]);
+                        x.strides()[std::size_t(d)], x.size(d));
   return tensor(std::move(out));
 }
 
@@ -147,46 +235,14 @@ tensor select_keep(const tensor& cond, const tensor& a, const tensor& x) {
 
 namespace detail {
 
-row_csr build_row_csr(const std::vector<std::int64_t>& ids, std::int64_t rows, const device& dev) {
-  const auto R = static_cast<std::size_t>(rows);
-  std::vector<std::int64_t> offs(R + 1, 0), order(std::max<std::size_t>(ids.size(), 1), 0);
-  for (std::int64_t r : ids) offs[std::size_t(r) + 1]++;
-  std::int64_t most = 0;
-  for (std::size_t r = 0; r < R; ++r) {
-    most = std::max(most, offs[r + 1]);
-    offs[r + 1] += offs[r];
-  }
-  std::vector<std::int64_t> next(offs.begin(), offs.end() - 1);
-  for (std::size_t k = 0; k < ids.size(); ++k)
-    order[std::size_t(next[std::size_t(ids[k])]++)] = std::int64_t(k);
-  // Chunks of about sqrt(most) positions: a row of `most` positions then costs about 2 sqrt(most)
-  // dependent steps (pass 1, then pass 2) instead of most.
-  const auto size =
-      std::max<std::int64_t>(16, static_cast<std::int64_t>(std::ceil(std::sqrt(double(most)))));
-  std::vector<std::int64_t> first(R + 1, 0), span;
-  for (std::size_t r = 0; r < R; ++r) {
-    const std::int64_t lo = offs[r], hi = offs[r + 1];
-    if (hi - lo > size)
-      for (std::int64_t k = lo; k < hi; k += size) {
-        span.push_back(k);
-        span.push_back(std::min(hi, k + size));
-      }
-    first[r + 1] = std::int64_t(span.size() / 2);
-  }
-  const auto chunks = std::int64_t(span.size() / 2);
-  if (chunks == 0) first.assign(1, 0), span.assign(2, 0);  // unread: no upload of [rows + 1]
-  return {tensor::from(dev, offs), tensor::from(dev, order), tensor::from(dev, first),
-          tensor::from(dev, span), std::int64_t(ids.size()), chunks};
-}
+std::uint64_t index_check_reads() { return check_reads.load(); }
 
-tensor index_add_rows(const tensor& g0, int dim, const row_csr& csr, const shape_t& xs) {
+tensor index_add_rows(const tensor& g0, int dim, const tensor& index, const shape_t& xs) {
   const tensor g = detail::contiguous_of(g0);
   const std::size_t d = std::size_t(dim);
   auto dx = allocate_tensor(g.get_device(), xs, g.dtype());
-  launch_csr_add(
-      *dx, *g.impl(),
-      {*csr.offsets.impl(), *csr.order.impl(), *csr.first.impl(), *csr.span.impl(), csr.chunks},
-      prod(xs, 0, d), xs[d], csr.n, prod(xs, d + 1, xs.size()));
+  launch_index_add(*dx, *g.impl(), *index.impl(), index.dim() ? index.strides()[0] : 0,
+                   prod(xs, 0, d), xs[d], index.numel(), prod(xs, d + 1, xs.size()));
   return tensor(std::move(dx));
 }
 
@@ -254,11 +310,11 @@ tensor select_rows(const char* fn, const tensor& x0, int dim, const tensor& inde
   if (index.dim() > 1)
     throw shape_error(name(fn) + ": index must be 0-D or 1-D, got " + to_string(index.shape()));
   const int d = detail::normalise_axis(dim, x.dim(), "kiln::index_select");
-  const std::vector<std::int64_t> ids = host_indices(fn, index, x.size(d));
-  const tensor r = index_select_forward(x, d, index);
+  const tensor idx = stored(index);
+  check_range(fn, idx, x.size(d));
+  const tensor r = index_select_forward(x, d, idx);
   if (!detail::grad_wanted({&x0})) return r;
-  return detail::grad::index_select(x0, d, detail::build_row_csr(ids, x.size(d), x.get_device()),
-                                    r);
+  return detail::grad::index_select(x0, d, idx, r);
 }
 }  // namespace
 
@@ -298,7 +354,7 @@ tensor scatter_add(const tensor& x, int dim, const tensor& index, const tensor& 
   const int d = detail::normalise_axis(dim, x.dim(), "kiln::scatter_add");
   check_sizes("scatter_add", index, x, "the input", d, true);
   check_sizes("scatter_add", index, src, "src", d, false);
-  check_range("scatter_add", index, x.size(d));
+  check_range("scatter_add", stored(index), x.size(d));
   const tensor r = [&] {
     no_grad off;
     return detail::scatter_add_into(x, d, index, src, x.shape());

@@ -3,6 +3,8 @@
 // cached by (kind, rank, element width or dtype, index dtype).
 #include "tensor/indexing_kernels.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -11,6 +13,7 @@
 #include "ir/hash.hpp"
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "sort/radix_sort.hpp"
 #include "tensor/kernel_args.hpp"
 
 namespace kiln::detail {
@@ -66,11 +69,12 @@ std::string gather_source(std::size_t rank, scalar_type w, scalar_type it) {
   const std::string W = type_name(w), I = type_name(it);
   return cat("KILN_KERNEL void kt_index(KILN_GLOBAL ", W, "* KILN_RESTRICT out, KILN_GLOBAL const ",
              W, "* KILN_RESTRICT x, KILN_GLOBAL const ", I,
-             "* KILN_RESTRICT idx, int64_t total, int64_t xsd", params("n", 1, rank),
+             "* KILN_RESTRICT idx, int64_t total, int64_t xsd, int64_t bound", params("n", 1, rank),
              params("xs", 0, rank), params("is", 0, rank),
              ") {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n",
              decompose(rank), "  const int64_t j = (int64_t)idx[", dot("is", rank),
-             "];\n  out[i] = x[", dot("xs", rank), " + j * xsd];\n}\n");
+             "];\n  out[i] = (j >= 0 && j < bound) ? x[", dot("xs", rank), " + j * xsd] : (", W,
+             ")0;\n}\n");
 }
 
 constexpr const char* place_text = R"(
@@ -107,41 +111,68 @@ std::string scatter_source(std::size_t rank, scalar_type t, scalar_type it) {
 // The accumulation's storage type (partial sums): float, or double for f64.
 scalar_type accum_type(scalar_type t) { return t == scalar_type::f64 ? t : scalar_type::f32; }
 
-// Pass 1 (rows with several chunks): part[o, c, r] = sum of chunk c's positions, in order.
-std::string csr_part_source(scalar_type t) {
+// Each index as a sort key (outside [0, bound): the key bound, after every row) and its position.
+std::string sort_keys_source(scalar_type k, scalar_type it, scalar_type pt) {
+  const std::string K = type_name(k), I = type_name(it), P = type_name(pt);
+  return cat("KILN_KERNEL void kt_index(KILN_GLOBAL ", K, "* KILN_RESTRICT keys, KILN_GLOBAL ", P,
+             "* KILN_RESTRICT pos, KILN_GLOBAL const ", I,
+             "* KILN_RESTRICT idx, int64_t n, int64_t stride, int64_t bound) {\n"
+             "  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= n) return;\n"
+             "  const int64_t j = (int64_t)idx[i * stride];\n  keys[i] = (",
+             K, ")((j >= 0 && j < bound) ? j : bound);\n  pos[i] = (", P, ")i;\n}\n");
+}
+
+// offs[v] = the first sorted position whose key is >= v, for v in [0, rows].
+std::string run_offsets_source(scalar_type k) {
+  return cat(
+      "KILN_KERNEL void kt_index(KILN_GLOBAL int64_t* KILN_RESTRICT offs, KILN_GLOBAL const ",
+      type_name(k),
+      "* KILN_RESTRICT keys, int64_t n, int64_t rows) {\n"
+      "  const int64_t v = (int64_t)kiln_global_id(0);\n  if (v > rows) return;\n"
+      "  int64_t lo = 0, hi = n;\n  while (lo < hi) {\n"
+      "    const int64_t mid = lo + (hi - lo) / 2;\n"
+      "    if ((int64_t)keys[mid] < v) lo = mid + 1; else hi = mid;\n  }\n"
+      "  offs[v] = lo;\n}\n");
+}
+
+
+// part[o, c, r] = the sum, in order, of g's rows at sorted positions [c S, c S + S) when they
+// all hold one key (a chunk inside one run); other chunks are never read and not written.
+std::string run_part_source(scalar_type t, scalar_type k, scalar_type pt) {
   const std::string T = type_name(t), A = type_name(accum_type(t));
   return cat("KILN_KERNEL void kt_index(KILN_GLOBAL ", A,
-             "* KILN_RESTRICT part, KILN_GLOBAL const ", T,
-             "* KILN_RESTRICT g, KILN_GLOBAL const int64_t* KILN_RESTRICT order, KILN_GLOBAL const "
-             "int64_t* KILN_RESTRICT span, int64_t total, int64_t n, int64_t inner, int64_t "
-             "chunks) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) "
-             "return;\n  const int64_t r = i % inner, c = (i / inner) % chunks, o = i / (inner * "
-             "chunks);\n  ",
-             A, " acc = (", A, ")0;\n  for (int64_t k = span[2 * c]; k < span[2 * c + 1]; ++k)\n",
-             "    acc += ", codegen::load_value(t, "g[(o * n + order[k]) * inner + r]"),
+             "* KILN_RESTRICT part, KILN_GLOBAL const ", T, "* KILN_RESTRICT g, KILN_GLOBAL const ",
+             type_name(k), "* KILN_RESTRICT keys, KILN_GLOBAL const ", type_name(pt),
+             "* KILN_RESTRICT pos, int64_t total, int64_t n, int64_t inner, int64_t chunks, "
+             "int64_t S) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n"
+             "  if (i >= total) return;\n  const int64_t r = i % inner, c = (i / inner) % chunks, "
+             "o = i / (inner * chunks);\n  const int64_t k0 = c * S;\n"
+             "  if (keys[k0] != keys[k0 + S - 1]) return;\n  ",
+             A, " acc = (", A, ")0;\n  for (int64_t k = k0; k < k0 + S; ++k)\n    acc += ",
+             codegen::load_value(t, "g[(o * n + (int64_t)pos[k]) * inner + r]"),
              ";\n  part[i] = acc;\n}\n");
 }
 
-// Pass 2: dx[o, v, r] = the sum of row v's chunk partials in order, or of its positions when
-// it has one chunk (no partials).
-std::string csr_source(scalar_type t) {
+// dx[o, v, r]: row v's run [offs[v], offs[v + 1]) summed in sorted (= position) order, its
+// whole chunks through their partials.
+std::string run_add_source(scalar_type t, scalar_type pt) {
   const std::string T = type_name(t), A = type_name(accum_type(t));
+  const std::string term = codegen::load_value(t, "g[(o * n + (int64_t)pos[k]) * inner + r]");
   return cat(
       "KILN_KERNEL void kt_index(KILN_GLOBAL ", T, "* KILN_RESTRICT dx, KILN_GLOBAL const ", T,
-      "* KILN_RESTRICT g, KILN_GLOBAL const int64_t* KILN_RESTRICT offs, KILN_GLOBAL const "
-      "int64_t* KILN_RESTRICT order, KILN_GLOBAL const int64_t* KILN_RESTRICT first, "
-      "KILN_GLOBAL const ",
-      A,
+      "* KILN_RESTRICT g, KILN_GLOBAL const int64_t* KILN_RESTRICT offs, KILN_GLOBAL const ",
+      type_name(pt), "* KILN_RESTRICT pos, KILN_GLOBAL const ", A,
       "* KILN_RESTRICT part, int64_t total, int64_t rows, int64_t n, int64_t inner, int64_t "
-      "chunks) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n  if (i >= total) return;\n"
-      "  const int64_t r = i % inner, v = (i / inner) % rows, o = i / (inner * rows);\n  ",
+      "chunks, int64_t S) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n"
+      "  if (i >= total) return;\n"
+      "  const int64_t r = i % inner, v = (i / inner) % rows, o = i / (inner * rows);\n"
+      "  const int64_t lo = offs[v], hi = offs[v + 1];\n  const int64_t c0 = (lo + S - 1) / S, "
+      "c1 = hi / S;\n  ",
       A, " acc = (", A,
-      ")0;\n  const int64_t c0 = chunks ? first[v] : 0, c1 = chunks ? first[v + 1] : 0;\n",
-      "  if (c1 > c0) {\n    for (int64_t c = c0; c < c1; ++c) acc += part[(o * chunks + c) * "
-      "inner + r];\n  } else {\n    for (int64_t k = offs[v]; k < offs[v + 1]; ++k)\n      acc "
-      "+= ",
-      codegen::load_value(t, "g[(o * n + order[k]) * inner + r]"),
-      ";\n  }\n  dx[i] = ", codegen::store_value(t, cat("(", codegen::value_type(t), ")acc")),
+      ")0;\n  int64_t k = lo;\n  if (c1 > c0) {\n    for (; k < c0 * S; ++k) acc += ", term,
+      ";\n    for (int64_t c = c0; c < c1; ++c) acc += part[(o * chunks + c) * inner + r];\n"
+      "    k = c1 * S;\n  }\n  for (; k < hi; ++k) acc += ",
+      term, ";\n  dx[i] = ", codegen::store_value(t, cat("(", codegen::value_type(t), ")acc")),
       ";\n}\n");
 }
 
@@ -151,19 +182,22 @@ const char* name_of(kind k) {
     case kind::place: return "place";
     case kind::pad: return "pad";
     case kind::scatter: return "scatter_add";
-    case kind::csr_part: return "csr index_add partials";
-    case kind::csr_add: return "csr index_add";
+    case kind::sort_keys: return "index_add sort keys";
+    case kind::run_offsets: return "index_add run offsets";
+    case kind::run_part: return "index_add chunk partials";
+    case kind::run_add: return "index_add";
   }
   return "";
 }
 
-kernel index_kernel(const device& dev, kind k, std::size_t rank, scalar_type t, scalar_type it) {
+kernel index_kernel(const device& dev, kind k, std::size_t rank, scalar_type t, scalar_type it,
+                    scalar_type pt = scalar_type::u32) {
   ir::hasher h;
-  h.add("tensor index v1").add(std::uint64_t(k)).add(std::uint64_t{rank});
-  h.add(std::uint64_t(t)).add(std::uint64_t(it));
+  h.add("tensor index v2").add(std::uint64_t(k)).add(std::uint64_t{rank});
+  h.add(std::uint64_t(t)).add(std::uint64_t(it)).add(std::uint64_t(pt));
   const generated_kernels g = get_generated(dev, "tensor_index", h.value(), [&] {
     return generated_program{
-        index_source(k, rank, t, it),
+        index_source(k, rank, t, it, pt),
         {"kt_index"},
         std::string(name_of(k)) + " of " + type_name(t) + ", rank " + std::to_string(rank)};
   });
@@ -184,27 +218,30 @@ void run(const kernel& k, const device& dev, std::int64_t total, std::vector<arg
 
 }  // namespace
 
-std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it) {
+std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it,
+                         scalar_type pt) {
   switch (k) {
     case kind::gather: return gather_source(rank, t, it);
     case kind::place: return codegen::with_element_type(place_text, type_name(t));
     case kind::pad: return codegen::with_element_type(pad_text, type_name(t));
     case kind::scatter: return scatter_source(rank, t, it);
-    case kind::csr_part: return csr_part_source(t);
-    case kind::csr_add: return csr_source(t);
+    case kind::sort_keys: return sort_keys_source(t, it, pt);
+    case kind::run_offsets: return run_offsets_source(t);
+    case kind::run_part: return run_part_source(t, it, pt);
+    case kind::run_add: return run_add_source(t, pt);
   }
   return "";
 }
 
 void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& idx, int dim,
-                   const shape_t& x_strides, const shape_t& idx_strides,
-                   std::int64_t x_dim_stride) {
+                   const shape_t& x_strides, const shape_t& idx_strides, std::int64_t x_dim_stride,
+                   std::int64_t bound) {
   const std::int64_t total = numel_of(out.shape);
   if (total == 0) return;
   const std::size_t rank = out.shape.size();
   const scalar_type w = bits_type(out.dtype);
-  std::vector<arg_binding> a{mem(out, w, false), mem(x, w, true), mem(idx, idx.dtype, true),
-                             bind_arg(total), bind_arg(x_dim_stride)};
+  std::vector<arg_binding> a{mem(out, w, false), mem(x, w, true),        mem(idx, idx.dtype, true),
+                             bind_arg(total),    bind_arg(x_dim_stride), bind_arg(bound)};
   for (std::size_t d = 1; d < rank; ++d) a.push_back(bind_arg(out.shape[d]));
   for (std::size_t d = 0; d < rank; ++d)
     a.push_back(bind_arg(int(d) == dim ? std::int64_t{0} : x_strides[d]));
@@ -267,37 +304,94 @@ void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& i
   run(index_kernel(out.dev, kind::scatter, rank, out.dtype, idx.dtype), out.dev, total, a);
 }
 
-void launch_csr_add(tensor_impl& dx, const tensor_impl& g, const csr_arrays& c, std::int64_t outer,
-                    std::int64_t rows, std::int64_t n, std::int64_t inner) {
+std::int64_t index_add_chunk(std::int64_t n) {
+  return std::max<std::int64_t>(16, static_cast<std::int64_t>(std::ceil(std::sqrt(double(n)))));
+}
+
+namespace {
+
+// The narrowest unsigned key holding [0, rows] (rows is the key of the bad indices): fewer
+// radix passes (a character vocabulary sorts in one).
+scalar_type key_type_for(std::int64_t rows) {
+  if (rows <= 0xff) return scalar_type::u8;
+  if (rows <= 0xffff) return scalar_type::u16;
+  if (rows <= 0xffffffffll) return scalar_type::u32;
+  return scalar_type::u64;
+}
+
+arg_binding sorted_mem(const sort_operand& s, scalar_type t) {
+  arg_binding b;
+  b.is_mem = true;
+  b.mem = s.mem.get();
+  b.byte_offset = s.offset * size_of(t);
+  b.type = t;
+  b.is_const = true;
+  return b;
+}
+
+}  // namespace
+
+void launch_index_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& idx,
+                      std::int64_t idx_stride, std::int64_t outer, std::int64_t rows,
+                      std::int64_t n, std::int64_t inner) {
   const std::int64_t total = outer * rows * inner;
   if (total == 0) return;
   const device& dev = dx.dev;
+  const scalar_type kt = key_type_for(rows),
+                    pt = n > 0xffffffffll ? scalar_type::u64 : scalar_type::u32;
+  const std::int64_t m = std::max<std::int64_t>(n, 1);
+  auto keys = allocate_tensor(dev, {m}, kt), pos = allocate_tensor(dev, {m}, pt);
+  sort_operand sk{keys->mem, std::uint64_t(keys->offset)}, sp{pos->mem, std::uint64_t(pos->offset)};
+  if (n > 0) {
+    std::vector<arg_binding> a{mem(*keys, kt, false),     mem(*pos, pt, false),
+                               mem(idx, idx.dtype, true), bind_arg(n),
+                               bind_arg(idx_stride),      bind_arg(rows)};
+    run(index_kernel(dev, kind::sort_keys, 0, kt, idx.dtype, pt), dev, n, a);
+  }
+  if (n > 1) {
+    radix_sort_args s;
+    s.key_type = kt;
+    s.n = std::uint64_t(n);
+    s.keys_in = sk;
+    s.value_bytes = std::uint32_t(size_of(pt));
+    s.values_in = sp;
+    const radix_sorted r = radix_sort(dev.default_queue(), s);  // same queue: no wait
+    sk = r.keys;
+    sp = r.values;
+  }
+  auto offs = allocate_tensor(dev, {rows + 1}, scalar_type::i64);
+  {
+    std::vector<arg_binding> a{mem(*offs, scalar_type::i64, false), sorted_mem(sk, kt), bind_arg(n),
+                               bind_arg(rows)};
+    run(index_kernel(dev, kind::run_offsets, 0, kt, kt), dev, rows + 1, a);
+  }
+  const std::int64_t S = index_add_chunk(n), chunks = n / S;
   const scalar_type at = accum_type(dx.dtype);
-  auto part = allocate_tensor(dev, {std::max<std::int64_t>(outer * c.chunks * inner, 1)}, at);
-  if (c.chunks > 0) {
+  auto part = allocate_tensor(dev, {std::max<std::int64_t>(outer * chunks * inner, 1)}, at);
+  if (chunks > 0) {
     std::vector<arg_binding> a{mem(*part, at, false),
                                mem(g, g.dtype, true),
-                               mem(c.order, scalar_type::i64, true),
-                               mem(c.span, scalar_type::i64, true),
-                               bind_arg(outer * c.chunks * inner),
+                               sorted_mem(sk, kt),
+                               sorted_mem(sp, pt),
+                               bind_arg(outer * chunks * inner),
                                bind_arg(n),
                                bind_arg(inner),
-                               bind_arg(c.chunks)};
-    run(index_kernel(dev, kind::csr_part, 0, dx.dtype, scalar_type::i64), dev,
-        outer * c.chunks * inner, a);
+                               bind_arg(chunks),
+                               bind_arg(S)};
+    run(index_kernel(dev, kind::run_part, 0, dx.dtype, kt, pt), dev, outer * chunks * inner, a);
   }
   std::vector<arg_binding> a{mem(dx, dx.dtype, false),
                              mem(g, g.dtype, true),
-                             mem(c.offsets, scalar_type::i64, true),
-                             mem(c.order, scalar_type::i64, true),
-                             mem(c.first, scalar_type::i64, true),
+                             mem(*offs, scalar_type::i64, true),
+                             sorted_mem(sp, pt),
                              mem(*part, at, true),
                              bind_arg(total),
                              bind_arg(rows),
                              bind_arg(n),
                              bind_arg(inner),
-                             bind_arg(c.chunks)};
-  run(index_kernel(dev, kind::csr_add, 0, dx.dtype, scalar_type::i64), dev, total, a);
+                             bind_arg(chunks),
+                             bind_arg(S)};
+  run(index_kernel(dev, kind::run_add, 0, dx.dtype, pt, pt), dev, total, a);
 }
 
 }  // namespace kiln::detail

@@ -1,17 +1,20 @@
 // The generated kernels behind kiln/tensor/indexing.hpp (cache "tensor_index"): one work-item
-// per output element over an exact range, no atomics, so every run gives the same bits.
-//   gather:  out[c] = x[c with dim replaced by idx[c]] over strided x and idx (copies raw
-//            element bits by width, so every dtype, f16/bf16 included, shares four kernels);
-//   place:   a contiguous block copied into a slice of a contiguous tensor (cat), by width;
-//   pad:     the same writing zeros around the block (split's backward), by width;
-//   scatter: out[c] = x[c] + sum over j, in order, of src[c, j along dim] where
-//            idx[c, j along dim] == c[dim] (scatter_add and gather's backward);
-//   csr_add: dx[o, v, r] = sum over the positions k of v's occurrences (CSR, ascending) of
-//            g[o, k, r] (index_select's and embedding's backward); a frequent row is summed
-//            in chunks of about sqrt(its count) (csr_part), then the chunks in order.
+// per output element over an exact range, no floating-point atomics, so every run gives the
+// same bits.
+//   gather:   out[c] = x[c with dim replaced by idx[c]] over strided x and idx (copies raw
+//             element bits by width, so every dtype, f16/bf16 included, shares four kernels);
+//             an index outside [0, bound) reads nothing and writes zero bits (the range check
+//             is reported by indexing.cpp, possibly a call later);
+//   place:    a contiguous block copied into a slice of a contiguous tensor (cat), by width;
+//   pad:      the same writing zeros around the block (split's backward), by width;
+//   scatter:  out[c] = x[c] + sum over j, in order, of src[c, j along dim] where
+//             idx[c, j along dim] == c[dim] (scatter_add and gather's backward);
+//   sort_keys, run_offsets, run_part, run_add: index_select's and embedding's backward
+//             (launch_index_add below).
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -19,16 +22,30 @@
 
 namespace kiln::detail {
 
-enum class index_kernel_kind : std::uint8_t { gather, place, pad, scatter, csr_part, csr_add };
-// A kernel's source (kernel "kt_index"): rank for gather / scatter, t the element type (the
-// unsigned type of its width for gather / place), it the index type (gather / scatter).
-std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it);
+enum class index_kernel_kind : std::uint8_t {
+  gather,
+  place,
+  pad,
+  scatter,
+  sort_keys,
+  run_offsets,
+  run_part,
+  run_add
+};
+// A kernel's source (kernel "kt_index"): rank for gather / scatter; t the element type (the
+// unsigned type of its width for gather / place; the sort key type for sort_keys and
+// run_offsets); it the index type (gather / scatter / sort_keys) or the sort key type
+// (run_part); pt the sorted positions' type (sort_keys / run_part / run_add: u32 or u64).
+std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, scalar_type it,
+                         scalar_type pt = scalar_type::u32);
 
 // out (contiguous, shape `shape`) = x gathered along dim by idx (i32/i64). x_strides and
 // idx_strides are per dimension of `shape` (0 broadcasts); x's stride along dim is x_dim_stride
-// (x_strides[dim] is ignored). Indices must have been checked in range.
+// (x_strides[dim] is ignored), its size bound: an index outside [0, bound) gives zero bits
+// (the default: indices known to be in range).
 void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& idx, int dim,
-                   const shape_t& x_strides, const shape_t& idx_strides, std::int64_t x_dim_stride);
+                   const shape_t& x_strides, const shape_t& idx_strides, std::int64_t x_dim_stride,
+                   std::int64_t bound = std::numeric_limits<std::int64_t>::max());
 
 // out (contiguous [outer, total_dim * inner]) gets src (contiguous [outer, n * inner]) at
 // columns [offset * inner, (offset + n) * inner).
@@ -41,22 +58,31 @@ void launch_pad(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
 
 // out (contiguous, x's shape) = x (or zeros when x is null) + the scatter of src by idx along
 // dim. idx and src are read through strides over out's rank; idx_sizes bound the positions
-// that receive contributions (for d != dim, c[d] < idx_sizes[d]).
+// that receive contributions (for d != dim, c[d] < idx_sizes[d]). An index outside the dim
+// matches no position: it adds nothing.
 void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& idx,
                     const tensor_impl& src, int dim);
 
-// The CSR of n row indices on the device (int64): row v's positions are
-// order[offsets[v] .. offsets[v + 1]), ascending. A row with more than one chunk's worth of
-// positions is cut into chunks: its chunks are first[v] .. first[v + 1], chunk c covering
-// order[span[2c] .. span[2c + 1]); rows of one chunk have first[v] == first[v + 1]. With no
-// chunks at all, first and span are not read.
-struct csr_arrays {
-  const tensor_impl &offsets, &order, &first, &span;
-  std::int64_t chunks;
-};
-// dx (contiguous [outer, rows, inner]) from g (contiguous [outer, n, inner]): pass 1 sums each
-// chunk (one item per chunk element), pass 2 each row's chunk partials or positions, in order.
-void launch_csr_add(tensor_impl& dx, const tensor_impl& g, const csr_arrays& c, std::int64_t outer,
-                    std::int64_t rows, std::int64_t n, std::int64_t inner);
+// The chunk length S of the sorted positions for n indices: max(16, ceil(sqrt(n))).
+std::int64_t index_add_chunk(std::int64_t n);
+
+// dx (contiguous [outer, rows, inner]) = for each row v, the sum of g's slices (g contiguous
+// [outer, n, inner]) at the positions k where idx[k * idx_stride] == v, in ascending k, or 0.
+// Entirely on the device, no host wait, no atomics: (1) sort_keys writes each index as a key
+// (an index outside [0, rows) becomes the key `rows`, sorted last and never summed) with its
+// position, (2) the device radix sort orders them (stable: equal keys keep ascending
+// positions), (3) run_offsets finds each row's run [offs[v], offs[v + 1]) by binary search,
+// (4) run_part sums each chunk of S sorted positions that lies inside one run, (5) run_add
+// sums row v per column: the run's positions before its first whole chunk, the whole chunks'
+// partials in order, then the positions after (or all its positions when no whole chunk lies
+// inside). So no item loops more than about 2 S + n / S steps however skewed the indices are,
+// and the order of every sum depends only on n and the indices: the same bits every run.
+void launch_index_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& idx,
+                      std::int64_t idx_stride, std::int64_t outer, std::int64_t rows,
+                      std::int64_t n, std::int64_t inner);
+
+// How many index-range checks read their count back at once (a host wait): those on the host
+// device, none in the steady state elsewhere (defined in indexing.cpp; tests read it).
+std::uint64_t index_check_reads();
 
 }  // namespace kiln::detail

@@ -1,12 +1,15 @@
 // Indexing, concatenation and masking (kiln/tensor/indexing.hpp) on every device against host
 // references on random data: embedding / index_select / gather / scatter_add with duplicate
-// indices (backwards bit-identical run to run), masked_fill and tril / triu fused into one
-// kernel, cat / stack / split with gradients, 16-bit and integer dtypes, empty tensors,
+// indices (backwards bit-identical run to run; skewed indices against a double reference for
+// 1-, 2- and 4-byte sort keys), the range check (at once on the host device, reported by a later
+// call elsewhere, with no corruption meanwhile and no host read), masked_fill and tril / triu fused
+// into one kernel, cat / stack / split with gradients, 16-bit and integer dtypes, empty tensors,
 // negative dims, nn::embedding, and the errors bad input gets.
 #include <cmath>
 #include <kiln/nn/embedding.hpp>
 #include <kiln/tensor/indexing.hpp>
 #include <random>
+#include <tuple>
 
 #include "tensor/indexing_kernels.hpp"
 #include "tensor/tensor_fixture.hpp"
@@ -35,6 +38,18 @@ tensor index_tensor(const kiln::device& dev, const std::vector<std::int64_t>& v,
                     const shape_t& shape, scalar_type t) {
   return tensor::from(dev, v, shape).to(t).eval();
 }
+
+// n indices in [0, bound), about half of them `hot`, the rest uniform: a character vocabulary's
+// space (one row's run then covers many whole chunks of the backward's sorted positions).
+std::vector<std::int64_t> skewed(std::size_t n, std::int64_t bound, std::int64_t hot,
+                                 std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::int64_t> v(n);
+  for (auto& x : v) x = rng() % 2 ? hot : std::int64_t(rng() % std::uint64_t(bound));
+  return v;
+}
+
+bool on_host(const kiln::device& d) { return d == kiln::device::host(); }
 
 // The bits of a gradient, for run-to-run comparisons.
 std::vector<double> read(const tensor& t) { return t.to(scalar_type::f64).to_vector<double>(); }
@@ -125,6 +140,131 @@ TEST_P(TensorIndexingTest, EmbeddingSixteenBitAndDouble) {
     for (std::size_t i = 0; i < want.size(); ++i)
       EXPECT_NEAR(dw[i], want[i], 1e-2 * std::max(1.f, std::fabs(want[i]))) << i;
   }
+}
+
+// Heavy duplicates (one row takes half the positions) against a double reference, f32 and bf16
+// weights, vocabularies whose sort keys take 1, 2 and 4 bytes; the backward's bits equal run to
+// run.
+TEST_P(TensorIndexingTest, EmbeddingSkewedDuplicatesMatchDoubleReference) {
+  const std::int64_t D = 3, N = 2000;  // chunks of 45 sorted positions: the hot row spans ~22
+  for (const std::int64_t V : {37, 300, 70000}) {
+    const auto ids = skewed(std::size_t(N), V, V / 3, std::uint64_t(V));
+    const tensor idx =
+        index_tensor(dev(), ids, {40, 50}, V == 300 ? scalar_type::i32 : scalar_type::i64);
+    for (const scalar_type t : {scalar_type::f32, scalar_type::bf16}) {
+      SCOPED_TRACE(std::to_string(V) + " rows, " + kiln::type_name(t));
+      const tensor w0 = upload(dev(), random_host<float>({V, D}, 61)).to(t).eval();
+      const tensor g = upload(dev(), random_host<float>({40, 50, D}, 62)).to(t).eval();
+      const std::vector<float> wv = read32(w0), gv = read32(g);
+      std::vector<double> want(std::size_t(V * D), 0.0), mass(want.size(), 0.0);
+      for (std::size_t k = 0; k < ids.size(); ++k)
+        for (std::size_t d = 0; d < std::size_t(D); ++d) {
+          want[std::size_t(ids[k]) * D + d] += gv[k * D + d];
+          mass[std::size_t(ids[k]) * D + d] += std::fabs(gv[k * D + d]);
+        }
+      std::vector<float> first;
+      for (int run = 0; run < 2; ++run) {
+        tensor w = w0.detach();
+        w.requires_grad_();
+        const tensor e = kiln::embedding(w, idx);
+        ASSERT_EQ(e.dtype(), t);
+        const std::vector<float> ev = read32(e);
+        for (std::size_t k = 0; k < ids.size(); ++k)
+          for (std::size_t d = 0; d < std::size_t(D); ++d)
+            ASSERT_EQ(ev[k * D + d], wv[std::size_t(ids[k]) * D + d]) << k;
+        e.backward(g);
+        const std::vector<float> dw = read32(w.grad());
+        const double rel = t == scalar_type::f32 ? 0.0 : 1.0 / 128;  // bf16: rounded once
+        for (std::size_t i = 0; i < want.size(); ++i)
+          ASSERT_NEAR(dw[i], want[i], rel * std::fabs(want[i]) + 1e-6 * mass[i] + 1e-30) << i;
+        if (run == 0) {
+          first = dw;
+        } else {
+          EXPECT_EQ(0, std::memcmp(first.data(), dw.data(), dw.size() * sizeof(float)));
+        }
+      }
+    }
+  }
+  // index_select along a middle dim (outer 3, inner 4): the chunk partials per outer slice.
+  const auto ids = skewed(700, 20, 7, 63);
+  const host<float> x = random_host<float>({3, 20, 4}, 64), g = random_host<float>({3, 700, 4}, 65);
+  tensor xt = upload(dev(), x);
+  xt.requires_grad_();
+  kiln::index_select(xt, 1, index_tensor(dev(), ids, {700}, scalar_type::i64))
+      .backward(upload(dev(), g));
+  std::vector<double> want(x.v.size(), 0.0);
+  for (std::size_t o = 0; o < 3; ++o)
+    for (std::size_t k = 0; k < ids.size(); ++k)
+      for (std::size_t r = 0; r < 4; ++r)
+        want[(o * 20 + std::size_t(ids[k])) * 4 + r] += g.v[(o * 700 + k) * 4 + r];
+  const std::vector<float> dx = xt.grad().to_vector<float>();
+  for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(dx[i], want[i], 2e-4) << i;
+}
+
+// An index outside the table: at once on the host device; elsewhere the call runs (bad rows
+// gather zeros, their gradients add nothing) and one of the next two checked calls on the
+// device reports it, with no read-back of indices or counts on the way.
+TEST_P(TensorIndexingTest, OutOfRangeIndicesAreReportedLaterWithoutCorruption) {
+  const host<float> wh = random_host<float>({5, 3}, 91);
+  const tensor good = index_tensor(dev(), {0, 4, 2}, {3}, scalar_type::i64);
+  const tensor bad = index_tensor(dev(), {1, 5, -3, 2}, {4}, scalar_type::i32);
+  tensor w = upload(dev(), wh);
+  w.requires_grad_();
+  const std::uint64_t reads = kiln::detail::index_check_reads();
+  if (on_host(dev())) {
+    EXPECT_THROW(kiln::embedding(w, bad), kiln::invalid_argument);
+    EXPECT_EQ(kiln::detail::index_check_reads(), reads + 1);
+    return;
+  }
+  const tensor e = kiln::embedding(w, bad);
+  e.backward(tensor::ones(dev(), {4, 3}));
+  const std::vector<float> ev = e.to_vector<float>(), dw = w.grad().to_vector<float>();
+  for (std::size_t d = 0; d < 3; ++d) {
+    EXPECT_EQ(ev[d], wh.v[3 + d]);
+    EXPECT_EQ(ev[3 + d], 0.f);
+    EXPECT_EQ(ev[6 + d], 0.f);
+    EXPECT_EQ(ev[9 + d], wh.v[6 + d]);
+    for (std::size_t v = 0; v < 5; ++v) EXPECT_EQ(dw[v * 3 + d], v == 1 || v == 2 ? 1.f : 0.f);
+  }
+  // Reported by the first or second later call, naming the operation and the count.
+  const auto reported_later = [&](auto&& bad_call, const char* text) {
+    bad_call();
+    for (int call = 1; call <= 2; ++call) {
+      try {
+        kiln::embedding(w, good);
+      } catch (const kiln::invalid_argument& x) {
+        EXPECT_NE(std::string(x.what()).find(text), std::string::npos) << x.what();
+        return;
+      }
+    }
+    ADD_FAILURE() << "not reported within two calls: " << text;
+  };
+  reported_later([] {}, "kiln::embedding: 2 index(es) out of range [0, 5) in an earlier call on");
+  reported_later([&] { kiln::index_select(w, 0, bad); }, "kiln::index_select: 2 index(es)");
+  reported_later(
+      [&] {
+        const tensor gi = index_tensor(dev(), {0, 3, 1, 1, 2, 0}, {2, 3}, scalar_type::i64);
+        const std::vector<float> gv = kiln::gather(w.detach(), 1, gi).to_vector<float>();
+        EXPECT_EQ(gv[1], 0.f);  // the bad index gathers zeros
+        EXPECT_EQ(gv[0], wh.v[0]);
+      },
+      "kiln::gather: 1 index(es) out of range [0, 3)");
+  reported_later(
+      [&] {
+        const tensor si = index_tensor(dev(), {7, 0}, {2, 1}, scalar_type::i64);
+        const std::vector<float> sv =
+            kiln::scatter_add(w.detach(), 0, si, tensor::ones(dev(), {2, 1})).to_vector<float>();
+        EXPECT_EQ(sv[0], wh.v[0] + 1.f);  // the good index (row 0) adds; the bad one nothing
+        EXPECT_EQ(sv[3], wh.v[3]);
+      },
+      "kiln::scatter_add: 1 index(es) out of range [0, 5)");
+  // The steady state: good calls, forward and backward, never throw and never read back.
+  for (int i = 0; i < 4; ++i) {
+    tensor wi = upload(dev(), wh);
+    wi.requires_grad_();
+    EXPECT_NO_THROW(kiln::embedding(wi, good).sum().backward());
+  }
+  EXPECT_EQ(kiln::detail::index_check_reads(), reads);
 }
 
 TEST_P(TensorIndexingTest, IndexSelectNegativeDimStridedAndEmpty) {
@@ -431,17 +571,27 @@ TEST_P(TensorIndexingTest, BadInputGetsClearErrors) {
     }
   };
   const tensor bad = index_tensor(dev(), {1, 5, 2}, {3}, scalar_type::i64);
-  EXPECT_THROW(kiln::embedding(w, bad), kiln::invalid_argument);
-  throws_with([&] { kiln::embedding(w, bad); },
-              "kiln::embedding: 1 index(es) out of range [0, 5), the first 5 at flat position 1");
-  EXPECT_THROW(kiln::embedding(w, index_tensor(dev(), {-1}, {1}, scalar_type::i32)),
+  // Out of range: at once on the host device, else reported by one of the next two calls.
+  const tensor good = index_tensor(dev(), {1}, {1}, scalar_type::i64);
+  const auto later = [&](auto&& bad_call) {
+    bad_call();
+    for (int i = 0; i < 2; ++i) kiln::embedding(w, good);
+  };
+  throws_with(
+      [&] { later([&] { kiln::embedding(w, bad); }); },
+      on_host(dev())
+          ? "kiln::embedding: 1 index(es) out of range [0, 5), the first 5 at flat position 1"
+          : "kiln::embedding: 1 index(es) out of range [0, 5) in an earlier call on");
+  EXPECT_THROW(later([&] { kiln::embedding(w, index_tensor(dev(), {-1}, {1}, scalar_type::i32)); }),
                kiln::invalid_argument);
   EXPECT_THROW(kiln::embedding(w, tensor::ones(dev(), {2})), kiln::dtype_error);
   EXPECT_THROW(kiln::embedding(w.reshape({15}), bad), kiln::shape_error);
   EXPECT_THROW(kiln::index_select(w, 2, bad), kiln::axis_error);
   EXPECT_THROW(kiln::gather(w, 0, index_tensor(dev(), {0, 1}, {2}, scalar_type::i64)),
                kiln::shape_error);
-  EXPECT_THROW(kiln::gather(w, 1, index_tensor(dev(), {0, 3}, {2, 1}, scalar_type::i64)),
+  EXPECT_THROW(later([&] {
+                 kiln::gather(w, 1, index_tensor(dev(), {0, 3}, {2, 1}, scalar_type::i64));
+               }),
                kiln::invalid_argument);
   const tensor i2 = index_tensor(dev(), {0, 1}, {2, 1}, scalar_type::i64);
   EXPECT_THROW(kiln::scatter_add(w, 0, i2, w.to(scalar_type::i32)), kiln::dtype_error);
@@ -477,10 +627,25 @@ TEST_P(TensorIndexingTest, SourcesCompileEverywhere) {
             conformance::compile_everywhere(kiln::detail::index_source(k::scatter, rank, t, it)));
     }
   }
-  for (const auto t : {scalar_type::f32, scalar_type::f16, scalar_type::f64}) {
-    for (const k kind : {k::csr_part, k::csr_add})
-      EXPECT_NO_THROW(conformance::compile_everywhere(
-          kiln::detail::index_source(kind, 0, t, scalar_type::i64)));
+  // The backward's kernels: (key, index, position) types, then (value, key, position) types.
+  using st = scalar_type;
+  for (const auto& [key, it, pt] : {std::tuple{st::u8, st::i32, st::u32},
+                                    {st::u16, st::i64, st::u32},
+                                    {st::u32, st::i32, st::u32},
+                                    {st::u64, st::i64, st::u64}}) {
+    EXPECT_NO_THROW(
+        conformance::compile_everywhere(kiln::detail::index_source(k::sort_keys, 0, key, it, pt)));
+    EXPECT_NO_THROW(
+        conformance::compile_everywhere(kiln::detail::index_source(k::run_offsets, 0, key, key)));
+  }
+  for (const auto& [t, key, pt] : {std::tuple{st::f32, st::u16, st::u32},
+                                   {st::bf16, st::u8, st::u32},
+                                   {st::f16, st::u32, st::u32},
+                                   {st::f64, st::u64, st::u64}}) {
+    EXPECT_NO_THROW(
+        conformance::compile_everywhere(kiln::detail::index_source(k::run_part, 0, t, key, pt)));
+    EXPECT_NO_THROW(
+        conformance::compile_everywhere(kiln::detail::index_source(k::run_add, 0, t, pt, pt)));
   }
   for (const k kind : {k::place, k::pad})
     EXPECT_NO_THROW(conformance::compile_everywhere(
