@@ -6,7 +6,7 @@
 
 namespace kiln::detail::grad {
 
-tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out) {
+tensor index_select(const tensor& x, int dim, const sort_keyed_index& index, const tensor& out) {
   const shape_t xs = x.shape();
   return autograd::record("index_select", out, {x},
                           [xs, dim, index](const tensor& g, const tensor&) -> std::vector<tensor> {

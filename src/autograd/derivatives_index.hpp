@@ -10,11 +10,19 @@
 
 namespace kiln::detail {
 
-// The gradient of index_select(x, dim, index) for x of shape xs (index stored, int32/int64,
-// 0-D or 1-D): g's slices summed into the rows they came from, each row's in ascending position
-// order (tensor/indexing_kernels.hpp's launch_index_add: a device sort, no host wait). Indices
-// outside x's dim add nothing. No recording.
-tensor index_add_rows(const tensor& g, int dim, const tensor& index, const shape_t& xs);
+// index_select's indices as its backward keeps them: each as a sort key with its position,
+// written on the device by the forward (tensor/indexing_kernels.hpp's launch_sort_keys; a copy,
+// so a later write to the index tensor does not change the gradient).
+struct sort_keyed_index {
+  tensor keys, pos;  // [max(n, 1)] of index_key_type(rows), index_position_type(n)
+  std::int64_t n = 0;
+};
+// index (stored, int32/int64, 0-D or 1-D) keyed for rows rows (no host wait).
+sort_keyed_index sort_keys_of(const tensor& index, std::int64_t rows);
+// The gradient of index_select(x, dim, index) for x of shape xs: g's slices summed into the rows
+// they came from, each row's in ascending position order (launch_index_add: a device sort, no
+// host wait, no atomics). Indices outside x's dim add nothing. No recording.
+tensor index_add_rows(const tensor& g, int dim, const sort_keyed_index& index, const shape_t& xs);
 // x (or zeros of `shape` when x is undefined) plus src scattered by index along dim, summed in
 // index order. No recording, no range check.
 tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const tensor& src,
@@ -24,7 +32,7 @@ tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const ten
 tensor pad_along(const tensor& g, int dim, std::int64_t start, const shape_t& xs);
 
 namespace grad {
-tensor index_select(const tensor& x, int dim, const tensor& index, const tensor& out);
+tensor index_select(const tensor& x, int dim, const sort_keyed_index& index, const tensor& out);
 tensor gather(const tensor& x, int dim, const tensor& index, const tensor& out);
 tensor scatter_add(const tensor& x, int dim, const tensor& index, const tensor& src,
                    const tensor& out);

@@ -237,12 +237,22 @@ namespace detail {
 
 std::uint64_t index_check_reads() { return check_reads.load(); }
 
-tensor index_add_rows(const tensor& g0, int dim, const tensor& index, const shape_t& xs) {
+sort_keyed_index sort_keys_of(const tensor& index, std::int64_t rows) {
+  const std::int64_t n = index.numel(), m = std::max<std::int64_t>(n, 1);
+  const device& dev = index.get_device();
+  sort_keyed_index k{tensor(allocate_tensor(dev, {m}, index_key_type(rows))),
+                     tensor(allocate_tensor(dev, {m}, index_position_type(n))), n};
+  launch_sort_keys(*k.keys.impl(), *k.pos.impl(), *index.impl(),
+                   index.dim() ? index.strides()[0] : 0, n, rows);
+  return k;
+}
+
+tensor index_add_rows(const tensor& g0, int dim, const sort_keyed_index& index, const shape_t& xs) {
   const tensor g = detail::contiguous_of(g0);
   const std::size_t d = std::size_t(dim);
   auto dx = allocate_tensor(g.get_device(), xs, g.dtype());
-  launch_index_add(*dx, *g.impl(), *index.impl(), index.dim() ? index.strides()[0] : 0,
-                   prod(xs, 0, d), xs[d], index.numel(), prod(xs, d + 1, xs.size()));
+  launch_index_add(*dx, *g.impl(), *index.keys.impl(), *index.pos.impl(), prod(xs, 0, d), xs[d],
+                   index.n, prod(xs, d + 1, xs.size()));
   return tensor(std::move(dx));
 }
 
@@ -314,7 +324,7 @@ tensor select_rows(const char* fn, const tensor& x0, int dim, const tensor& inde
   check_range(fn, idx, x.size(d));
   const tensor r = index_select_forward(x, d, idx);
   if (!detail::grad_wanted({&x0})) return r;
-  return detail::grad::index_select(x0, d, idx, r);
+  return detail::grad::index_select(x0, d, detail::sort_keys_of(idx, x.size(d)), r);
 }
 }  // namespace
 

@@ -135,7 +135,6 @@ std::string run_offsets_source(scalar_type k) {
       "  offs[v] = lo;\n}\n");
 }
 
-
 // part[o, c, r] = the sum, in order, of g's rows at sorted positions [c S, c S + S) when they
 // all hold one key (a chunk inside one run); other chunks are never read and not written.
 std::string run_part_source(scalar_type t, scalar_type k, scalar_type pt) {
@@ -310,15 +309,6 @@ std::int64_t index_add_chunk(std::int64_t n) {
 
 namespace {
 
-// The narrowest unsigned key holding [0, rows] (rows is the key of the bad indices): fewer
-// radix passes (a character vocabulary sorts in one).
-scalar_type key_type_for(std::int64_t rows) {
-  if (rows <= 0xff) return scalar_type::u8;
-  if (rows <= 0xffff) return scalar_type::u16;
-  if (rows <= 0xffffffffll) return scalar_type::u32;
-  return scalar_type::u64;
-}
-
 arg_binding sorted_mem(const sort_operand& s, scalar_type t) {
   arg_binding b;
   b.is_mem = true;
@@ -331,23 +321,34 @@ arg_binding sorted_mem(const sort_operand& s, scalar_type t) {
 
 }  // namespace
 
-void launch_index_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& idx,
-                      std::int64_t idx_stride, std::int64_t outer, std::int64_t rows,
-                      std::int64_t n, std::int64_t inner) {
+scalar_type index_key_type(std::int64_t rows) {
+  if (rows <= 0xff) return scalar_type::u8;
+  if (rows <= 0xffff) return scalar_type::u16;
+  if (rows <= 0xffffffffll) return scalar_type::u32;
+  return scalar_type::u64;
+}
+
+scalar_type index_position_type(std::int64_t n) {
+  return n > 0xffffffffll ? scalar_type::u64 : scalar_type::u32;
+}
+
+void launch_sort_keys(tensor_impl& keys, tensor_impl& pos, const tensor_impl& idx,
+                      std::int64_t idx_stride, std::int64_t n, std::int64_t rows) {
+  if (n == 0) return;
+  std::vector<arg_binding> a{mem(keys, keys.dtype, false), mem(pos, pos.dtype, false),
+                             mem(idx, idx.dtype, true),    bind_arg(n),
+                             bind_arg(idx_stride),         bind_arg(rows)};
+  run(index_kernel(keys.dev, kind::sort_keys, 0, keys.dtype, idx.dtype, pos.dtype), keys.dev, n, a);
+}
+
+void launch_index_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& keys,
+                      const tensor_impl& pos, std::int64_t outer, std::int64_t rows, std::int64_t n,
+                      std::int64_t inner) {
   const std::int64_t total = outer * rows * inner;
   if (total == 0) return;
   const device& dev = dx.dev;
-  const scalar_type kt = key_type_for(rows),
-                    pt = n > 0xffffffffll ? scalar_type::u64 : scalar_type::u32;
-  const std::int64_t m = std::max<std::int64_t>(n, 1);
-  auto keys = allocate_tensor(dev, {m}, kt), pos = allocate_tensor(dev, {m}, pt);
-  sort_operand sk{keys->mem, std::uint64_t(keys->offset)}, sp{pos->mem, std::uint64_t(pos->offset)};
-  if (n > 0) {
-    std::vector<arg_binding> a{mem(*keys, kt, false),     mem(*pos, pt, false),
-                               mem(idx, idx.dtype, true), bind_arg(n),
-                               bind_arg(idx_stride),      bind_arg(rows)};
-    run(index_kernel(dev, kind::sort_keys, 0, kt, idx.dtype, pt), dev, n, a);
-  }
+  const scalar_type kt = keys.dtype, pt = pos.dtype;
+  sort_operand sk{keys.mem, std::uint64_t(keys.offset)}, sp{pos.mem, std::uint64_t(pos.offset)};
   if (n > 1) {
     radix_sort_args s;
     s.key_type = kt;
@@ -355,7 +356,7 @@ void launch_index_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& 
     s.keys_in = sk;
     s.value_bytes = std::uint32_t(size_of(pt));
     s.values_in = sp;
-    const radix_sorted r = radix_sort(dev.default_queue(), s);  // same queue: no wait
+    const radix_sorted r = radix_sort(dev.default_queue(), s);  // the tensors' queue: no wait
     sk = r.keys;
     sp = r.values;
   }

@@ -10,7 +10,7 @@
 //   scatter:  out[c] = x[c] + sum over j, in order, of src[c, j along dim] where
 //             idx[c, j along dim] == c[dim] (scatter_add and gather's backward);
 //   sort_keys, run_offsets, run_part, run_add: index_select's and embedding's backward
-//             (launch_index_add below).
+//             (launch_sort_keys and launch_index_add below).
 #pragma once
 
 #include <cstdint>
@@ -66,20 +66,29 @@ void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& i
 // The chunk length S of the sorted positions for n indices: max(16, ceil(sqrt(n))).
 std::int64_t index_add_chunk(std::int64_t n);
 
-// dx (contiguous [outer, rows, inner]) = for each row v, the sum of g's slices (g contiguous
-// [outer, n, inner]) at the positions k where idx[k * idx_stride] == v, in ascending k, or 0.
-// Entirely on the device, no host wait, no atomics: (1) sort_keys writes each index as a key
-// (an index outside [0, rows) becomes the key `rows`, sorted last and never summed) with its
-// position, (2) the device radix sort orders them (stable: equal keys keep ascending
-// positions), (3) run_offsets finds each row's run [offs[v], offs[v + 1]) by binary search,
-// (4) run_part sums each chunk of S sorted positions that lies inside one run, (5) run_add
-// sums row v per column: the run's positions before its first whole chunk, the whole chunks'
-// partials in order, then the positions after (or all its positions when no whole chunk lies
-// inside). So no item loops more than about 2 S + n / S steps however skewed the indices are,
-// and the order of every sum depends only on n and the indices: the same bits every run.
-void launch_index_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& idx,
-                      std::int64_t idx_stride, std::int64_t outer, std::int64_t rows,
-                      std::int64_t n, std::int64_t inner);
+// index_select's and embedding's backward, on the device with no host wait and no atomics.
+// The forward (when a gradient is wanted) runs launch_sort_keys: each index becomes a key of
+// index_key_type(rows) (an index outside [0, rows) becomes the key `rows`, sorted last and never
+// summed) beside its position (index_position_type(n)); keys and pos are new [max(n, 1)]
+// tensors, so a later write to the index tensor does not change the gradient. idx is read at
+// k * idx_stride.
+scalar_type index_key_type(std::int64_t rows);    // u8, u16, u32 or u64: the narrowest for rows
+scalar_type index_position_type(std::int64_t n);  // u32, or u64 past 2^32 positions
+void launch_sort_keys(tensor_impl& keys, tensor_impl& pos, const tensor_impl& idx,
+                      std::int64_t idx_stride, std::int64_t n, std::int64_t rows);
+// The backward: dx (contiguous [outer, rows, inner]) = for each row v, the sum of g's slices
+// (g contiguous [outer, n, inner]) at the positions whose key is v, in ascending position, or
+// 0. (1) The device radix sort orders the keys carrying their positions (stable: equal keys
+// keep ascending positions; the narrow key makes a character vocabulary one pass, GPT-2's two),
+// (2) run_offsets finds each row's run [offs[v], offs[v + 1]) by binary search, (3) run_part
+// sums each chunk of S = index_add_chunk(n) sorted positions that lies inside one run, (4)
+// run_add sums row v per column: the run's positions before its first whole chunk, the whole
+// chunks' partials in order, then the positions after (all its positions when no whole chunk
+// lies inside). No item loops more than about 2 S + n / S steps however skewed the indices,
+// and every sum's order depends only on n and the indices: the same bits every run.
+void launch_index_add(tensor_impl& dx, const tensor_impl& g, const tensor_impl& keys,
+                      const tensor_impl& pos, std::int64_t outer, std::int64_t rows, std::int64_t n,
+                      std::int64_t inner);
 
 // How many index-range checks read their count back at once (a host wait): those on the host
 // device, none in the steady state elsewhere (defined in indexing.cpp; tests read it).

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <kiln/nn/embedding.hpp>
 #include <kiln/tensor/indexing.hpp>
+#include <kiln/tensor/inplace.hpp>
 #include <random>
 #include <tuple>
 
@@ -199,6 +200,18 @@ TEST_P(TensorIndexingTest, EmbeddingSkewedDuplicatesMatchDoubleReference) {
         want[(o * 20 + std::size_t(ids[k])) * 4 + r] += g.v[(o * 700 + k) * 4 + r];
   const std::vector<float> dx = xt.grad().to_vector<float>();
   for (std::size_t i = 0; i < want.size(); ++i) ASSERT_NEAR(dx[i], want[i], 2e-4) << i;
+}
+
+// The backward sums by the indices the forward read, even when the index tensor is overwritten
+// in between (the forward keeps them as sort keys on the device).
+TEST_P(TensorIndexingTest, BackwardUsesTheForwardsIndices) {
+  const tensor idx = index_tensor(dev(), {2, 0, 2}, {3}, scalar_type::i64);
+  tensor w = upload(dev(), random_host<float>({4, 2}, 71));
+  w.requires_grad_();
+  const tensor e = kiln::embedding(w, idx);
+  kiln::copy_(idx, index_tensor(dev(), {1, 1, 3}, {3}, scalar_type::i64));
+  e.backward(tensor::ones(dev(), {3, 2}));
+  EXPECT_TRUE(matches(w.grad(), host<float>{{4, 2}, {1, 1, 0, 0, 2, 2, 0, 0}}));
 }
 
 // An index outside the table: at once on the host device; elsewhere the call runs (bad rows
