@@ -15,6 +15,7 @@
 #include "sort/reduce_by_key.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <map>
 #include <mutex>
 #include <string>
@@ -98,7 +99,7 @@ std::vector<column_code> codes(const std::vector<run_value>& values) {
   return c;
 }
 
-std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values) {
+std::string instantiate(bool tiled, std::uint32_t kb, const std::vector<run_value>& values) {
   const std::vector<column_code> cols = codes(values);
   const std::size_t k = cols.size();
   std::string s = cat("#define RBK_KBITS ", num(kb * 8), "\n#define RBK_INF ",
@@ -106,6 +107,7 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values) 
                       : kb == 8 ? "0x7FF0000000000000ull"
                                 : "0",
                       "\n", same_text);
+  if (tiled) s += cat("#define RBK_B ", num(reduce_policy.tile_threads), "\n");
   // The text of f(j, column j, its accumulator's name) for every accumulated column.
   auto each = [&](auto&& f) {
     std::string out;
@@ -173,20 +175,15 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values) 
     }
   }
   s += cat("#define RBK_STORE \\\n", stores, "\n");
-  const std::string chunk_head =
-      cat("  const uint64_t c = kiln_global_id(0);\n"
-          "  const uint64_t lo = c * chunk, hi = n - lo < chunk ? n : lo + chunk;\n"
-          "  KEY_T prev = keys[lo];\n"
-          "  uint64_t cnt = 1;\n",
-          decl);
 
-  s +=
-      cat("KILN_KERNEL void rbk_part(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint64_t chunk, "
-          "int32_t kind",
-          vin, ", KILN_GLOBAL uint64_t* st, uint64_t tot) {\n", chunk_head,
-          "  uint64_t h = lo == 0 || !rbk_same(keys[lo - 1], prev, kind) ? 1 : 0;\n  {\n",
+  // The state of elements [lo, hi) (hi > lo) into h, cnt, a<j>: heads, then the aggregate from
+  // the last head on (from lo when none).
+  const std::string chunk_state =
+      cat("  {\n"
+          "  KEY_T prev = keys[lo];\n"
+          "  h = lo == 0 || !rbk_same(keys[lo - 1], prev, kind) ? 1 : 0;\n"
+          "  cnt = 1;\n",
           start_at("lo"),
-          "  }\n"
           "  for (uint64_t i = lo + 1; i < hi; ++i) {\n"
           "    const KEY_T key = keys[i];\n"
           "    if (rbk_same(prev, key, kind)) {\n"
@@ -199,8 +196,164 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values) 
           "    }\n"
           "    prev = key;\n"
           "  }\n"
-          "  const uint64_t c0 = c;\n",
-          save("", "c0"), "}\n\n");
+          "  }\n");
+  // Elements [lo, hi) (hi > lo) from the carry (ch heads before lo; ccnt, ca<j>: the run lo
+  // continues, when lo is no head): the keys of the runs starting in them, the results of the
+  // runs ending in them.
+  const std::string emit_body =
+      cat("  {\n"
+          "  KEY_T prev = keys[lo];\n"
+          "  uint64_t r = ch, cnt = 1;\n",
+          decl,
+          "  if (lo == 0 || !rbk_same(keys[lo - 1], prev, kind)) {\n"
+          "    okeys[r] = prev;\n",
+          start_at("lo"),
+          "  } else {\n"
+          "    r -= 1;\n"
+          "    cnt = ccnt + 1;\n",
+          each([&](std::size_t j, const column_code& col, const std::string& a) {
+            return cat("    ", a, " = ", col.comb(cat("c", a), col.start(cat("v", num(j), "[lo]"))),
+                       ";\n");
+          }),
+          "  }\n"
+          "  for (uint64_t i = lo + 1; i < hi; ++i) {\n"
+          "    const KEY_T key = keys[i];\n"
+          "    if (rbk_same(prev, key, kind)) {\n"
+          "      ++cnt;\n",
+          add_at("i"),
+          "    } else {\n"
+          "      RBK_STORE\n"
+          "      ++r;\n"
+          "      okeys[r] = key;\n"
+          "      cnt = 1;\n",
+          start_at("i"),
+          "    }\n"
+          "    prev = key;\n"
+          "  }\n"
+          "  if (hi == n || !rbk_same(prev, keys[hi], kind)) {\n"
+          "    RBK_STORE\n"
+          "  }\n"
+          "  }\n");
+  const std::string part_params =
+      cat("(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint64_t chunk, int32_t kind", vin,
+          ", KILN_GLOBAL uint64_t* st, uint64_t tot)");
+  const std::string emit_params =
+      cat("(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint64_t chunk, int32_t kind", vin,
+          ", KILN_GLOBAL const uint64_t* st, uint64_t tot, KILN_GLOBAL KEY_T* okeys", vout, ")");
+  const std::string cdecl = each([](std::size_t, const column_code& c, const std::string& a) {
+    return cat("  ", c.acc, " c", a, " = (", c.acc, ")0;\n");
+  });
+
+  if (!tiled) {
+    s += cat("KILN_KERNEL void rbk_part", part_params,
+             " {\n"
+             "  const uint64_t c = kiln_global_id(0);\n"
+             "  const uint64_t lo = c * chunk, hi = n - lo < chunk ? n : lo + chunk;\n"
+             "  uint64_t h = 0, cnt = 0;\n",
+             decl, chunk_state, save("", "c"), "}\n\n");
+    // Chunk c from its exclusive state.
+    s += cat("KILN_KERNEL void rbk_emit", emit_params,
+             " {\n"
+             "  const uint64_t c = kiln_global_id(0);\n"
+             "  const uint64_t lo = c * chunk, hi = n - lo < chunk ? n : lo + chunk;\n"
+             "  const uint64_t ch = RBK_F(0, const uint64_t)[c];\n"
+             "  const uint64_t ccnt = RBK_F(1, const uint64_t)[c];\n",
+             each([&](std::size_t j, const column_code& col, const std::string& a) {
+               return cat("  const ", col.acc, " c", a, " = RBK_F(", num(2 + j), ", const ",
+                          col.acc, ")[c];\n");
+             }),
+             emit_body, "}\n\n");
+  } else {
+    // Tiles of RBK_B items x `chunk` elements: each item's chunk state, then an inclusive
+    // segmented scan of them over the work-group (Hillis-Steele in local memory, ping-pong
+    // between two halves so that each step needs one barrier). Items past n (the last tile's)
+    // take no part; the last live item holds the tile's state. The item's indices are
+    // recomputed after each barrier.
+    // PoCL 5 (CPU) runs a tile that has items past n wrongly: after the barrier loop, an item
+    // past n passes `if (live)` (or `lo < n`, or a flag read from local memory) and reads
+    // keys[lo]; adding an unrelated store hides it. Whole tiles run right, so the tests run
+    // PoCL on whole tiles only; automatic takes the tiled kernels on GPUs only.
+    const std::string locals =
+        cat("  KILN_LOCAL uint64_t sh[2][RBK_B];\n  KILN_LOCAL uint64_t sc[2][RBK_B];\n",
+            each([](std::size_t, const column_code& c, const std::string& a) {
+              return cat("  KILN_LOCAL ", c.acc, " s", a, "[2][RBK_B];\n");
+            }));
+    // Declares the state prefixed p from half q, entry e.
+    auto from_local = [&](const std::string& p, const std::string& q, const std::string& e) {
+      return cat("    const uint64_t ", p, "h = sh[", q, "][", e, "], ", p, "cnt = sc[", q, "][", e,
+                 "];\n", each([&](std::size_t, const column_code& c, const std::string& a) {
+                   return cat("    const ", c.acc, " ", p, a, " = s", a, "[", q, "][", e, "];\n");
+                 }));
+    };
+    // live: the item has elements (items: the tile's items that do).
+    const std::string item =
+        "  const uint32_t t = (uint32_t)kiln_local_id(0);\n"
+        "  const uint64_t tile = kiln_group_id(0);\n"
+        "  const uint64_t tile_lo = tile * RBK_B * chunk;\n"
+        "  const uint64_t items = (n - tile_lo + chunk - 1) / chunk;\n"
+        "  const bool live = t < items;\n"
+        "  const uint64_t lo = tile_lo + t * chunk;\n"
+        "  const uint64_t hi = !live ? lo : n - lo < chunk ? n : lo + chunk;\n";
+    const std::string tile_scan = cat(
+        "  {\n", item, "  uint64_t h = 0, cnt = 0;\n", decl, "  if (live) {\n", chunk_state,
+        "  }\n"
+        "  sh[0][t] = h;\n"
+        "  sc[0][t] = cnt;\n",
+        each([](std::size_t, const column_code&, const std::string& a) {
+          return cat("  s", a, "[0][t] = ", a, ";\n");
+        }),
+        "  }\n"
+        "  kiln_barrier();\n"
+        "  for (uint32_t k = 0; k < RBK_LOG; ++k) {\n"
+        "  {\n"
+        "    const uint32_t o = 1u << k, q = k & 1u;\n",
+        item, "    const uint32_t src = t >= o ? t - o : t;\n", from_local("", "q", "t"),
+        from_local("l", "q", "src"),
+        "    const bool step = live && t >= o, join = step && h == 0;\n"
+        "    sh[q ^ 1][t] = step ? h + lh : h;\n"
+        "    sc[q ^ 1][t] = join ? cnt + lcnt : cnt;\n",
+        each([](std::size_t, const column_code& c, const std::string& a) {
+          return cat("    s", a, "[q ^ 1][t] = join ? ", c.comb(cat("l", a), a), " : ", a, ";\n");
+        }),
+        "  }\n"
+        "    kiln_barrier();\n"
+        "  }\n",
+        item);
+    // The half holding the scan's result.
+    const int steps = std::countr_zero(reduce_policy.tile_threads);
+    s += cat("#define RBK_LOG ", num(steps), "\n#define RBK_Q ", num(steps % 2), "\n");
+    s += cat("KILN_KERNEL void rbk_part", part_params, " {\n", locals, tile_scan,
+             "  if (t == (items < RBK_B ? items - 1 : RBK_B - 1)) {\n",
+             from_local("", "RBK_Q", "t"), save("", "tile"), "  }\n}\n\n");
+    // Item t's carry: the tile's exclusive state, then items 0..t-1 of the tile.
+    s += cat("KILN_KERNEL void rbk_emit", emit_params, " {\n", locals, tile_scan,
+             "  if (live) {\n"
+             "  uint64_t ch = 0, ccnt = 0;\n",
+             cdecl,
+             "  if (tile > 0) {\n"
+             "    ch = RBK_F(0, const uint64_t)[tile];\n"
+             "    ccnt = RBK_F(1, const uint64_t)[tile];\n",
+             each([&](std::size_t j, const column_code& col, const std::string& a) {
+               return cat("    c", a, " = RBK_F(", num(2 + j), ", const ", col.acc, ")[tile];\n");
+             }),
+             "  }\n"
+             "  if (t > 0) {\n",
+             from_local("e", "RBK_Q", "t - 1"),
+             "    if (tile == 0 || eh) {\n"
+             "      ch += eh;\n"
+             "      ccnt = ecnt;\n",
+             each([](std::size_t, const column_code&, const std::string& a) {
+               return cat("      c", a, " = e", a, ";\n");
+             }),
+             "    } else {\n"
+             "      ccnt += ecnt;\n",
+             each([](std::size_t, const column_code& c, const std::string& a) {
+               return cat("      c", a, " = ", c.comb(cat("c", a), cat("e", a)), ";\n");
+             }),
+             "    }\n"
+             "  }\n",
+             emit_body, "  }\n}\n\n");
+  }
 
   // Work-item g folds states [in_at + g * fan, + fan) of in_n into out_at + g.
   s +=
@@ -228,43 +381,6 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values) 
       load("b", "e"), save("", "e"), "  if (have) {\n", combine, "  } else {\n", assign("b"),
       "  }\n  have = true;\n  }\n  if (top) runs[0] = h;\n}\n\n");
 
-  // Chunk c from its exclusive state: the heads before it, the carry of the run it starts in.
-  s +=
-      cat("KILN_KERNEL void rbk_emit(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint64_t chunk, "
-          "int32_t kind",
-          vin, ", KILN_GLOBAL const uint64_t* st, uint64_t tot, KILN_GLOBAL KEY_T* okeys", vout,
-          ") {\n", chunk_head, "  uint64_t r = RBK_F(0, const uint64_t)[c];\n",
-          "  if (lo == 0 || !rbk_same(keys[lo - 1], prev, kind)) {\n"
-          "    okeys[r] = prev;\n",
-          start_at("lo"),
-          "  } else {\n"
-          "    r -= 1;\n"
-          "    cnt = RBK_F(1, const uint64_t)[c] + 1;\n",
-          each([&](std::size_t j, const column_code& col, const std::string& a) {
-            return cat("    ", a, " = ",
-                       col.comb(cat("RBK_F(", num(2 + j), ", const ", col.acc, ")[c]"),
-                                col.start(cat("v", num(j), "[lo]"))),
-                       ";\n");
-          }),
-          "  }\n"
-          "  for (uint64_t i = lo + 1; i < hi; ++i) {\n"
-          "    const KEY_T key = keys[i];\n"
-          "    if (rbk_same(prev, key, kind)) {\n"
-          "      ++cnt;\n",
-          add_at("i"),
-          "    } else {\n"
-          "      RBK_STORE\n"
-          "      ++r;\n"
-          "      okeys[r] = key;\n"
-          "      cnt = 1;\n",
-          start_at("i"),
-          "    }\n"
-          "    prev = key;\n"
-          "  }\n"
-          "  if (hi == n || !rbk_same(prev, keys[hi], kind)) {\n"
-          "    RBK_STORE\n"
-          "  }\n"
-          "}\n");
   // The parser reads parameter types before any macro expands: spell the word out.
   for (std::size_t at = s.find("KEY_T"); at != std::string::npos; at = s.find("KEY_T", at))
     s.replace(at, 5, word(kb));
@@ -346,9 +462,10 @@ arg_binding array(const sort_operand& x, scalar_type t, bool is_const, std::uint
 
 }  // namespace
 
-std::string reduce_by_key_source(std::uint32_t key_bytes, const std::vector<run_value>& values) {
-  // One text per signature (key width, then per column op, input and result types).
-  std::string sig = std::to_string(key_bytes);
+std::string reduce_by_key_source(bool tiled, std::uint32_t key_bytes,
+                                 const std::vector<run_value>& values) {
+  // One text per signature (path, key width, then per column op, input and result types).
+  std::string sig = cat(tiled ? "t" : "c", num(key_bytes));
   for (const run_value& v : values)
     sig += cat(",", num(int(v.op)), ":", v.op == run_op::count ? "-" : num(int(v.type)), ":",
                num(int(v.out_type)));
@@ -356,7 +473,7 @@ std::string reduce_by_key_source(std::uint32_t key_bytes, const std::vector<run_
   static std::map<std::string, std::string> cache;
   std::lock_guard lock(mu);
   auto it = cache.find(sig);
-  if (it == cache.end()) it = cache.emplace(sig, instantiate(key_bytes, values)).first;
+  if (it == cache.end()) it = cache.emplace(sig, instantiate(tiled, key_bytes, values)).first;
   return it->second;
 }
 
@@ -392,12 +509,32 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
   }
 
   const device& dev = q.get_device();
+  const device_info& info = dev.info();
   const reduce_by_key_policy& p = reduce_policy;
-  const bool cpu = dev.info().type == device_type::cpu;
+  const bool cpu = info.type == device_type::cpu;
+  std::vector<run_value> cols;  // the accumulated columns (count needs no input)
+  for (const run_value& v : a.values)
+    if (v.op != run_op::count) cols.push_back(v);
+  const std::uint64_t fields = 2 + cols.size();
+  // The tiled kernels need barriers, work-groups of tile_threads and their scan's local memory.
+  const std::uint64_t local_bytes = std::uint64_t(p.tile_threads) * 8 * fields;
+  std::string lacks;
+  if (!dev.supports(feature::barrier))
+    lacks = "kiln::feature::barrier";
+  else if (info.max_work_group_size && info.max_work_group_size < p.tile_threads)
+    lacks = cat("work-groups of ", num(p.tile_threads), " items");
+  else if (info.local_mem_bytes && info.local_mem_bytes < local_bytes)
+    lacks = cat(num(local_bytes), " bytes of local memory");
+  if (a.path == radix_path::tiled && !lacks.empty())
+    throw unsupported(fn + ": the tiled kernels need " + lacks + ", which " + dev.id() + " lacks");
+  const bool tiled =
+      a.path == radix_path::tiled || (a.path == radix_path::automatic && lacks.empty() && !cpu);
   std::uint64_t chunk = a.chunk;
   if (!chunk) {
-    if (cpu) {
-      const std::uint64_t units = std::max<std::uint32_t>(dev.info().compute_units, 1);
+    if (tiled) {
+      chunk = p.tile_items;
+    } else if (cpu) {
+      const std::uint64_t units = std::max<std::uint32_t>(info.compute_units, 1);
       const std::uint64_t parts = std::clamp<std::uint64_t>(
           (n + p.cpu_chunk_elems - 1) / p.cpu_chunk_elems, 1, units * p.cpu_chunks_per_unit);
       chunk = (n + parts - 1) / parts;
@@ -405,7 +542,9 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
       chunk = p.gpu_chunk_elems;
     }
   }
-  const std::uint64_t parts = (n + chunk - 1) / chunk;
+  // Chunks (one work-item each) or tiles (one work-group each): one state each.
+  const std::uint64_t span = tiled ? chunk * p.tile_threads : chunk;
+  const std::uint64_t parts = (n + span - 1) / span;
   const std::uint64_t fan = std::max<std::uint64_t>(a.scan_fan ? a.scan_fan : p.scan_fan, 2);
   // Levels of the state scan: parts, then one state per fan of the level below, up to the one
   // a single work-item scans.
@@ -416,18 +555,16 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
   }
   const std::uint64_t tot = at.back() + count.back();
 
-  std::vector<run_value> cols;  // the accumulated columns (count needs no input)
-  for (const run_value& v : a.values)
-    if (v.op != run_op::count) cols.push_back(v);
-  const std::uint64_t fields = 2 + cols.size();
   // States (fields x tot words), then the run count.
   const sort_operand st{allocate_on(qi, (fields * tot + 1) * 8), 0};
   const sort_operand runs_at{st.mem, fields * tot};
 
   const program prog =
-      program::compile(dev, reduce_by_key_source(kb, a.values), {}, check_mode::off);
-  const local_size one(1);
+      program::compile(dev, reduce_by_key_source(tiled, kb, a.values), {}, check_mode::off);
+  const local_size one(1), group(p.tile_threads);
   const range* loc = cpu ? &one : nullptr;
+  const range* part_loc = tiled ? &group : loc;
+  const range part_range(tiled ? parts * p.tile_threads : parts);
   const std::int32_t kind = kind_of(a.key_type);
   const scalar_type kt = word_type(kb);
   auto inputs = [&](std::vector<arg_binding>& b) {
@@ -442,7 +579,7 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
     inputs(b);
     b.push_back(array(st, scalar_type::u64, false, fields * tot));
     b.push_back(bind_arg(tot));
-    launch(*prog.get_kernel("rbk_part").impl(), qi, range(parts), loc, b.data(), b.size());
+    launch(*prog.get_kernel("rbk_part").impl(), qi, part_range, part_loc, b.data(), b.size());
   }
   const kernel k_up = prog.get_kernel("rbk_up"), k_down = prog.get_kernel("rbk_down");
   for (std::size_t l = 0; l + 1 < count.size(); ++l) {
@@ -479,7 +616,7 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
   b.push_back(array({r.keys, 0}, kt, false, runs));
   for (std::size_t j = 0; j < a.values.size(); ++j)
     b.push_back(array({r.values[j], 0}, stored(a.values[j].out_type), false, runs));
-  launch(*prog.get_kernel("rbk_emit").impl(), qi, range(parts), loc, b.data(), b.size());
+  launch(*prog.get_kernel("rbk_emit").impl(), qi, part_range, part_loc, b.data(), b.size());
   return r;
 }
 

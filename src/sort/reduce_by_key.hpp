@@ -46,10 +46,10 @@ struct reduce_by_key_args {
   std::uint64_t n = 0;
   sort_operand keys;              // runs of equal keys (e.g. a radix-sorted array)
   std::vector<run_value> values;  // may be empty: unique keys only (unique_by_key / distinct)
-  // Tuning and tests; 0: the policy's. Elements per work-item, and chunk states per work-item
-  // of each level of their scan.
-  std::uint64_t chunk = 0;
-  std::uint32_t scan_fan = 0;
+  // Tuning and tests. tiled needs kiln::feature::barrier; automatic takes it on GPUs that can.
+  radix_path path = radix_path::automatic;
+  std::uint64_t chunk = 0;     // elements per work-item; 0: the policy's
+  std::uint32_t scan_fan = 0;  // states per work-item per level of their scan; 0: the policy's
 };
 
 struct reduce_by_key_result {
@@ -58,15 +58,18 @@ struct reduce_by_key_result {
   std::uint64_t runs = 0;                            // number of runs (read on the host)
 };
 
-// Chunk shape, shared by the launcher and (through its arguments) the kernels.
+// Chunk and tile shapes, shared by the kernel text (RBK_B) and the launcher.
 struct reduce_by_key_policy {
-  // CPU devices (the CPU backend, PoCL): at least cpu_chunk_elems per work-item, at most
-  // cpu_chunks_per_unit work-items per core.
+  // Chunked path (CPU devices: the CPU backend, PoCL): at least cpu_chunk_elems per work-item,
+  // at most cpu_chunks_per_unit work-items per core; elsewhere gpu_chunk_elems per work-item.
   std::uint32_t cpu_chunk_elems = 32768;
   std::uint32_t cpu_chunks_per_unit = 2;
-  // Other devices: gpu_chunk_elems per work-item.
   std::uint32_t gpu_chunk_elems = 32;
-  // The scan of the per-chunk states: scan_fan states per work-item per level.
+  // Tiled path (GPUs): work-groups of tile_threads items of tile_items consecutive elements
+  // (one 32-byte sector of 4-byte values), one state per tile.
+  std::uint32_t tile_threads = 256;
+  std::uint32_t tile_items = 8;
+  // The scan of the chunk or tile states: scan_fan states per work-item per level.
   std::uint32_t scan_fan = 256;
 };
 inline constexpr reduce_by_key_policy reduce_policy{};
@@ -81,8 +84,10 @@ inline constexpr reduce_by_key_policy reduce_policy{};
 // kiln::device_mismatch for memory of another device than q's.
 reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a);
 
-// The kernel text for keys of key_bytes (1, 2, 4, 8) and the value columns' types and ops (the
-// arrays are not read): "rbk_part", "rbk_up", "rbk_down", "rbk_emit".
-std::string reduce_by_key_source(std::uint32_t key_bytes, const std::vector<run_value>& values);
+// The kernel text, tiled (barriers, local memory) or chunked, for keys of key_bytes (1, 2, 4, 8)
+// and the value columns' types and ops (the arrays are not read): "rbk_part", "rbk_up",
+// "rbk_down", "rbk_emit".
+std::string reduce_by_key_source(bool tiled, std::uint32_t key_bytes,
+                                 const std::vector<run_value>& values);
 
 }  // namespace kiln::detail

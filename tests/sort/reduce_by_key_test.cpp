@@ -77,6 +77,7 @@ class ReduceByKeyTest : public conformance::DeviceTest {
  protected:
   std::uint64_t chunk_ = 0;
   std::uint32_t fan_ = 0;
+  kiln::detail::radix_path path_ = kiln::detail::radix_path::automatic;
 
   // Keys of run r: K(r % m) (adjacent runs differ); run lengths 1 + rng() % (2 * mean - 1).
   template <class K>
@@ -138,6 +139,7 @@ class ReduceByKeyTest : public conformance::DeviceTest {
     a.keys = operand(kb);
     a.chunk = chunk_;
     a.scan_fan = fan_;
+    a.path = path_;
     const auto i32 = scalar_type::i32, f32 = scalar_type::f32, f64 = scalar_type::f64;
     if (!keys_only) {
       a.values = {{operand(bi), i32, run_op::sum, scalar_type::i64},
@@ -247,6 +249,7 @@ class ReduceByKeyTest : public conformance::DeviceTest {
 TEST_P(ReduceByKeyTest, RunsOfEveryLengthAroundChunkEdges) {
   for (std::uint64_t n : sizes())
     for (std::uint64_t mean : {1, 3, 40, 5000}) {
+      if (n > 200000 && (mean == 1 || mean == 40)) continue;  // the host reference's time
       SCOPED_TRACE(::testing::Message() << "mean run " << mean);
       check<std::uint32_t>(runs_of<std::uint32_t>(n, mean, n * 7 + mean));
     }
@@ -261,6 +264,34 @@ TEST_P(ReduceByKeyTest, TinyChunksAndScanLevels) {
     for (std::uint64_t n : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 17, 100, 1000, 20011})
       for (std::uint64_t mean : {1, 2, 6, 300}) check<float>(runs_of<float>(n, mean, n + mean));
   }
+}
+
+// The tiled kernels (local memory, barriers) run by default on GPUs only; on PoCL they run
+// here, on whole tiles only (PoCL 5 runs a tile with items past n wrongly: see
+// reduce_by_key.cpp), with tiles of 256 items x 8 elements, and of 256 x 1 and 256 x 3 with
+// tiny scan fans. GPUs run every size.
+TEST_P(ReduceByKeyTest, TiledKernelsWhereBarriersExist) {
+  KILN_REQUIRE_FEATURE(dev(), barrier, "the tiled kernels use local memory and barriers");
+  path_ = kiln::detail::radix_path::tiled;
+  const std::uint64_t threads = kiln::detail::reduce_policy.tile_threads;
+  auto sizes_of = [&](std::uint64_t t) {
+    return is_gpu() ? std::vector<std::uint64_t>{1, 2, t - 1, t, t + 1, 7 * t + 5, 40009}
+                    : std::vector<std::uint64_t>{t, 2 * t, 7 * t};
+  };
+  for (std::uint64_t n : sizes_of(threads * kiln::detail::reduce_policy.tile_items))
+    for (std::uint64_t mean : {1, 4, 3000}) check<float>(runs_of<float>(n, mean, n + mean));
+  check<std::uint32_t>(runs_of<std::uint32_t>(threads * 8 * 50, 2, 3), true);
+  for (auto [chunk, fan] : {std::pair<std::uint64_t, std::uint32_t>{1, 2}, {3, 3}}) {
+    chunk_ = chunk;
+    fan_ = fan;
+    for (std::uint64_t n : sizes_of(threads * chunk))
+      for (std::uint64_t mean : {1, 2, 700}) check<float>(runs_of<float>(n, mean, n * mean));
+  }
+  fan_ = 0;
+  chunk_ = 0;
+  input<float> one = runs_of<float>(threads * 8 * 25, 1, 5);
+  std::fill(one.keys.begin(), one.keys.end(), -0.0f);
+  check<float>(one);
 }
 
 TEST_P(ReduceByKeyTest, EveryKeyWidthAndKind) {
@@ -284,7 +315,7 @@ TEST_P(ReduceByKeyTest, KeysOnly) {
 }
 
 TEST_P(ReduceByKeyTest, OneHugeRunAndAllDistinct) {
-  const std::uint64_t n = size_for(1000003, 20000003);
+  const std::uint64_t n = size_for(300007, 20000003);
   input<std::int64_t> one = runs_of<std::int64_t>(n, 1, 9);
   std::fill(one.keys.begin(), one.keys.end(), -42);
   check<std::int64_t>(one);
@@ -336,7 +367,11 @@ TEST_P(ReduceByKeyTest, BadInputIsRefusedClearly) {
   a.n = 10;
   a.keys = operand(keys);
   a.values = {{operand(vals), scalar_type::f32, run_op::sum, scalar_type::f64}};
-  EXPECT_NO_THROW(reduce_by_key(q, a));
+  {
+    reduce_by_key_args keys_only = a;  // a program other tests compile too
+    keys_only.values.clear();
+    EXPECT_NO_THROW(reduce_by_key(q, keys_only));
+  }
   auto expect = [&](auto&& change, auto exception) {
     reduce_by_key_args b = a;
     change(b);
@@ -384,8 +419,14 @@ TEST(ReduceByKeyCompile, CudaDialectOfTheTexts) {
       {{}, scalar_type::f32, run_op::count, scalar_type::u64},
       {{}, scalar_type::f32, run_op::mean, scalar_type::f32},
       {{}, scalar_type::boolean, run_op::first, scalar_type::boolean}};
-  EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::reduce_by_key_source(4, every)));
-  EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::reduce_by_key_source(1, {})));
+  for (bool tiled : {true, false}) {
+    EXPECT_NO_THROW(
+        conformance::compile_everywhere(kiln::detail::reduce_by_key_source(tiled, 4, every)));
+    EXPECT_NO_THROW(
+        conformance::compile_everywhere(kiln::detail::reduce_by_key_source(tiled, 8, {})));
+  }
+  EXPECT_NO_THROW(
+      conformance::compile_everywhere(kiln::detail::reduce_by_key_source(true, 1, every)));
 }
 
 KILN_INSTANTIATE_PER_DEVICE(ReduceByKeyTest);
