@@ -34,12 +34,19 @@ scalar_type bits_type(scalar_type t) {
   }
 }
 
-// "  int64_t r = i; const int64_t c<R-1> = r % n<R-1>; ... c0 = r;" over sizes n1..n<R-1>.
+// The coordinates c0..c<R-1> of item i over sizes n1..n<R-1> (the last fastest). 64-bit
+// division is slow on GPUs (emulated), so below 2^32 items it runs in 32 bits.
 std::string decompose(std::size_t rank) {
-  std::string s = "  int64_t r = i;\n";
-  for (std::size_t d = rank; d-- > 1;)
-    s += cat("  const int64_t c", num(d), " = r % n", num(d), "; r /= n", num(d), ";\n");
-  return s + "  const int64_t c0 = r;\n";
+  std::string decl = "  int64_t c0", narrow = "    uint32_t r = (uint32_t)i;\n",
+              wide = "    int64_t r = i;\n";
+  for (std::size_t d = rank; d-- > 1;) {
+    decl += cat(", c", num(d));
+    narrow += cat("    c", num(d), " = (int64_t)(r % (uint32_t)n", num(d), "); r /= (uint32_t)n",
+                  num(d), ";\n");
+    wide += cat("    c", num(d), " = r % n", num(d), "; r /= n", num(d), ";\n");
+  }
+  return cat(decl, ";\n  if ((total >> 32) == 0) {\n", narrow, "    c0 = (int64_t)r;\n  } else {\n",
+             wide, "    c0 = r;\n  }\n");
 }
 
 std::string params(const char* p, std::size_t from, std::size_t rank) {
@@ -164,7 +171,12 @@ std::string run_add_source(scalar_type t, scalar_type pt) {
       "* KILN_RESTRICT part, int64_t total, int64_t rows, int64_t n, int64_t inner, int64_t "
       "chunks, int64_t S) {\n  const int64_t i = (int64_t)kiln_global_id(0);\n"
       "  if (i >= total) return;\n"
-      "  const int64_t r = i % inner, v = (i / inner) % rows, o = i / (inner * rows);\n"
+      "  int64_t r, v, o;\n  if ((total >> 32) == 0) {  /* 32-bit division: fast on GPUs */\n"
+      "    const uint32_t q = (uint32_t)i / (uint32_t)inner, p = q / (uint32_t)rows;\n"
+      "    r = (int64_t)((uint32_t)i - q * (uint32_t)inner);\n"
+      "    v = (int64_t)(q - p * (uint32_t)rows);\n    o = (int64_t)p;\n  } else {\n"
+      "    const int64_t q = i / inner;\n    r = i - q * inner;\n    o = q / rows;\n"
+      "    v = q - o * rows;\n  }\n"
       "  const int64_t lo = offs[v], hi = offs[v + 1];\n  const int64_t c0 = (lo + S - 1) / S, "
       "c1 = hi / S;\n  ",
       A, " acc = (", A,
@@ -192,7 +204,7 @@ const char* name_of(kind k) {
 kernel index_kernel(const device& dev, kind k, std::size_t rank, scalar_type t, scalar_type it,
                     scalar_type pt = scalar_type::u32) {
   ir::hasher h;
-  h.add("tensor index v2").add(std::uint64_t(k)).add(std::uint64_t{rank});
+  h.add("tensor index v3").add(std::uint64_t(k)).add(std::uint64_t{rank});
   h.add(std::uint64_t(t)).add(std::uint64_t(it)).add(std::uint64_t(pt));
   const generated_kernels g = get_generated(dev, "tensor_index", h.value(), [&] {
     return generated_program{
