@@ -13,36 +13,55 @@ namespace kiln::detail::q {
 
 namespace {
 
+// Whether two expressions compute the same value: the same nodes, operand for operand.
+bool same_value(const ir::graph& g, ir::node_id a, ir::node_id b) {
+  if (a == b) return true;
+  if (a < 0 || b < 0) return false;
+  const ir::node &x = g.nodes[static_cast<std::size_t>(a)],
+                 &y = g.nodes[static_cast<std::size_t>(b)];
+  if (x.o != y.o || x.dtype != y.dtype || x.slot != y.slot) return false;
+  for (std::size_t k = 0; k < x.operands.size(); ++k)
+    if (!same_value(g, x.operands[k], y.operands[k])) return false;
+  return true;
+}
+
 // The columns a group stage reads, computed at the end of the segment before it: the key first
-// (computed, or the single-valued element), then each aggregate's input (count has none).
-void plan_group(const stage& s, segment& seg, std::vector<int>& vars,
-                std::vector<scalar_type>& types, bool& indexed) {
+// (computed, or the single-valued element), then each distinct aggregated value (count reads
+// none; sum and max of one value share its column, so the sort carries it once). Also the step
+// that reduces them.
+group_step plan_group(const query_desc& d, const stage& s, segment& seg, std::vector<int>& vars,
+                      std::vector<scalar_type>& types, bool& indexed) {
   std::vector<int> cv;
   std::vector<scalar_type> ct;
+  std::vector<ir::node_id> exprs;  // the expression of each column (-1: a component)
   if (s.expr >= 0) seg.stages.push_back(make_stage(stage_kind::map, s.var, s.expr, s.type));
   cv.push_back(s.expr >= 0 ? s.var : vars.at(0));
   ct.push_back(s.type);
+  exprs.push_back(-2);  // the key is never shared
+  group_step g;
+  g.on = true;
+  g.keep_key = !s.drop_key;
   for (const aggregate& a : s.aggregates) {
-    if (a.kind == aggregate_kind::count) continue;
-    if (a.expr >= 0) seg.stages.push_back(make_stage(stage_kind::map, a.in_var, a.expr, a.in_type));
-    cv.push_back(a.in_var);
-    ct.push_back(a.in_type);
+    int column = -1;
+    if (a.kind != aggregate_kind::count) {
+      for (std::size_t c = 1; c < cv.size() && column < 0; ++c)
+        if (ct[c] == a.in_type && (cv[c] == a.in_var || (a.expr >= 0 && exprs[c] >= 0 &&
+                                                         same_value(d.graph, exprs[c], a.expr))))
+          column = static_cast<int>(c);
+      if (column < 0) {
+        if (a.expr >= 0)
+          seg.stages.push_back(make_stage(stage_kind::map, a.in_var, a.expr, a.in_type));
+        column = static_cast<int>(cv.size());
+        cv.push_back(a.in_var);
+        ct.push_back(a.in_type);
+        exprs.push_back(a.expr);
+      }
+    }
+    g.columns.push_back({a.kind, column, a.out_type});
   }
   indexed |= s.uses_index;
   vars = std::move(cv);
   types = std::move(ct);
-}
-
-group_step group_columns(const stage& s) {
-  group_step g;
-  g.on = true;
-  g.keep_key = !s.drop_key;
-  int next = 1;
-  for (const aggregate& a : s.aggregates) {
-    const bool counted = a.kind == aggregate_kind::count;
-    g.columns.push_back({a.kind, counted ? -1 : next, a.out_type});
-    if (!counted) ++next;
-  }
   return g;
 }
 
@@ -94,10 +113,10 @@ std::vector<segment> plan(const query_desc& d, segment_end terminal, bool no_fil
         (scanned && s.kind != stage_kind::map && s.kind != stage_kind::enumerate))
       materialize();
     if (s.kind == stage_kind::group) {
-      plan_group(s, seg, vars, types, indexed);
+      group_step g = plan_group(d, s, seg, vars, types, indexed);
       materialize();
       seg.sort = {s.sorted, false, false};
-      seg.group = group_columns(s);
+      seg.group = std::move(g);
       // After the stage: the key (unless dropped), then one component per aggregate.
       seg.inputs.clear();
       vars.clear();

@@ -30,6 +30,34 @@ TEST_F(QueryPlan, OneSegmentWithoutPositionsAfterAFilter) {
   EXPECT_EQ(before.hits + before.misses, after.hits + after.misses);  // nothing looked up
 }
 
+// A group stage cuts the query: the first segment writes the key and each distinct aggregated
+// value once (sum and max of _2 share a column, so the sort carries one value), the next reads
+// (key, aggregates...).
+TEST_F(QueryPlan, GroupByWritesEachAggregatedValueOnce) {
+  kiln::buffer<std::int32_t> ks{cpu, 16};
+  auto q = kiln::zip(ks, xs) | kiln::group_by(_1) |
+           kiln::aggregate(kiln::agg::sum(_2), kiln::agg::max(_2), kiln::agg::count(),
+                           kiln::agg::mean(_2 * 2.f));
+  const std::vector<segment> p = plan(q.desc(), segment_end::collect, false, false);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_TRUE(p[0].materialise);
+  EXPECT_EQ(p[0].out_vars.size(), 3u);  // key, _2, _2 * 2
+  EXPECT_TRUE(p[1].sort.on);
+  ASSERT_TRUE(p[1].group.on);
+  ASSERT_EQ(p[1].group.columns.size(), 4u);
+  EXPECT_EQ(p[1].group.columns[0].input, 1);
+  EXPECT_EQ(p[1].group.columns[1].input, 1);
+  EXPECT_EQ(p[1].group.columns[2].input, -1);
+  EXPECT_EQ(p[1].group.columns[3].input, 2);
+  EXPECT_EQ(p[1].inputs.size(), 5u);  // key and four aggregates
+  // reduce_by_key takes runs as they come: no sort.
+  auto r = kiln::zip(ks, xs) | kiln::reduce_by_key(_1, kiln::agg::sum(_2));
+  const std::vector<segment> pr = plan(r.desc(), segment_end::collect, false, false);
+  ASSERT_EQ(pr.size(), 2u);
+  EXPECT_FALSE(pr[1].sort.on);
+  EXPECT_TRUE(pr[1].group.on);
+}
+
 TEST_F(QueryPlan, PositionsAfterAFilterMaterialise) {
   auto q = xs | kiln::filter(_1 > 1.f) | kiln::take(3) | kiln::skip(1) | kiln::enumerate() |
            kiln::transform(kiln::cast<float>(_1) + _2);
