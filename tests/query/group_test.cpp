@@ -197,6 +197,27 @@ TEST_P(GroupTest, TopKIsTheDescendingPrefixAndNeedsKElements) {
   EXPECT_THROW((void)(b | kiln::top_k(v.size() + 1) | kiln::sum()), kiln::invalid_argument);
 }
 
+TEST_P(GroupTest, HostDataAndAutomaticPlacement) {
+  const auto k = keys(5000, 30, 61);
+  std::map<std::int32_t, std::uint64_t> want;
+  for (std::int32_t x : k) ++want[x];
+  const auto check = [&](const std::vector<std::tuple<std::int32_t, std::uint64_t>>& got) {
+    ASSERT_EQ(got.size(), want.size());
+    std::size_t i = 0;
+    for (const auto& [key, c] : want) EXPECT_EQ(got[i++], std::make_tuple(key, c));
+  };
+  check(k | kiln::on(dev()) | kiln::group_by(_1) | kiln::aggregate(kiln::agg::count()) |
+        kiln::to_vector());
+  check(k | kiln::on(kiln::automatic) | kiln::group_by(_1) | kiln::aggregate(kiln::agg::count()) |
+        kiln::to_vector());
+  // A join whose other side is host data too.
+  const std::vector<std::int32_t> other = {3, -7, 3, 100};
+  std::uint64_t pairs = 0;
+  for (std::int32_t x : k) pairs += (x == 3) * 2 + (x == -7);
+  EXPECT_EQ(k | kiln::on(dev()) | kiln::join(other | kiln::on(dev()), _1, _1) | kiln::count(),
+            pairs);
+}
+
 TEST_P(GroupTest, TupleResultsOnTheHostAndAsBuffersAndAsync) {
   const auto k = keys(2000, 5, 41);
   const auto v = data<std::int32_t>(2000, 42);
