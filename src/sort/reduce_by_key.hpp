@@ -66,11 +66,12 @@ struct reduce_by_key_policy {
   std::uint32_t cpu_chunks_per_unit = 2;
   std::uint32_t gpu_chunk_elems = 32;
   // Tiled path (GPUs): work-groups of tile_threads items of tile_items consecutive elements
-  // (one 32-byte sector of 4-byte values), one state per tile.
+  // (two 32-byte sectors of 4-byte values, read through L1), one state per tile.
   std::uint32_t tile_threads = 256;
-  std::uint32_t tile_items = 8;
-  // The scan of the chunk or tile states: scan_fan states per work-item per level.
-  std::uint32_t scan_fan = 256;
+  std::uint32_t tile_items = 16;
+  // The scan of the chunk or tile states: scan_fan states per work-item per level (a work-item
+  // walks its states in order, so few: 256M elements make 64K tile states, three levels).
+  std::uint32_t scan_fan = 64;
 };
 inline constexpr reduce_by_key_policy reduce_policy{};
 
