@@ -516,15 +516,18 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
   for (const run_value& v : a.values)
     if (v.op != run_op::count) cols.push_back(v);
   const std::uint64_t fields = 2 + cols.size();
-  // The tiled kernels need barriers, work-groups of tile_threads and their scan's local memory.
-  const std::uint64_t local_bytes = std::uint64_t(p.tile_threads) * 8 * fields;
+  // The tiled kernels need barriers, work-groups of tile_threads and their scan's local memory
+  // (two halves of 8-byte words per field), at most 48 KiB: CUDA's limit for static shared
+  // memory (ten accumulated columns).
+  const std::uint64_t local_bytes = 2 * std::uint64_t(p.tile_threads) * 8 * fields;
   std::string lacks;
   if (!dev.supports(feature::barrier))
     lacks = "kiln::feature::barrier";
   else if (info.max_work_group_size && info.max_work_group_size < p.tile_threads)
     lacks = cat("work-groups of ", num(p.tile_threads), " items");
-  else if (info.local_mem_bytes && info.local_mem_bytes < local_bytes)
-    lacks = cat(num(local_bytes), " bytes of local memory");
+  else if ((info.local_mem_bytes && info.local_mem_bytes < local_bytes) || local_bytes > 49152)
+    lacks = cat(num(local_bytes), " bytes of local memory (", num(cols.size()),
+                " accumulated columns)");
   if (a.path == radix_path::tiled && !lacks.empty())
     throw unsupported(fn + ": the tiled kernels need " + lacks + ", which " + dev.id() + " lacks");
   const bool tiled =

@@ -400,6 +400,12 @@ TEST_P(ReduceByKeyTest, BadInputIsRefusedClearly) {
     kiln::buffer<float> elsewhere(*o, 10);
     expect([&](auto& b) { b.values[0].in = operand(elsewhere); }, kiln::device_mismatch(""));
   }
+  if (dev().supports(kiln::feature::barrier)) {  // 11 accumulated columns: 52 KiB of locals
+    reduce_by_key_args wide = a;
+    wide.values.assign(11, a.values[0]);
+    wide.path = kiln::detail::radix_path::tiled;
+    EXPECT_THROW(reduce_by_key(q, wide), kiln::unsupported);
+  }
   // n == 0: no runs, valid allocations, arrays optional.
   reduce_by_key_args z;
   z.values = {{{}, scalar_type::f32, run_op::max, scalar_type::f32},
@@ -424,6 +430,9 @@ TEST(ReduceByKeyCompile, CudaDialectOfTheTexts) {
   EXPECT_NO_THROW(
       conformance::compile_everywhere(kiln::detail::reduce_by_key_source(true, 4, every)));
   EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::reduce_by_key_source(true, 8, {})));
+  // Ten accumulated columns: 48 KiB of shared memory, CUDA's static limit.
+  EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::reduce_by_key_source(
+      true, 8, std::vector<run_value>(10, {{}, scalar_type::f64, run_op::sum, scalar_type::f64}))));
   EXPECT_NO_THROW(
       conformance::compile_everywhere(kiln::detail::reduce_by_key_source(false, 1, every)));
 }
