@@ -1,15 +1,17 @@
-// Device reduce-by-key (reduce_by_key.hpp), chunked: one work-item per contiguous chunk, no
-// barriers, so one program serves the CPU backend, PoCL and GPUs.
+// Device reduce-by-key (reduce_by_key.hpp). A "part" is a contiguous chunk of elements: one
+// work-item's (chunked path: no barriers, the CPU backend and PoCL) or one work-group's tile of
+// 256 items x 16 elements (tiled path, GPUs: each item's state, then a scan of them over the
+// group in local memory, so one state per tile).
 //
-//   rbk_part  each chunk's state: its run heads h, and the aggregate (count, one accumulator per
+//   rbk_part  each part's state: its run heads h, and the aggregate (count, one accumulator per
 //             column) of its elements from its last head on (all of them when it has none);
 //   rbk_up /  an exclusive scan of the states, in levels of scan_fan states per work-item, under
 //   rbk_down  the segmented operator (h1, a1) . (h2, a2) = (h1 + h2, h2 ? a2 : a1 + a2): chunk
 //             c gets the heads before it (its first output slot) and the aggregate of the run
 //             it starts inside of (its carry); the top level writes the run count;
-//   rbk_emit  each chunk walks its elements again from its carry, writing the key of each run
+//   rbk_emit  each part walks its elements again from its carry, writing the key of each run
 //             that starts in it and the results of each run that ends in it.
-// A run's aggregate thus combines in an order fixed by n, the chunk size and the fan: the same
+// A run's aggregate thus combines in an order fixed by n, the part size and the fan: the same
 // float additions on every call. The kernel text is generated per key width and value columns
 // (types and ops are compile-time); the key's kind (integer or float equality) is an argument.
 #include "sort/reduce_by_key.hpp"
