@@ -1,9 +1,9 @@
 // bench_cpu_sort_group: kiln::query's sort and group_by on Kiln's CPU device (cpu:0) against
 // the CPU peers of issue 26's targets, wall clock, one table.
 //
-//   bench_cpu_sort_group [--sizes 1M,4M] [--groups 1000,1000000,n/4] [--runs 5] [--warmup 1]
+//   bench_cpu_sort_group [--sizes 1M,4M] [--groups 1000,1000000,n/4] [--runs 3] [--warmup 1]
 //                        [--threads N] [--impl all|kiln|par_unseq|gnu_parallel|omp|seq]
-//                        [--cases sort,group] [--seq-max 16M]
+//                        [--cases sort,group] [--seq-max 1M]
 //
 // sort (n keys from a seeded hash, inputs already in a kiln::buffer on cpu:0 / a host array):
 //   sort u32, sort i64    kiln: xs | sort() | to_buffer()
@@ -49,7 +49,6 @@
 #include <vector>
 #if KILN_BENCH_PAR_UNSEQ
 #include <tbb/global_control.h>
-#include <tbb/task_arena.h>
 
 #include <execution>
 #endif
@@ -63,10 +62,10 @@ using namespace kiln::placeholders;
 struct options {
   std::vector<std::uint64_t> sizes{1ull << 20, 4ull << 20};
   std::vector<std::string> groups{"1000", "1000000", "n/4"};
-  int runs = 5, warmup = 1, threads = 0;
+  int runs = 3, warmup = 1, threads = 0;
   std::string impl = "all";
   bool sort = true, group = true;
-  std::uint64_t seq_max = 16ull << 20;
+  std::uint64_t seq_max = 1ull << 20;
 };
 
 [[noreturn]] void usage(const char* prog, const char* why) {
@@ -345,7 +344,7 @@ inline std::uint32_t hash32(std::int32_t key) {  // murmur3's finaliser
 
 // Open addressing, linear probing on the hash's low bits, power-of-two capacity.
 struct agg_table {
-  std::vector<agg_entry> slot;
+  std::vector<agg_entry> slot, spare;  // spare: the slots before a growth (capacity kept)
   std::uint32_t mask = 0, used = 0;
   void reset(unsigned bits) {
     slot.assign(std::size_t(1) << bits, agg_entry{0, 0.f, 0});
@@ -361,10 +360,9 @@ struct agg_table {
     agg_entry* s = &find(e.key, h);
     if (s->count == 0) {
       if (2 * (used + 1) > mask + 1) {
-        std::vector<agg_entry> old;
-        old.swap(slot);
+        spare.swap(slot);
         reset(unsigned(std::countr_zero(std::size_t(mask) + 1)) + 1);
-        for (const agg_entry& o : old)
+        for (const agg_entry& o : spare)
           if (o.count) {
             find(o.key, hash32(o.key)) = o;
             ++used;
@@ -380,10 +378,12 @@ struct agg_table {
 };
 
 // Each thread aggregates its contiguous chunk in a small table (16K slots, 256 KiB: stays in
-// L2); when half full, the table is flushed into 256 partitions by the hash's top 8 bits. Each
-// partition is then merged by one thread into its own table (parallel over partitions), counted,
-// and copied out. Few groups: one flush per thread, a tiny merge. Many: the flushes are a radix
-// partition of pre-aggregated rows and every merge table is 1/256 of the groups.
+// L2); when half full, the table is flushed into 256 partitions by the hash's top 8 bits, or,
+// where it merged fewer than 2 rows per entry, the thread's remaining rows go straight to the
+// partitions (as DuckDB's pre-aggregation gives up). Each partition is then merged by one thread
+// into its own table (parallel over partitions), counted, and copied out. Few groups: one flush
+// per thread, a tiny merge. Many: a radix partition of the rows, and every merge table holds
+// 1/256 of the groups.
 struct omp_hash_agg {
   static constexpr unsigned local_bits = 14, part_bits = 8, parts = 1u << part_bits;
   std::vector<std::vector<std::vector<agg_entry>>> spill;  // [thread][partition]
@@ -413,13 +413,17 @@ struct omp_hash_agg {
       };
       const std::uint64_t b = n * std::uint64_t(t) / std::uint64_t(nt);
       const std::uint64_t e = n * std::uint64_t(t + 1) / std::uint64_t(nt);
-      for (std::uint64_t i = b; i < e; ++i) {
+      std::uint64_t i = b, since_flush = b;
+      for (; i < e; ++i) {
         const std::int32_t k = keys[i];
         const std::uint32_t h = hash32(k);
         agg_entry* s = &local.find(k, h);
         if (s->count == 0) {
           if (local.used == limit) {
+            // The table merged fewer than 2 rows per entry: it does not pay; partition the rest.
+            if (i - since_flush < 2 * std::uint64_t(limit)) break;
             flush();
+            since_flush = i;
             s = &local.find(k, h);
           }
           s->key = k;
@@ -429,6 +433,7 @@ struct omp_hash_agg {
         ++s->count;
       }
       flush();
+      for (; i < e; ++i) mine[hash32(keys[i]) >> (32 - part_bits)].push_back({keys[i], vals[i], 1});
     }
     merged.resize(parts);
     offset.assign(parts + 1, 0);
@@ -450,6 +455,16 @@ struct omp_hash_agg {
     }
   }
 };
+
+// Orders the groups by key: std::sort below 64K of them (a parallel sort's team costs more),
+// else libstdc++'s OpenMP mergesort.
+void sort_groups(std::vector<agg_entry>& v) {
+  const auto by_key = [](const agg_entry& x, const agg_entry& y) { return x.key < y.key; };
+  if (v.size() < (1u << 16))
+    std::sort(v.begin(), v.end(), by_key);
+  else
+    __gnu_parallel::sort(v.begin(), v.end(), by_key);
+}
 
 // The expected groups: per key, the count and the sum in quarters (exact, order-free).
 struct group_ref {
@@ -551,7 +566,7 @@ void group_sum(bench& b, std::uint64_t n, std::uint64_t g, std::uint64_t seed) {
                                hash_ms.push_back(std::chrono::duration<double, std::milli>(
                                                      std::chrono::steady_clock::now() - t0)
                                                      .count());
-                               __gnu_parallel::sort(agg.out.begin(), agg.out.end(), by_key);
+                               sort_groups(agg.out);
                              });
     hash_ms.erase(hash_ms.begin(), hash_ms.begin() + b.o.warmup);
     const double hash = kiln_bench::median_of(hash_ms);
@@ -565,7 +580,7 @@ void group_sum(bench& b, std::uint64_t n, std::uint64_t g, std::uint64_t seed) {
 #pragma omp parallel for schedule(static)
           for (std::int64_t i = 0; i < std::int64_t(unsorted.size()); ++i) agg.out[i] = unsorted[i];
         },
-        [&] { __gnu_parallel::sort(agg.out.begin(), agg.out.end(), by_key); });
+        [&] { sort_groups(agg.out); });
     b.add(what, "omp_sort_part", n, g, sort, check_entries(agg.out));
   }
   if (b.want("seq") && n <= b.o.seq_max) {
@@ -624,7 +639,8 @@ int main(int argc, char** argv) {
   std::optional<tbb::global_control> tbb_threads;
   if (o.threads > 0)
     tbb_threads.emplace(tbb::global_control::max_allowed_parallelism, std::size_t(o.threads));
-  const int tbb_n = tbb::this_task_arena::max_concurrency();
+  const int tbb_n =
+      int(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
 #endif
   bench b{o, kiln::device::get("cpu:0"), {}, 0};
   std::printf("bench_cpu_sort_group: cpu:0 (%s), %d OpenMP threads, ", b.dev.info().name.c_str(),
