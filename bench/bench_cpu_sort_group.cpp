@@ -377,15 +377,15 @@ struct agg_table {
   }
 };
 
-// Each thread aggregates its contiguous chunk in a small table (16K slots, 256 KiB: stays in
-// L2); when half full, the table is flushed into 256 partitions by the hash's top 8 bits, or,
+// Each thread aggregates its chunks of 64K rows in a small table (16K slots, 256 KiB: stays in
+// L2); when half full, the table is flushed into 256-1024 partitions by the hash's top bits, or,
 // where it merged fewer than 2 rows per entry, the thread's remaining rows go straight to the
 // partitions (as DuckDB's pre-aggregation gives up). Each partition is then merged by one thread
 // into its own table (parallel over partitions), counted, and copied out. Few groups: one flush
 // per thread, a tiny merge. Many: a radix partition of the rows, and every merge table holds
-// 1/256 of the groups.
+// a few thousandths of the groups.
 struct omp_hash_agg {
-  static constexpr unsigned local_bits = 14, part_bits = 8, parts = 1u << part_bits;
+  static constexpr unsigned local_bits = 14;
   std::vector<std::vector<std::vector<agg_entry>>> spill;  // [thread][partition]
   std::vector<agg_table> merged;                           // [partition]
   std::vector<std::uint64_t> offset;
@@ -393,13 +393,20 @@ struct omp_hash_agg {
 
   void run(const std::int32_t* keys, const float* vals, std::uint64_t n) {
     const int threads = omp_get_max_threads();
+    // 256 to 1024 partitions: up to 64K groups each (n bounds the groups), so that every merge
+    // table stays within 2 MiB, without more write streams than the TLB covers.
+    const unsigned part_bits = unsigned(std::clamp(int(std::bit_width(n)) - 17, 8, 10));
+    const unsigned parts = 1u << part_bits;
+    constexpr std::uint64_t chunk = 1u << 16;
+    const std::int64_t chunks = std::int64_t((n + chunk - 1) / chunk);
     spill.resize(std::size_t(threads));
+    for (auto& per_thread : spill) {  // emptied here, not by each thread: the team may be smaller
+      per_thread.resize(parts);
+      for (auto& v : per_thread) v.clear();
+    }
 #pragma omp parallel num_threads(threads)
     {
-      const int t = omp_get_thread_num(), nt = omp_get_num_threads();
-      auto& mine = spill[std::size_t(t)];
-      mine.resize(parts);
-      for (auto& v : mine) v.clear();
+      auto& mine = spill[std::size_t(omp_get_thread_num())];
       agg_table local;
       local.reset(local_bits);
       const std::uint32_t limit = (local.mask + 1) / 2;
@@ -411,29 +418,41 @@ struct omp_hash_agg {
           }
         local.used = 0;
       };
-      const std::uint64_t b = n * std::uint64_t(t) / std::uint64_t(nt);
-      const std::uint64_t e = n * std::uint64_t(t + 1) / std::uint64_t(nt);
-      std::uint64_t i = b, since_flush = b;
-      for (; i < e; ++i) {
-        const std::int32_t k = keys[i];
-        const std::uint32_t h = hash32(k);
-        agg_entry* s = &local.find(k, h);
-        if (s->count == 0) {
-          if (local.used == limit) {
-            // The table merged fewer than 2 rows per entry: it does not pay; partition the rest.
-            if (i - since_flush < 2 * std::uint64_t(limit)) break;
-            flush();
-            since_flush = i;
-            s = &local.find(k, h);
+      // Chunks taken dynamically: a thread that loses its core to another process holds no
+      // one up. rows: this thread's rows so far; since: at the last flush.
+      std::uint64_t rows = 0, since = 0;
+      bool direct = false;
+#pragma omp for schedule(dynamic, 1) nowait
+      for (std::int64_t c = 0; c < chunks; ++c) {
+        const std::uint64_t b = std::uint64_t(c) * chunk, e = std::min(n, b + chunk);
+        std::uint64_t i = b;
+        for (; i < e && !direct; ++i) {
+          const std::int32_t k = keys[i];
+          const std::uint32_t h = hash32(k);
+          agg_entry* s = &local.find(k, h);
+          if (s->count == 0) {
+            if (local.used == limit) {
+              // The table merged fewer than 2 rows per entry: it does not pay; partition the
+              // rest of the rows directly.
+              if (rows + (i - b) - since < 2 * std::uint64_t(limit)) {
+                direct = true;
+                break;
+              }
+              flush();
+              since = rows + (i - b);
+              s = &local.find(k, h);
+            }
+            s->key = k;
+            ++local.used;
           }
-          s->key = k;
-          ++local.used;
+          s->sum += vals[i];
+          ++s->count;
         }
-        s->sum += vals[i];
-        ++s->count;
+        for (; i < e; ++i)
+          mine[hash32(keys[i]) >> (32 - part_bits)].push_back({keys[i], vals[i], 1});
+        rows += e - b;
       }
       flush();
-      for (; i < e; ++i) mine[hash32(keys[i]) >> (32 - part_bits)].push_back({keys[i], vals[i], 1});
     }
     merged.resize(parts);
     offset.assign(parts + 1, 0);
