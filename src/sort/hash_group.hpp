@@ -1,0 +1,81 @@
+// Device hash group-by (internal): one row per distinct key with exact aggregates, through an
+// open-addressing table in device memory instead of a full sort (docs/sort.md). For few to
+// moderate group counts it reads the rows once; it gives up (done == false) when there are
+// more distinct keys than max_groups, and the caller sorts instead.
+//
+//   kiln::detail::hash_group_args a;
+//   a.key_type = kiln::scalar_type::u32;
+//   a.n = n;
+//   a.keys = {keys_mem, 0};                                // any order
+//   a.values.push_back({{vals_mem, 0}, kiln::scalar_type::i32, kiln::detail::run_op::sum,
+//                       kiln::scalar_type::i64});
+//   kiln::detail::hash_group_result r = kiln::detail::hash_group(q, a);
+//   if (!r.done) { /* radix_sort + reduce_by_key */ }
+//
+// The result equals reduce_by_key's on the stably sorted keys, key bits included (the zero
+// group's key is -0.0 when one occurs, the NaN group's key the first NaN's bits), with one
+// exception: a float min/max that is a NaN has a NaN of its own bits, and min/max of -0.0 and
+// +0.0 give -0.0 and +0.0 (the sort path keeps the first one; they compare equal).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kiln/queue.hpp"
+#include "kiln/scalar_type.hpp"
+#include "sort/reduce_by_key.hpp"
+
+namespace kiln::detail {
+
+// Whether the hash path computes this aggregate exactly as the sort path does whatever the
+// order rows arrive in: count, sum of integers/bool into an integer, min, max, first (by
+// position). Not float sums, integer sums into floats, or means: atomics would make them
+// order-dependent, so those stay on the sort path.
+bool hash_group_exact(const run_value& v);
+
+struct hash_group_args {
+  scalar_type key_type = scalar_type::u32;  // every type but f16/bf16
+  std::uint64_t n = 0;
+  sort_operand keys;              // any order
+  std::vector<run_value> values;  // each hash_group_exact (else kiln::invalid_argument)
+  std::uint64_t max_groups = 0;   // 0: the policy's default; more distinct keys -> gives up
+};
+
+// done == false: more than max_groups distinct keys; nothing else is valid, the caller sorts
+// instead. done == true: as reduce_by_key's result on the sorted keys: one row per distinct key
+// in ascending key order (floats: -0.0 and +0.0 one key, all NaNs one key, last), the
+// aggregates in their out_type; runs = number of groups (read on the host).
+struct hash_group_result {
+  bool done = false;
+  reduce_by_key_result groups;
+};
+
+struct hash_group_policy {
+  std::uint64_t default_max_groups = std::uint64_t(1) << 22;
+  // The table holds at least slack x min(max_groups, n) slots (a power of two): probes stay
+  // short while the groups fit.
+  std::uint32_t slack = 2;
+  // Rows per work-item: CPU devices take contiguous chunks of at least cpu_chunk_elems, at most
+  // cpu_chunks_per_unit per core; GPUs a grid-stride loop over at most gpu_items_per_unit
+  // work-items per compute unit.
+  std::uint32_t cpu_chunk_elems = 32768;
+  std::uint32_t cpu_chunks_per_unit = 2;
+  std::uint32_t gpu_items_per_unit = 2048;
+  std::uint32_t gpu_group = 256;
+};
+inline constexpr hash_group_policy hash_policy{};
+
+// Enqueues the grouping on q. One host wait, after the insertion pass (the group count and
+// whether the table gave up). Inputs are only read; outputs are allocated on q (max(groups, 1)
+// elements). Errors (before anything is queued): kiln::unsupported for f16/bf16 keys, values or
+// results; kiln::invalid_argument for an aggregate that is not hash_group_exact, a missing or
+// too-small array, max_groups above 2^30; kiln::device_mismatch for memory of another device.
+hash_group_result hash_group(queue& q, const hash_group_args& a);
+
+// The kernel text for keys of key_bytes (1, 2, 4, 8) and the value columns (not read):
+// "hg_insert", "hg_compact", "hg_emit", and "hg_conv<j>" for float min/max column j whose
+// result type differs from its input's.
+std::string hash_group_source(std::uint32_t key_bytes, const std::vector<run_value>& values);
+
+}  // namespace kiln::detail
