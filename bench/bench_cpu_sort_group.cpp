@@ -18,7 +18,7 @@
 // float sum is exact in any order and the results compare exactly):
 //   group sum+count       kiln: zip(keys, vals) | group_by(_1) | aggregate(sum(_2), count())
 //                         | to_buffer() (sorted by key); omp_hash+sort: hand-written OpenMP hash
-//                         aggregation (omp_hash_agg below) then __gnu_parallel::sort by key, with
+//                         aggregation (omp_hash_agg below) then a sort by key (sort_groups), with
 //                         the two parts also reported alone (omp_hash, omp_sort_part); seq:
 //                         std::unordered_map, then std::sort by key.
 // G: counts or n/K (default 1000, 1000000, n/4). Sequential rows only up to --seq-max rows.
