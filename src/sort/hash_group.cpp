@@ -200,7 +200,8 @@ std::string result(const run_value& v, std::size_t j) {
   }
 }
 
-std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values) {
+std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
+                        std::uint32_t local_slots) {
   const bool wide = kb == 8;
   std::string s = cat("#define HG_MAG ",
                       kb == 4   ? "0x7FFFFFFFu"
@@ -254,51 +255,117 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values) 
         "    for (uint64_t ",
         var, " = base; ", var, " < end; ++", var, ") {\n", body, "    }\n  }\n");
   };
-  const std::string flush =
-      cat("{\n", each([](const run_value& v, std::size_t j) {
-            return cat("        ", flush_op(v), "(&a", num(j), "[slot], r", num(j), ");\n");
-          }),
-          "      }\n");
-
-  s += cat(
-      "KILN_KERNEL void hg_insert(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint64_t span, "
-      "uint64_t stride, int32_t kind, KILN_GLOBAL uint64_t* slots, uint64_t mask, "
-      "uint64_t max_groups, KILN_GLOBAL uint64_t* meta",
-      vin, accs(false),
-      ") {\n"
+  // The run's accumulators r<j> into accumulator array `to`<j> at `at` with `how`.
+  auto fold_into = [&](const std::string& to, const std::string& at, const std::string& indent) {
+    return each([&](const run_value& v, std::size_t j) {
+      return cat(indent, flush_op(v), "(&", to, num(j), "[", at, "], r", num(j), ");\n");
+    });
+  };
+  // Row i: canonical key, float key notes, then the run it continues or starts (flushing the
+  // one before with `flush`; `give_up` when the table gives up).
+  auto row = [&](const std::string& flush, const std::string& give_up) {
+    return cat(
+        "      const KEY_T raw = keys[i];\n"
+        "      const uint64_t k = hg_canon(raw, kind);\n"
+        "      if (kind == 2) {\n"
+        "        if (k == HG_NAN) {\n"
+        "          if (!saw_nan) kiln_atomic_min(&meta[3], i);\n"
+        "          saw_nan = true;\n"
+        "        } else if (k == 0 && raw != 0) {\n"
+        "          if (!saw_neg) kiln_atomic_or(&meta[2], (uint64_t)1);\n"
+        "          saw_neg = true;\n"
+        "        }\n"
+        "      }\n"
+        "      if (have && k == last) {\n",
+        each([](const run_value& v, std::size_t j) {
+          const std::string r = cat("r", num(j));
+          return cat("        ", r, " = ", comb(v, r, start(v, j, "i")), ";\n");
+        }),
+        "      } else {\n"
+        "        if (have) {\n",
+        flush,
+        "        }\n"
+        "        slot = meta[1] != 0 ? HG_NONE : hg_find(slots, mask, k, max_groups, meta);\n"
+        "        if (slot == HG_NONE) ",
+        give_up,
+        "  // given up: the result is not read\n"
+        "        last = k;\n"
+        "        have = true;\n",
+        each([](const run_value& v, std::size_t j) {
+          return cat("        r", num(j), " = ", start(v, j, "i"), ";\n");
+        }),
+        "      }\n");
+  };
+  const std::string insert_params = cat(
+      "(KILN_GLOBAL const KEY_T* keys, uint64_t n, uint64_t span, uint64_t stride, int32_t kind, "
+      "KILN_GLOBAL uint64_t* slots, uint64_t mask, uint64_t max_groups, KILN_GLOBAL uint64_t* meta",
+      vin, accs(false), ")");
+  const std::string run_state = cat(
       "  uint64_t last = 0, slot = HG_NONE;\n"
       "  bool have = false, saw_nan = false, saw_neg = false;\n",
-      each([](const run_value&, std::size_t j) { return cat("  uint64_t r", num(j), " = 0;\n"); }),
-      rows("i", "n",
-           cat("      const KEY_T raw = keys[i];\n"
-               "      const uint64_t k = hg_canon(raw, kind);\n"
-               "      if (kind == 2) {\n"
-               "        if (k == HG_NAN) {\n"
-               "          if (!saw_nan) kiln_atomic_min(&meta[3], i);\n"
-               "          saw_nan = true;\n"
-               "        } else if (k == 0 && raw != 0) {\n"
-               "          if (!saw_neg) kiln_atomic_or(&meta[2], (uint64_t)1);\n"
-               "          saw_neg = true;\n"
-               "        }\n"
-               "      }\n"
-               "      if (have && k == last) {\n",
-               each([](const run_value& v, std::size_t j) {
-                 const std::string r = cat("r", num(j));
-                 return cat("        ", r, " = ", comb(v, r, start(v, j, "i")), ";\n");
-               }),
-               "      } else {\n"
-               "        if (have) ",
-               flush,
-               "        if (meta[1] != 0) return;  // given up: the result is not read\n"
-               "        slot = hg_find(slots, mask, k, max_groups, meta);\n"
-               "        if (slot == HG_NONE) return;\n"
-               "        last = k;\n"
-               "        have = true;\n",
-               each([](const run_value& v, std::size_t j) {
-                 return cat("        r", num(j), " = ", start(v, j, "i"), ";\n");
-               }),
-               "      }\n")),
-      "  if (have) ", flush, "}\n\n");
+      each([](const run_value&, std::size_t j) { return cat("  uint64_t r", num(j), " = 0;\n"); }));
+  const std::string global_flush = fold_into("a", "slot", "          ");
+  s += cat("KILN_KERNEL void hg_insert", insert_params, " {\n", run_state,
+           rows("i", "n", row(global_flush, "return;")), "  if (have) {\n", global_flush,
+           "  }\n}\n\n");
+
+  // GPUs: each work-group folds its runs into a table of HG_LS entries in local memory, keyed
+  // by the global slot (so no key is compared twice), then adds that table to the global one.
+  // A run whose slot finds no local entry within HG_LPROBE probes goes to the global table.
+  // Rows: a grid-stride loop (span 1); every item reaches both barriers.
+  if (local_slots && !values.empty()) {
+    const std::string local_flush =
+        cat("          uint64_t h = slot & (HG_LS - 1);\n"
+            "          bool placed = false;\n"
+            "          for (uint32_t p = 0; p < HG_LPROBE && !placed; ++p) {\n"
+            "            uint64_t cur = lslot[h];\n"
+            "            if (cur == 0) {\n"
+            "              cur = kiln_atomic_cas(&lslot[h], (uint64_t)0, slot + 1);\n"
+            "              if (cur == 0) cur = slot + 1;\n"
+            "            }\n"
+            "            if (cur == slot + 1) {\n",
+            fold_into("la", "h", "              "),
+            "              placed = true;\n"
+            "            }\n"
+            "            h = (h + 1) & (HG_LS - 1);\n"
+            "          }\n"
+            "          if (!placed) {\n",
+            fold_into("a", "slot", "            "), "          }\n");
+    s += cat(
+        "#define HG_LS ", num(local_slots), "\n#define HG_LPROBE 16\n#define HG_B ",
+        num(hash_policy.gpu_group), "\n", "KILN_KERNEL void hg_insert_local", insert_params, " {\n",
+        "  KILN_LOCAL uint64_t lslot[HG_LS];\n", each([](const run_value&, std::size_t j) {
+          return cat("  KILN_LOCAL uint64_t la", num(j), "[HG_LS];\n");
+        }),
+        "  const uint32_t t = (uint32_t)kiln_local_id(0);\n"
+        "  for (uint32_t e = t; e < HG_LS; e += HG_B) {\n"
+        "    lslot[e] = 0;\n",
+        each([](const run_value& v, std::size_t j) {
+          const bool high = v.op == run_op::min || v.op == run_op::first;
+          return cat("    la", num(j), "[e] = ", high ? "~0ull" : "0ull", ";\n");
+        }),
+        "  }\n"
+        "  kiln_barrier();\n"
+        "  {\n",
+        run_state,
+        "  bool dead = false;\n"
+        "  for (uint64_t i = kiln_global_id(0); i < n && !dead; i += stride) {\n",
+        row(local_flush,
+            "{\n          dead = true;\n          have = false;\n          continue;\n        }"),
+        "  }\n"
+        "  if (have) {\n",
+        local_flush,
+        "  }\n"
+        "  }\n"
+        "  kiln_barrier();\n"
+        "  for (uint32_t e = t; e < HG_LS; e += HG_B) {\n"
+        "    const uint64_t s1 = lslot[e];\n"
+        "    if (s1 == 0) continue;\n",
+        each([](const run_value& v, std::size_t j) {
+          return cat("    ", flush_op(v), "(&a", num(j), "[s1 - 1], la", num(j), "[e]);\n");
+        }),
+        "  }\n}\n\n");
+  }
 
   // Slot ids fit 32 bits (max_groups <= 2^30).
   s +=
@@ -442,8 +509,9 @@ bool hash_group_exact(const run_value& v) {
   }
 }
 
-std::string hash_group_source(std::uint32_t key_bytes, const std::vector<run_value>& values) {
-  std::string sig = num(key_bytes);
+std::string hash_group_source(std::uint32_t key_bytes, const std::vector<run_value>& values,
+                              std::uint32_t local_slots) {
+  std::string sig = cat(num(key_bytes), "/", num(local_slots));
   for (const run_value& v : values)
     sig += cat(",", num(int(v.op)), ":", v.op == run_op::count ? "-" : num(int(v.type)), ":",
                num(int(v.out_type)));
@@ -451,7 +519,7 @@ std::string hash_group_source(std::uint32_t key_bytes, const std::vector<run_val
   static std::map<std::string, std::string> cache;
   std::lock_guard lock(mu);
   auto it = cache.find(sig);
-  if (it == cache.end()) it = cache.emplace(sig, instantiate(key_bytes, values)).first;
+  if (it == cache.end()) it = cache.emplace(sig, instantiate(key_bytes, values, local_slots)).first;
   return it->second;
 }
 
@@ -518,7 +586,27 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
     fill(qi, *acc.back().mem, 0, high ? &ones : &zero, 8, slots_n);
   }
 
-  const program prog = program::compile(dev, hash_group_source(kb, a.values), {}, check_mode::off);
+  // The tiled path: the largest local table of (1 + columns) words per entry that fits.
+  const hash_group_policy& p = hash_policy;
+  const std::uint64_t entry = 8 * (1 + k);
+  const std::uint32_t local_slots = static_cast<std::uint32_t>(
+      std::bit_floor(std::min<std::uint64_t>(p.local_slots_max, p.local_bytes / entry)));
+  std::string lacks;
+  if (k == 0)
+    lacks = "aggregates (keys only)";
+  else if (!dev.supports(feature::barrier))
+    lacks = "kiln::feature::barrier";
+  else if (info.max_work_group_size && info.max_work_group_size < p.gpu_group)
+    lacks = cat("work-groups of ", num(p.gpu_group), " items");
+  else if (local_slots < p.gpu_group ||
+           (info.local_mem_bytes && info.local_mem_bytes < local_slots * entry))
+    lacks = cat("a local table of ", num(p.gpu_group), " entries of ", num(entry), " bytes");
+  if (a.path == radix_path::tiled && !lacks.empty())
+    throw unsupported(fn + ": the tiled kernel needs " + lacks + ", which " + dev.id() + " lacks");
+  const bool tiled =
+      a.path == radix_path::tiled || (a.path == radix_path::automatic && lacks.empty() && !cpu);
+  const program prog = program::compile(
+      dev, hash_group_source(kb, a.values, tiled ? local_slots : 0), {}, check_mode::off);
   const local_size one(1), group(hash_policy.gpu_group);
   const range* loc = cpu ? &one : &group;
   auto inputs = [&](std::vector<arg_binding>& b, std::uint64_t rows) {
@@ -531,7 +619,13 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
     for (const sort_operand& x : acc) b.push_back(array(x, scalar_type::u64, is_const, slots_n));
   };
   {
-    const spread sp = spread_of(info, cpu, n);
+    spread sp = spread_of(info, cpu, n);
+    if (tiled) {  // whole work-groups, a grid-stride loop
+      const std::uint64_t units = std::max<std::uint32_t>(info.compute_units, 1);
+      const std::uint64_t groups_n = std::min<std::uint64_t>((n + p.gpu_group - 1) / p.gpu_group,
+                                                             units * p.local_groups_per_unit);
+      sp = {groups_n * p.gpu_group, 1, groups_n * p.gpu_group};
+    }
     std::vector<arg_binding> b = {array(a.keys, kt, true, n),
                                   bind_arg(n),
                                   bind_arg(sp.span),
@@ -543,7 +637,8 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
                                   array(meta, scalar_type::u64, false, 5)};
     inputs(b, n);
     accs(b, false);
-    launch(*prog.get_kernel("hg_insert").impl(), qi, range(sp.items), loc, b.data(), b.size());
+    launch(*prog.get_kernel(tiled ? "hg_insert_local" : "hg_insert").impl(), qi, range(sp.items),
+           tiled ? &group : loc, b.data(), b.size());
   }
   // The one host wait: the group count sizes the rest, or the table gave up.
   std::uint64_t m[2] = {0, 0};

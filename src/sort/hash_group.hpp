@@ -40,6 +40,10 @@ struct hash_group_args {
   sort_operand keys;              // any order
   std::vector<run_value> values;  // each hash_group_exact (else kiln::invalid_argument)
   std::uint64_t max_groups = 0;   // 0: the policy's default; more distinct keys -> gives up
+  // Tuning and tests: tiled folds each work-group's runs in a table in local memory first
+  // (needs kiln::feature::barrier; automatic takes it on GPUs that can, with aggregates);
+  // chunked goes to the global table directly.
+  radix_path path = radix_path::automatic;
 };
 
 // done == false: more than max_groups distinct keys; nothing else is valid, the caller sorts
@@ -63,6 +67,11 @@ struct hash_group_policy {
   std::uint32_t cpu_chunks_per_unit = 2;
   std::uint32_t gpu_items_per_unit = 2048;
   std::uint32_t gpu_group = 256;
+  // Tiled path: up to local_slots_max entries of (1 + columns) words, at most local_bytes
+  // (CUDA's static shared limit), in local_groups_per_unit work-groups per compute unit.
+  std::uint32_t local_slots_max = 2048;
+  std::uint32_t local_bytes = 49152;
+  std::uint32_t local_groups_per_unit = 4;
 };
 inline constexpr hash_group_policy hash_policy{};
 
@@ -74,8 +83,10 @@ inline constexpr hash_group_policy hash_policy{};
 hash_group_result hash_group(queue& q, const hash_group_args& a);
 
 // The kernel text for keys of key_bytes (1, 2, 4, 8) and the value columns (not read):
-// "hg_insert", "hg_compact", "hg_emit", and "hg_conv<j>" for float min/max column j whose
-// result type differs from its input's.
-std::string hash_group_source(std::uint32_t key_bytes, const std::vector<run_value>& values);
+// "hg_insert", "hg_compact", "hg_emit", "hg_conv<j>" for float min/max column j whose result
+// type differs from its input's, and with local_slots (a power of two >= 256) and columns,
+// "hg_insert_local" (local memory and barriers).
+std::string hash_group_source(std::uint32_t key_bytes, const std::vector<run_value>& values,
+                              std::uint32_t local_slots = 0);
 
 }  // namespace kiln::detail

@@ -109,6 +109,8 @@ std::vector<run_value> columns(const std::vector<sort_operand>& in) {
 
 class HashGroupTest : public conformance::DeviceTest {
  protected:
+  kiln::detail::radix_path path_ = kiln::detail::radix_path::automatic;
+
   // `distinct` keys of type K (fewer where the type has fewer), specials included.
   template <class K>
   static std::vector<stored<K>> pool(std::uint64_t distinct, std::mt19937_64& rng) {
@@ -212,6 +214,7 @@ class HashGroupTest : public conformance::DeviceTest {
     a.key_type = kiln::scalar_type_of<K>;
     a.n = n;
     a.keys = operand(kb);
+    a.path = path_;
     if (!keys_only)
       a.values =
           columns({operand(bi), operand(bf), operand(bd), operand(bl), operand(bu), operand(bb)});
@@ -337,6 +340,21 @@ TEST_P(HashGroupTest, FloatKeysWithNanZerosAndInfinities) {
   check<float>(nans, values_of(nans.size(), rng));
 }
 
+// The local-memory kernel (GPUs by default; PoCL here): groups that fit the work-group's table,
+// and more than fit it (runs that find no local entry go to the global table).
+TEST_P(HashGroupTest, TiledKernelWhereBarriersExist) {
+  KILN_REQUIRE_FEATURE(dev(), barrier, "the tiled kernel uses local memory and barriers");
+  path_ = kiln::detail::radix_path::tiled;
+  const std::uint64_t n = size_for(30000, 2000003);
+  std::uint64_t seed = 10;
+  for (std::uint64_t d : {1, 7, 1000, 5000}) {
+    check_draws<std::int32_t>(n, d, false, seed++);
+    check_draws<double>(n, d, d == 7, seed++);
+  }
+  check_draws<std::uint64_t>(n, 300, false, seed++);
+  check_draws<bool>(n, 2, true, seed++);
+}
+
 TEST_P(HashGroupTest, KeysOnlyAndEmpty) {
   std::mt19937_64 rng(4);
   const std::vector<std::uint32_t> p = pool<std::uint32_t>(1000, rng);
@@ -424,6 +442,11 @@ TEST(HashGroupCompile, CudaDialectOfTheTexts) {
     EXPECT_NO_THROW(
         conformance::compile_everywhere(kiln::detail::hash_group_source(kb, columns(none))));
   EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::hash_group_source(4, {})));
+  // The local-memory kernel: 15 columns in 256 entries, one column in 2048.
+  EXPECT_NO_THROW(
+      conformance::compile_everywhere(kiln::detail::hash_group_source(4, columns(none), 256)));
+  EXPECT_NO_THROW(conformance::compile_everywhere(
+      kiln::detail::hash_group_source(8, {columns(none)[0]}, 2048)));
 }
 
 KILN_INSTANTIATE_PER_DEVICE(HashGroupTest);
