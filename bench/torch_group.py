@@ -28,10 +28,10 @@ def median_ms(fn, sync, runs):
 
 def keys(torch, n, rng, seed, dtype):
     i = torch.arange(n, device="cuda", dtype=torch.int64)
-    # Same hash as bench_group (mod 2^64 arithmetic, as uint64 wraps).
-    mul = 6364136223846793005 - 2**64
+    # Same hash as bench_group: int64 arithmetic wraps as uint64's does (both constants fit).
+    mul = 6364136223846793005
     add = 1442695040888963407 + seed
-    h = i * mul + add  # int64 wraps like uint64
+    h = i * mul + add
     h = (h >> 17) & ((1 << 47) - 1)
     return (h % rng).to(dtype)
 

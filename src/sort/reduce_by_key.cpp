@@ -586,6 +586,8 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
     b.push_back(bind_arg(tot));
     launch(*prog.get_kernel("rbk_part").impl(), qi, part_range, part_loc, b.data(), b.size());
   }
+  // The scan's kernels run in work-groups of one: the program's tiled kernels use barriers, so
+  // a launch of it must give whole work-groups, and these ranges are small and arbitrary.
   const kernel k_up = prog.get_kernel("rbk_up"), k_down = prog.get_kernel("rbk_down");
   for (std::size_t l = 0; l + 1 < count.size(); ++l) {
     arg_binding b[] = {array(st, scalar_type::u64, false, fields * tot),
@@ -594,7 +596,7 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
                        bind_arg(count[l]),
                        bind_arg(fan),
                        bind_arg(at[l + 1])};
-    launch(*k_up.impl(), qi, range(count[l + 1]), loc, b, std::size(b));
+    launch(*k_up.impl(), qi, range(count[l + 1]), &one, b, std::size(b));
   }
   for (std::size_t l = count.size(); l-- > 0;) {
     const bool top = l + 1 == count.size();
@@ -606,7 +608,7 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
                        bind_arg(top ? std::uint64_t(0) : at[l + 1]),
                        array(runs_at, scalar_type::u64, false, 1),
                        bind_arg(std::int32_t(top))};
-    launch(*k_down.impl(), qi, range(top ? 1 : count[l + 1]), loc, b, std::size(b));
+    launch(*k_down.impl(), qi, range(top ? 1 : count[l + 1]), &one, b, std::size(b));
   }
   // The one host wait: the run count sizes the outputs.
   std::uint64_t runs = 0;
