@@ -563,9 +563,9 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
   const device& dev = q.get_device();
   const device_info& info = dev.info();
   const bool cpu = info.type == device_type::cpu;
-  // Distinct keys are at most n: a table for min(max_groups, n) of them.
-  const std::uint64_t cap =
-      std::bit_ceil(std::max<std::uint64_t>(hash_policy.slack * std::min(max_groups, n), 2));
+  // Distinct keys are at most n, and 2^8 (2^16) of 1-byte (2-byte) keys: a table for no more.
+  const std::uint64_t most = std::min({max_groups, n, kb < 4 ? std::uint64_t(1) << (8 * kb) : n});
+  const std::uint64_t cap = std::bit_ceil(std::max<std::uint64_t>(hash_policy.slack * most, 2));
   const std::uint64_t slots_n = cap + 1;  // the last: 64-bit keys equal to "empty"
   const std::uint64_t k = a.values.size();
   const std::int32_t kind = kind_of(a.key_type);

@@ -14,8 +14,10 @@
 //
 // The result equals reduce_by_key's on the stably sorted keys, key bits included (the zero
 // group's key is -0.0 when one occurs, the NaN group's key the first NaN's bits), with one
-// exception: a float min/max that is a NaN has a NaN of its own bits, and min/max of -0.0 and
-// +0.0 give -0.0 and +0.0 (the sort path keeps the first one; they compare equal).
+// exceptions, all between values that compare equal: a float min/max that is a NaN has a NaN
+// of its own bits; min/max of -0.0 and +0.0 give -0.0 and +0.0 (the sort path keeps the first
+// one); `first` of the zero group is its first row by position (the sort path's is its first
+// -0.0 row, as the radix sort puts -0.0 keys before +0.0 keys).
 #pragma once
 
 #include <cstdint>

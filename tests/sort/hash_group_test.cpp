@@ -367,27 +367,32 @@ TEST_P(HashGroupTest, KeysOnlyAndEmpty) {
 
 TEST_P(HashGroupTest, GivesUpAboveMaxGroups) {
   kiln::queue& q = dev().default_queue();
-  for (std::uint64_t distinct : {100, 101, 5000}) {
-    std::vector<std::uint64_t> keys(20000);
-    for (std::size_t i = 0; i < keys.size(); ++i) keys[i] = (i % distinct) * 0x9E3779B97F4A7C15ull;
-    kiln::buffer<std::uint64_t> kb(dev(), keys.size());
-    kb.copy_from(keys);
-    kiln::buffer<std::int32_t> vi(dev(), keys.size());
-    vi.fill(1);
-    hash_group_args a;
-    a.key_type = scalar_type::u64;
-    a.n = keys.size();
-    a.keys = operand(kb);
-    a.values = {{operand(vi), scalar_type::i32, run_op::sum, scalar_type::i64}};
-    a.max_groups = 100;
-    const hash_group_result r = hash_group(q, a);
-    EXPECT_EQ(r.done, distinct <= 100) << distinct << " distinct";
-    if (r.done) {
-      EXPECT_EQ(r.groups.runs, distinct);
-      const auto sums = read<std::int64_t>(q, r.groups.values[0], distinct);
-      EXPECT_EQ(sums[0], 200);
+  std::vector<kiln::detail::radix_path> paths = {kiln::detail::radix_path::chunked};
+  if (dev().supports(kiln::feature::barrier)) paths.push_back(kiln::detail::radix_path::tiled);
+  for (kiln::detail::radix_path path : paths)
+    for (std::uint64_t distinct : {100, 101, 5000}) {
+      std::vector<std::uint64_t> keys(20000);
+      for (std::size_t i = 0; i < keys.size(); ++i)
+        keys[i] = (i % distinct) * 0x9E3779B97F4A7C15ull;
+      kiln::buffer<std::uint64_t> kb(dev(), keys.size());
+      kb.copy_from(keys);
+      kiln::buffer<std::int32_t> vi(dev(), keys.size());
+      vi.fill(1);
+      hash_group_args a;
+      a.key_type = scalar_type::u64;
+      a.n = keys.size();
+      a.keys = operand(kb);
+      a.values = {{operand(vi), scalar_type::i32, run_op::sum, scalar_type::i64}};
+      a.max_groups = 100;
+      a.path = path;
+      const hash_group_result r = hash_group(q, a);
+      EXPECT_EQ(r.done, distinct <= 100) << distinct << " distinct, path " << int(path);
+      if (r.done) {
+        EXPECT_EQ(r.groups.runs, distinct);
+        const auto sums = read<std::int64_t>(q, r.groups.values[0], distinct);
+        EXPECT_EQ(sums[0], 200);
+      }
     }
-  }
 }
 
 TEST_P(HashGroupTest, BadInputIsRefusedClearly) {
