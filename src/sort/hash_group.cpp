@@ -283,12 +283,13 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
         }),
         "      } else {\n"
         "        if (have) {\n",
-        flush,
-        "        }\n"
-        "        slot = meta[1] != 0 ? HG_NONE : hg_find(slots, mask, k, max_groups, meta);\n"
-        "        if (slot == HG_NONE) ",
-        give_up,
-        "  // given up: the result is not read\n"
+        flush, "        }\n",
+        give_up.empty()
+            ? ""
+            : cat("        slot = meta[1] != 0 ? HG_NONE : hg_find(slots, mask, k, max_groups, "
+                  "meta);\n"
+                  "        if (slot == HG_NONE) ",
+                  give_up, "  // given up: the result is not read\n"),
         "        last = k;\n"
         "        have = true;\n",
         each([](const run_value& v, std::size_t j) {
@@ -309,62 +310,80 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
            rows("i", "n", row(global_flush, "return;")), "  if (have) {\n", global_flush,
            "  }\n}\n\n");
 
-  // GPUs: each work-group folds its runs into a table of HG_LS entries in local memory, keyed
-  // by the global slot (so no key is compared twice), then adds that table to the global one.
-  // A run whose slot finds no local entry within HG_LPROBE probes goes to the global table.
-  // Rows: a grid-stride loop (span 1); every item reaches both barriers.
+  // GPUs: each work-group folds its runs into a table of HG_LS keys in local memory (claimed
+  // as the global table's are; no global access per row), then adds each entry to its slot in
+  // the global table. The item that claims an entry finds its global slot at once (lslot):
+  // finding it after the barrier instead lost every claim on PoCL 5 (CPU), as with the PoCL
+  // fault reduce_by_key.cpp describes. A run whose key finds no local entry within HG_LPROBE probes
+  // (and a 64-bit key equal to "empty") goes to the global table at once. Rows: a grid-stride loop
+  // (span 1); every item reaches both barriers.
   if (local_slots && !values.empty()) {
+    const std::string lword = wide ? "last" : "(last | ((uint64_t)1 << 32))";
     const std::string local_flush =
-        cat("          uint64_t h = slot & (HG_LS - 1);\n"
+        cat("          const uint64_t lw = ", lword,
+            ";\n"
             "          bool placed = false;\n"
-            "          for (uint32_t p = 0; p < HG_LPROBE && !placed; ++p) {\n"
-            "            uint64_t cur = lslot[h];\n"
-            "            if (cur == 0) {\n"
-            "              cur = kiln_atomic_cas(&lslot[h], (uint64_t)0, slot + 1);\n"
-            "              if (cur == 0) cur = slot + 1;\n"
+            "          uint64_t h = hg_mix(last) & (HG_LS - 1);\n"
+            "          for (uint32_t p = 0; p < HG_LPROBE && !placed && lw != HG_EMPTY; ++p) {\n"
+            "            uint64_t cur = lkey[h];\n"
+            "            if (cur == HG_EMPTY) {\n"
+            "              cur = kiln_atomic_cas(&lkey[h], (uint64_t)HG_EMPTY, lw);\n"
+            "              if (cur == HG_EMPTY) {  // claimed: its global slot, for the end\n"
+            "                cur = lw;\n"
+            "                lslot[h] = meta[1] != 0 ? HG_NONE : hg_find(slots, mask, last, "
+            "max_groups, meta);\n"
+            "                if (lslot[h] == HG_NONE) dead = true;\n"
+            "              }\n"
             "            }\n"
-            "            if (cur == slot + 1) {\n",
+            "            if (cur == lw) {\n",
             fold_into("la", "h", "              "),
             "              placed = true;\n"
             "            }\n"
             "            h = (h + 1) & (HG_LS - 1);\n"
             "          }\n"
-            "          if (!placed) {\n",
-            fold_into("a", "slot", "            "), "          }\n");
-    s += cat(
-        "#define HG_LS ", num(local_slots), "\n#define HG_LPROBE 16\n#define HG_B ",
-        num(hash_policy.gpu_group), "\n", "KILN_KERNEL void hg_insert_local", insert_params, " {\n",
-        "  KILN_LOCAL uint64_t lslot[HG_LS];\n", each([](const run_value&, std::size_t j) {
-          return cat("  KILN_LOCAL uint64_t la", num(j), "[HG_LS];\n");
-        }),
-        "  const uint32_t t = (uint32_t)kiln_local_id(0);\n"
-        "  for (uint32_t e = t; e < HG_LS; e += HG_B) {\n"
-        "    lslot[e] = 0;\n",
-        each([](const run_value& v, std::size_t j) {
-          const bool high = v.op == run_op::min || v.op == run_op::first;
-          return cat("    la", num(j), "[e] = ", high ? "~0ull" : "0ull", ";\n");
-        }),
-        "  }\n"
-        "  kiln_barrier();\n"
-        "  {\n",
-        run_state,
-        "  bool dead = false;\n"
-        "  for (uint64_t i = kiln_global_id(0); i < n && !dead; i += stride) {\n",
-        row(local_flush,
-            "{\n          dead = true;\n          have = false;\n          continue;\n        }"),
-        "  }\n"
-        "  if (have) {\n",
-        local_flush,
-        "  }\n"
-        "  }\n"
-        "  kiln_barrier();\n"
-        "  for (uint32_t e = t; e < HG_LS; e += HG_B) {\n"
-        "    const uint64_t s1 = lslot[e];\n"
-        "    if (s1 == 0) continue;\n",
-        each([](const run_value& v, std::size_t j) {
-          return cat("    ", flush_op(v), "(&a", num(j), "[s1 - 1], la", num(j), "[e]);\n");
-        }),
-        "  }\n}\n\n");
+            "          if (!placed) {\n"
+            "            slot = meta[1] != 0 ? HG_NONE : hg_find(slots, mask, last, max_groups, "
+            "meta);\n"
+            "            if (slot == HG_NONE) {\n"
+            "              dead = true;  // given up: the result is not read\n"
+            "            } else {\n",
+            fold_into("a", "slot", "              "),
+            "            }\n"
+            "          }\n");
+    s += cat("#define HG_LS ", num(local_slots), "\n#define HG_LPROBE 16\n#define HG_B ",
+             num(hash_policy.gpu_group), "\n", "KILN_KERNEL void hg_insert_local", insert_params,
+             " {\n", "  KILN_LOCAL uint64_t lkey[HG_LS];\n  KILN_LOCAL uint64_t lslot[HG_LS];\n",
+             each([](const run_value&, std::size_t j) {
+               return cat("  KILN_LOCAL uint64_t la", num(j), "[HG_LS];\n");
+             }),
+             "  const uint32_t t = (uint32_t)kiln_local_id(0);\n"
+             "  for (uint32_t e = t; e < HG_LS; e += HG_B) {\n"
+             "    lkey[e] = HG_EMPTY;\n    lslot[e] = HG_NONE;\n",
+             each([](const run_value& v, std::size_t j) {
+               const bool high = v.op == run_op::min || v.op == run_op::first;
+               return cat("    la", num(j), "[e] = ", high ? "~0ull" : "0ull", ";\n");
+             }),
+             "  }\n"
+             "  kiln_barrier();\n"
+             "  {\n",
+             run_state,
+             "  bool dead = false;\n"
+             "  for (uint64_t i = kiln_global_id(0); i < n && !dead; i += stride) {\n",
+             row(local_flush, ""),
+             "  }\n"
+             "  if (have && !dead) {\n",
+             local_flush,
+             "  }\n"
+             "  }\n"
+             "  kiln_barrier();\n"
+             "  for (uint32_t e = t; e < HG_LS; e += HG_B) {\n"
+             "    const uint64_t slot = lslot[e];\n"
+             "    if (lkey[e] != HG_EMPTY && slot != HG_NONE) {\n",
+             each([](const run_value& v, std::size_t j) {
+               return cat("      ", flush_op(v), "(&a", num(j), "[slot], la", num(j), "[e]);\n");
+             }),
+             "    }\n"
+             "  }\n}\n\n");
   }
 
   // Slot ids fit 32 bits (max_groups <= 2^30).
@@ -588,7 +607,7 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
 
   // The tiled path: the largest local table of (1 + columns) words per entry that fits.
   const hash_group_policy& p = hash_policy;
-  const std::uint64_t entry = 8 * (1 + k);
+  const std::uint64_t entry = 8 * (2 + k);  // key, global slot, accumulators
   const std::uint32_t local_slots = static_cast<std::uint32_t>(
       std::bit_floor(std::min<std::uint64_t>(p.local_slots_max, p.local_bytes / entry)));
   std::string lacks;
