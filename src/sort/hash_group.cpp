@@ -6,6 +6,9 @@
 //               linear probing, and folds the rows of a run of equal keys locally, flushing
 //               each run with one atomic per column (integer add in 64 bits; min/max on the
 //               value's order-preserving integer image; first: atomic min of the position);
+//   hg_insert_local  (GPUs) the same, but each work-group folds its runs into a table in local
+//               memory first and adds it to the global table at its end (one global atomic per
+//               column per key per work-group, not per run);
 //   hg_compact  the occupied slots -> (key, slot) pairs, in any order;
 //   (radix sort of those pairs by key: the order is fixed by the distinct keys alone)
 //   hg_emit     each group's key and aggregates, gathered from its slot.
