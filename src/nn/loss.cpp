@@ -2,91 +2,26 @@
 // cross-entropy as one recorded function with PyTorch's closed-form gradient.
 #include "kiln/nn/loss.hpp"
 
-#include <mutex>
 #include <vector>
 
 #include "tensor/autocast_rules.hpp"
+#include "tensor/deferred_check.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln::nn {
 namespace {
 
-// cross_entropy's label-range check without a host wait on accelerators: the count of bad
-// labels is copied into pinned memory on the default queue, and a later call reports it, as a
-// GPU framework's device-side assert does. Reading it back at once would stop the host every
-// training step (and, data-parallel, tie every rank to the others' previous step: issue 23).
-// A check is reported by the first later call that finds it done, and at the latest by the
-// call `max_lag` calls later, which waits for it: errors arrive within a few steps.
-struct label_check {
-  device dev;
-  pinned_buffer<std::int64_t> bad;
-  event done;
-  std::int64_t classes;
-  std::uint64_t call;
-};
-constexpr std::uint64_t max_lag = 2;
-
-struct label_checks {
-  std::mutex mu;
-  std::vector<label_check> pending;
-  std::uint64_t calls = 0;
-};
-label_checks& checks() {
-  static auto* c = new label_checks;  // never destroyed: pinned memory outlives static dtors
-  return *c;
-}
-
-// Throws for the first finished (or overdue) check of dev that found bad labels.
-void report_checks(const device& dev, std::uint64_t now) {
-  std::vector<label_check> ready;
-  {
-    label_checks& c = checks();
-    std::lock_guard lock(c.mu);
-    for (auto it = c.pending.begin(); it != c.pending.end();) {
-      if (it->dev == dev && (it->call + max_lag <= now || it->done.done())) {
-        ready.push_back(std::move(*it));
-        it = c.pending.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  for (label_check& r : ready) r.done.wait();  // all: their pinned slots are freed below
-  for (label_check& r : ready)
-    if (const std::int64_t bad = r.bad.data()[0])
-      throw invalid_argument("kiln::nn::cross_entropy: " + std::to_string(bad) +
-                             " label(s) outside [0, " + std::to_string(r.classes) +
-                             ") in an earlier call on " + dev.id() +
-                             " (checked on the device, reported by a later call)");
-}
-
+// cross_entropy's label-range check: at once on the CPU backend; on accelerators without a
+// host wait, reported by a later call (tensor/deferred_check.hpp), as a GPU framework's
+// device-side assert: reading it back at once would stop the host every training step.
 void check_labels(const tensor& y, std::int64_t c) {
-  const device dev = y.get_device();
   const tensor bad = ((y < std::int64_t(0)) + (y >= c)).sum().to(scalar_type::i64);
-  const auto fail_now = [&](std::int64_t n) {
-    if (n)
-      throw invalid_argument("kiln::nn::cross_entropy: " + std::to_string(n) +
-                             " label(s) outside [0, " + std::to_string(c) + ")");
+  const auto what = [c](std::int64_t n) {
+    return "kiln::nn::cross_entropy: " + std::to_string(n) + " label(s) outside [0, " +
+           std::to_string(c) + ")";
   };
-  if (dev.info().type == device_type::cpu) return fail_now(bad.item<std::int64_t>());
-  label_checks& lc = checks();
-  std::uint64_t now;
-  {
-    std::lock_guard lock(lc.mu);
-    now = ++lc.calls;
-  }
-  report_checks(dev, now);
-  const tensor b = bad.eval();
-  const detail::tensor_impl& s = *b.impl();
-  if (s.kind != detail::tensor_kind::stored || !s.mem) return fail_now(b.item<std::int64_t>());
-  label_check pc{dev, pinned_buffer<std::int64_t>(dev, 1), event(nullptr), c, now};
-  queue& q = dev.default_queue();
-  detail::copy_d2h(*q.impl(), pc.bad.data(), *s.mem,
-                   static_cast<std::uint64_t>(s.offset) * sizeof(std::int64_t),
-                   sizeof(std::int64_t));
-  pc.done = q.record();
-  std::lock_guard lock(lc.mu);
-  lc.pending.push_back(std::move(pc));
+  if (y.get_device().info().type == device_type::cpu || !detail::defer_count_check(bad, what))
+    if (const std::int64_t n = bad.item<std::int64_t>()) throw invalid_argument(what(n));
 }
 
 tensor reduce(const tensor& l, const std::string& reduction, const char* fn) {

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -15,6 +14,7 @@
 #include "kiln/buffer.hpp"
 #include "tensor/build.hpp"
 #include "tensor/convert.hpp"
+#include "tensor/deferred_check.hpp"
 #include "tensor/indexing_kernels.hpp"
 #include "tensor/shape.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -67,104 +67,17 @@ void check_range_now(const char* fn, const tensor& bad, const tensor& index, std
                          " at flat position " + std::to_string(at));
 }
 
-// The range check without a host wait on accelerators, as nn::cross_entropy's labels
-// (src/nn/loss.cpp): the count of bad indices is copied into pinned memory on the default
-// queue, and a later checked call on that device reports it, as a GPU framework's device-side
-// assert does. Meanwhile the kernels stay inside the tensors (a bad index gathers zeros and adds
-// nothing to a gradient). A check is reported by the first later call that finds it done, and
-// at the latest by the call `max_lag` calls later, which waits for it. Reading it back at once
-// would stop the host every step and keep a step out of a CUDA graph.
-struct range_check {
-  device dev;
-  pinned_buffer<std::int64_t> bad;
-  event done;
-  const char* fn;
-  std::int64_t bound;
-  std::uint64_t call;
-};
-constexpr std::uint64_t max_lag = 2;
-
-struct range_checks {
-  std::mutex mu;
-  std::vector<range_check> pending;
-  // Finished checks' pinned slots, reused: a pinned allocation costs far more than the check.
-  std::vector<std::pair<device, pinned_buffer<std::int64_t>>> spare;
-  std::uint64_t calls = 0;
-};
-range_checks& checks() {
-  static auto* c = new range_checks;  // never destroyed: pinned memory outlives static dtors
-  return *c;
-}
-
-pinned_buffer<std::int64_t> pinned_slot(const device& dev) {
-  range_checks& c = checks();
-  {
-    std::lock_guard lock(c.mu);
-    for (auto it = c.spare.begin(); it != c.spare.end(); ++it)
-      if (it->first == dev) {
-        pinned_buffer<std::int64_t> b = std::move(it->second);
-        c.spare.erase(it);
-        return b;
-      }
-  }
-  return pinned_buffer<std::int64_t>(dev, 1);
-}
-
-// Throws for the first finished (or overdue) check of dev that found bad indices.
-void report_checks(const device& dev, std::uint64_t now) {
-  std::vector<range_check> ready;
-  range_checks& c = checks();
-  {
-    std::lock_guard lock(c.mu);
-    for (auto it = c.pending.begin(); it != c.pending.end();) {
-      if (it->dev == dev && (it->call + max_lag <= now || it->done.done())) {
-        ready.push_back(std::move(*it));
-        it = c.pending.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-  std::string error;
-  for (range_check& r : ready) {
-    r.done.wait();  // all: their slots are reused
-    if (const std::int64_t bad = r.bad.data()[0]; bad && error.empty())
-      error = out_of_range(r.fn, bad, r.bound) + " in an earlier call on " + dev.id() +
-              " (checked on the device, reported by a later call)";
-  }
-  {
-    std::lock_guard lock(c.mu);
-    for (range_check& r : ready)
-      if (c.spare.size() < 16) c.spare.emplace_back(dev, std::move(r.bad));
-  }
-  if (!error.empty()) throw invalid_argument(error);
-}
-
-// Every index in [0, bound): at once on the host device, deferred elsewhere.
+// Every index in [0, bound): at once on the host device; elsewhere without a host wait, reported
+// by a later call (deferred_check.hpp). Meanwhile the kernels stay inside the tensors (a bad
+// index gathers zeros and adds nothing to a gradient).
 void check_range(const char* fn, const tensor& index, std::int64_t bound) {
   if (index.numel() == 0) return;
   no_grad off;
-  const device dev = index.get_device();
   const tensor bad = ((index < std::int64_t{0}) + (index >= bound)).sum().to(scalar_type::i64);
-  if (dev == device::host()) return check_range_now(fn, bad, index, bound);
-  range_checks& c = checks();
-  std::uint64_t now;
-  {
-    std::lock_guard lock(c.mu);
-    now = ++c.calls;
-  }
-  report_checks(dev, now);
-  const tensor b = bad.eval();
-  const detail::tensor_impl& s = *b.impl();
-  if (s.kind != detail::tensor_kind::stored || !s.mem) return check_range_now(fn, b, index, bound);
-  range_check pc{dev, pinned_slot(dev), event(nullptr), fn, bound, now};
-  queue& q = dev.default_queue();
-  detail::copy_d2h(*q.impl(), pc.bad.data(), *s.mem,
-                   static_cast<std::uint64_t>(s.offset) * sizeof(std::int64_t),
-                   sizeof(std::int64_t));
-  pc.done = q.record();
-  std::lock_guard lock(c.mu);
-  c.pending.push_back(std::move(pc));
+  if (index.get_device() == device::host() ||
+      !detail::defer_count_check(
+          bad, [fn, bound](std::int64_t n) { return out_of_range(fn, n, bound); }))
+    check_range_now(fn, bad, index, bound);
 }
 
 // A stored handle of t (a lazy t is evaluated into new contiguous storage).
