@@ -223,7 +223,8 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
                       : kb == 8 ? "0x8000000000000000ull"
                                 : "0",
                       "\n#define HG_EMPTY ", wide ? "0xFFFFFFFFFFFFFFFFull" : "0ull",
-                      "\n#define HG_NONE 0xFFFFFFFFFFFFFFFFull\n", helpers, find_text(wide));
+                      "\n#define HG_NONE 0xFFFFFFFFFFFFFFFFull\n#define HG_LPROBE 16\n", helpers,
+                      find_text(wide));
   const std::size_t k = values.size();
   auto each = [&](auto&& f) {
     std::string out;
@@ -353,9 +354,9 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
             fold_into("a", "slot", "              "),
             "            }\n"
             "          }\n");
-    s += cat("#define HG_LS ", num(local_slots), "\n#define HG_LPROBE 16\n#define HG_B ",
-             num(hash_policy.gpu_group), "\n", "KILN_KERNEL void hg_insert_local", insert_params,
-             " {\n", "  KILN_LOCAL uint64_t lkey[HG_LS];\n  KILN_LOCAL uint64_t lslot[HG_LS];\n",
+    s += cat("#define HG_LS ", num(local_slots), "\n#define HG_B ", num(hash_policy.gpu_group),
+             "\n", "KILN_KERNEL void hg_insert_local", insert_params, " {\n",
+             "  KILN_LOCAL uint64_t lkey[HG_LS];\n  KILN_LOCAL uint64_t lslot[HG_LS];\n",
              each([](const run_value&, std::size_t j) {
                return cat("  KILN_LOCAL uint64_t la", num(j), "[HG_LS];\n");
              }),
@@ -387,6 +388,84 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
              }),
              "    }\n"
              "  }\n}\n\n");
+  }
+
+  // CPU devices: each work-item (a contiguous chunk) folds its runs into a private table of
+  // HG_PS keys in scratch memory (plain stores: no other item touches it), each entry's global
+  // slot found when it is claimed, then adds its table to the global one. A run whose key finds
+  // no private entry within HG_LPROBE probes goes to the global table at once.
+  if (!values.empty()) {
+    const std::string lword = wide ? "last" : "(last | ((uint64_t)1 << 32))";
+    auto fold_plain = [&](const std::string& indent) {
+      return each([&](const run_value& v, std::size_t j) {
+        const std::string acc = cat("pa", num(j), "[h]"), r = cat("r", num(j));
+        const std::string f = v.op == run_op::max
+                                  ? cat("(", r, " > ", acc, " ? ", r, " : ", acc, ")")
+                              : v.op == run_op::min || v.op == run_op::first
+                                  ? cat("(", r, " < ", acc, " ? ", r, " : ", acc, ")")
+                                  : cat("(", acc, " + ", r, ")");
+        return cat(indent, acc, " = ", f, ";\n");
+      });
+    };
+    const std::string priv_flush = cat(
+        "          const uint64_t lw = ", lword,
+        ";\n"
+        "          bool placed = false;\n"
+        "          uint64_t h = hg_mix(last) & (HG_PS - 1);\n"
+        "          for (uint32_t p = 0; p < HG_LPROBE && !placed && lw != HG_EMPTY; ++p) {\n"
+        "            const uint64_t cur = pkey[h];\n"
+        "            if (cur == HG_EMPTY) {\n"
+        "              pkey[h] = lw;\n"
+        "              pslot[h] = meta[1] != 0 ? HG_NONE : hg_find(slots, mask, last, max_groups, "
+        "meta);\n"
+        "              if (pslot[h] == HG_NONE) dead = true;\n",
+        each([](const run_value&, std::size_t j) {
+          return cat("              pa", num(j), "[h] = r", num(j), ";\n");
+        }),
+        "              placed = true;\n"
+        "            } else if (cur == lw) {\n",
+        fold_plain("              "),
+        "              placed = true;\n"
+        "            }\n"
+        "            h = (h + 1) & (HG_PS - 1);\n"
+        "          }\n"
+        "          if (!placed) {\n"
+        "            slot = meta[1] != 0 ? HG_NONE : hg_find(slots, mask, last, max_groups, "
+        "meta);\n"
+        "            if (slot == HG_NONE) {\n"
+        "              dead = true;  // given up: the result is not read\n"
+        "            } else {\n",
+        fold_into("a", "slot", "              "),
+        "            }\n"
+        "          }\n");
+    s += cat(
+        "#define HG_PS ", num(hash_policy.cpu_private_slots), "\n#define HG_PW ", num(2 + k),
+        "\nKILN_KERNEL void hg_insert_private", insert_params.substr(0, insert_params.size() - 1),
+        ", KILN_GLOBAL uint64_t* scr) {\n"
+        "  const uint64_t g = kiln_global_id(0);\n"
+        "  KILN_GLOBAL uint64_t* pkey = scr + g * HG_PS * HG_PW;\n"
+        "  KILN_GLOBAL uint64_t* pslot = pkey + HG_PS;\n",
+        each([](const run_value&, std::size_t j) {
+          return cat("  KILN_GLOBAL uint64_t* pa", num(j), " = pkey + ", num(2 + j), " * HG_PS;\n");
+        }),
+        "  for (uint32_t e = 0; e < HG_PS; ++e) pkey[e] = HG_EMPTY;\n", run_state,
+        "  bool dead = false;\n"
+        "  for (uint64_t base = g * span; base < n && !dead; base += stride) {\n"
+        "    const uint64_t end = n - base < span ? n : base + span;\n"
+        "    for (uint64_t i = base; i < end && !dead; ++i) {\n",
+        row(priv_flush, ""),
+        "    }\n"
+        "  }\n"
+        "  if (have && !dead) {\n",
+        priv_flush,
+        "  }\n"
+        "  for (uint32_t e = 0; e < HG_PS; ++e) {\n"
+        "    if (pkey[e] == HG_EMPTY || pslot[e] == HG_NONE) continue;\n"
+        "    const uint64_t slot = pslot[e];\n",
+        each([](const run_value& v, std::size_t j) {
+          return cat("    ", flush_op(v), "(&a", num(j), "[slot], pa", num(j), "[e]);\n");
+        }),
+        "  }\n}\n\n");
   }
 
   // Slot ids fit 32 bits (max_groups <= 2^30).
@@ -627,6 +706,8 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
     throw unsupported(fn + ": the tiled kernel needs " + lacks + ", which " + dev.id() + " lacks");
   const bool tiled =
       a.path == radix_path::tiled || (a.path == radix_path::automatic && lacks.empty() && !cpu);
+  // CPU devices: per-work-item tables in scratch memory (few work-items), unless told chunked.
+  const bool priv = !tiled && cpu && k > 0 && a.path == radix_path::automatic;
   const program prog = program::compile(
       dev, hash_group_source(kb, a.values, tiled ? local_slots : 0), {}, check_mode::off);
   const local_size one(1), group(hash_policy.gpu_group);
@@ -659,8 +740,17 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
                                   array(meta, scalar_type::u64, false, 5)};
     inputs(b, n);
     accs(b, false);
-    launch(*prog.get_kernel(tiled ? "hg_insert_local" : "hg_insert").impl(), qi, range(sp.items),
-           tiled ? &group : loc, b.data(), b.size());
+    sort_operand scratch;
+    if (priv) {
+      scratch = {allocate_on(qi, sp.items * p.cpu_private_slots * (2 + k) * 8), 0};
+      b.push_back(
+          array(scratch, scalar_type::u64, false, sp.items * p.cpu_private_slots * (2 + k)));
+    }
+    launch(*prog.get_kernel(tiled  ? "hg_insert_local"
+                            : priv ? "hg_insert_private"
+                                   : "hg_insert")
+                .impl(),
+           qi, range(sp.items), tiled ? &group : loc, b.data(), b.size());
   }
   // The one host wait: the group count sizes the rest, or the table gave up.
   std::uint64_t m[2] = {0, 0};

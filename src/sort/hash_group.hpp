@@ -44,7 +44,8 @@ struct hash_group_args {
   std::uint64_t max_groups = 0;   // 0: the policy's default; more distinct keys -> gives up
   // Tuning and tests: tiled folds each work-group's runs in a table in local memory first
   // (needs kiln::feature::barrier; automatic takes it on GPUs that can, with aggregates);
-  // chunked goes to the global table directly.
+  // automatic on CPU devices folds each work-item's runs in a private table first; chunked
+  // goes to the global table directly.
   radix_path path = radix_path::automatic;
 };
 
@@ -74,6 +75,8 @@ struct hash_group_policy {
   std::uint32_t local_slots_max = 2048;
   std::uint32_t local_bytes = 49152;
   std::uint32_t local_groups_per_unit = 4;
+  // CPU devices: each work-item's private table, entries of (2 + columns) words.
+  std::uint32_t cpu_private_slots = 2048;
 };
 inline constexpr hash_group_policy hash_policy{};
 

@@ -355,6 +355,13 @@ TEST_P(HashGroupTest, TiledKernelWhereBarriersExist) {
   check_draws<bool>(n, 2, true, seed++);
 }
 
+// The global-table kernel alone (GPUs without barriers; CPU devices take private tables).
+TEST_P(HashGroupTest, GlobalTableKernel) {
+  path_ = kiln::detail::radix_path::chunked;
+  check_draws<std::int64_t>(size_for(20000, 2000003), 7, false, 21);
+  check_draws<float>(size_for(20000, 2000003), 1000, false, 22);
+}
+
 TEST_P(HashGroupTest, KeysOnlyAndEmpty) {
   std::mt19937_64 rng(4);
   const std::vector<std::uint32_t> p = pool<std::uint32_t>(1000, rng);
@@ -367,7 +374,8 @@ TEST_P(HashGroupTest, KeysOnlyAndEmpty) {
 
 TEST_P(HashGroupTest, GivesUpAboveMaxGroups) {
   kiln::queue& q = dev().default_queue();
-  std::vector<kiln::detail::radix_path> paths = {kiln::detail::radix_path::chunked};
+  std::vector<kiln::detail::radix_path> paths = {kiln::detail::radix_path::automatic,
+                                                 kiln::detail::radix_path::chunked};
   if (dev().supports(kiln::feature::barrier)) paths.push_back(kiln::detail::radix_path::tiled);
   for (kiln::detail::radix_path path : paths)
     for (std::uint64_t distinct : {100, 101, 5000}) {
