@@ -223,7 +223,7 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
                       : kb == 8 ? "0x8000000000000000ull"
                                 : "0",
                       "\n#define HG_EMPTY ", wide ? "0xFFFFFFFFFFFFFFFFull" : "0ull",
-                      "\n#define HG_NONE 0xFFFFFFFFFFFFFFFFull\n#define HG_LPROBE 16\n", helpers,
+                      "\n#define HG_NONE 0xFFFFFFFFFFFFFFFFull\n#define HG_LPROBE 8\n", helpers,
                       find_text(wide));
   const std::size_t k = values.size();
   auto each = [&](auto&& f) {
