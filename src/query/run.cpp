@@ -288,8 +288,10 @@ void execute(runner& run, const Terminal& terminal) {
     const segment& s = plan[i];
     done[i] = run.collect_segment(i, bind_segment(run.d, s, done), false, nullptr);
     if (const segment& next = plan[i + 1]; next.after == static_cast<int>(i)) {
-      if (next.sort.on) sort_collected(run.q, done[i], s.out_types, next.sort.descending);
-      if (next.group.on) group_collected(run.q, done[i], s.out_types, next.group);
+      if (next.group.on)
+        group_collected(run.q, done[i], s.out_types, next.group, next.sort.on);
+      else if (next.sort.on)
+        sort_collected(run.q, done[i], s.out_types, next.sort.descending);
       if (next.join.on)
         join_collected(run.q, done[i], s.out_types,
                        *run.d.stages[static_cast<std::size_t>(next.join.stage)].other,

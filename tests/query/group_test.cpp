@@ -4,6 +4,7 @@
 // reduce_by_key and unique_by_key over runs, top_k, tuple results, and bad input.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <kiln/query.hpp>
 #include <map>
 #include <set>
@@ -216,6 +217,35 @@ TEST_P(GroupTest, HostDataAndAutomaticPlacement) {
   for (std::int32_t x : k) pairs += (x == 3) * 2 + (x == -7);
   EXPECT_EQ(k | kiln::on(dev()) | kiln::join(other | kiln::on(dev()), _1, _1) | kiln::count(),
             pairs);
+}
+
+// The hash path (GPUs' choice for exact aggregates) and the sort path give the same groups;
+// KILN_QUERY_GROUP forces either on any device. Float sums always sort (not exact in a hash).
+TEST_P(GroupTest, HashAndSortPathsAgree) {
+  const auto k = keys(20000, 700, 71);
+  const auto v = data<std::int32_t>(20000, 72);
+  const auto fk = data<float>(20000, 73);
+  const auto run = [&] {
+    return std::make_tuple(
+        kiln::zip(upload(dev(), k), upload(dev(), v)) | kiln::group_by(_1 * 3) |
+            kiln::aggregate(kiln::agg::count(), kiln::agg::sum(_2), kiln::agg::min(_2),
+                            kiln::agg::max(_2), kiln::agg::first(_2)) |
+            kiln::to_vector(),
+        upload(dev(), k) | kiln::distinct() | kiln::to_vector(),
+        kiln::zip(upload(dev(), fk), upload(dev(), k)) | kiln::group_by(kiln::floor(_1)) |
+            kiln::aggregate(kiln::agg::count(), kiln::agg::max(_2)) | kiln::to_vector());
+  };
+  struct unset {
+    ~unset() { unsetenv("KILN_QUERY_GROUP"); }
+  } restore;
+  setenv("KILN_QUERY_GROUP", "sort", 1);
+  const auto sorted = run();
+  setenv("KILN_QUERY_GROUP", "hash", 1);
+  const auto hashed = run();
+  EXPECT_EQ(std::get<0>(hashed), std::get<0>(sorted));
+  EXPECT_EQ(std::get<1>(hashed), std::get<1>(sorted));
+  EXPECT_EQ(std::get<2>(hashed), std::get<2>(sorted));
+  EXPECT_GT(std::get<0>(sorted).size(), 1000u);
 }
 
 TEST_P(GroupTest, TupleResultsOnTheHostAndAsBuffersAndAsync) {
