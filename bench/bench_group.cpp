@@ -3,6 +3,8 @@
 // on the device with to_buffer), median of runs after a warm-up. Peers: bench/torch_group.py.
 //
 //   group_by sum    : zip(keys, vals) | group_by(_1) | aggregate(agg::sum(_2))   (int32, f32)
+//   ... sum+count   : the same with int32 values (exact: the hash path on GPUs)
+//   KILN_QUERY_GROUP=sort|hash forces the path
 //   distinct        : keys | distinct()                                           (int64)
 //   join            : zip(probe, v) | join(build, _1, _1) | count()               (int32 keys)
 //
@@ -90,6 +92,7 @@ int main(int argc, char** argv) {
   kiln::buffer<std::uint8_t> zero(dev, rows);
   zero.fill(0);
   const auto vals = zero | kiln::transform(kiln::cast<float>(_i % 1000) * 0.5f) | kiln::to_buffer();
+  const auto ivals = zero | kiln::transform(kiln::cast<std::int32_t>(_i % 1000)) | kiln::to_buffer();
   for (std::uint64_t g : groups) {
     const auto keys = random_keys<std::int32_t>(dev, rows, g, 1);
     std::uint64_t found = 0;
@@ -100,6 +103,15 @@ int main(int argc, char** argv) {
     });
     std::printf("%-34s %12llu %12llu %10.3f %12.1f\n", "group_by sum int32->f32",
                 (unsigned long long)rows, (unsigned long long)found, ms, double(rows) / ms * 1e-3);
+    // Exact aggregates (integer sum, count): the hash path on GPUs.
+    const double ms2 = median_ms(runs, [&] {
+      auto [k, s, c] = kiln::zip(keys, ivals) | kiln::group_by(_1) |
+                       kiln::aggregate(kiln::agg::sum(_2), kiln::agg::count()) | kiln::to_buffer();
+      found = k.size();
+    });
+    std::printf("%-34s %12llu %12llu %10.3f %12.1f\n", "group_by sum+count int32->int64",
+                (unsigned long long)rows, (unsigned long long)found, ms2,
+                double(rows) / ms2 * 1e-3);
   }
   {
     const auto keys = random_keys<std::int64_t>(dev, rows, 1000000, 2);

@@ -64,6 +64,17 @@ def main():
             u, inv = torch.unique(k, sorted=True, return_inverse=True)
             return u, torch.zeros(u.numel(), device="cuda").index_add_(0, inv, vals)
 
+        ivals = (torch.arange(n, device="cuda") % 1000)
+
+        def dense_int():
+            return (torch.zeros(g, device="cuda", dtype=torch.int64).index_add_(0, kl, ivals),
+                    torch.bincount(kl, minlength=g))
+
+        ms = median_ms(dense_int, sync, a.runs)
+        print(f"{'torch index_add_ int64 + bincount (dense)':<44} {n:>12} {g:>12} {ms:10.3f} "
+              f"{n / ms * 1e-3:12.1f}")
+        del ivals
+
         ms = median_ms(general, sync, a.runs)
         print(f"{'torch unique(inverse)+index_add_':<44} {n:>12} {g:>12} {ms:10.3f} "
               f"{n / ms * 1e-3:12.1f}")
