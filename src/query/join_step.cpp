@@ -10,6 +10,7 @@
 #include "kiln/kernel.hpp"
 #include "runtime/runtime.hpp"
 #include "sort/join.hpp"
+#include "sort/words.hpp"
 
 namespace kiln::detail::q {
 namespace {
@@ -34,26 +35,6 @@ KILN_KERNEL void kj_matched(KILN_GLOBAL bool* out, KILN_GLOBAL const uint64_t* i
     return t;
   }();
   return s;
-}
-
-const char* word_name(std::uint64_t bytes) {
-  return bytes == 1 ? "uint8_t" : bytes == 2 ? "uint16_t" : bytes == 4 ? "uint32_t" : "uint64_t";
-}
-scalar_type word(std::uint64_t bytes) {
-  return bytes == 1   ? scalar_type::u8
-         : bytes == 2 ? scalar_type::u16
-         : bytes == 4 ? scalar_type::u32
-                      : scalar_type::u64;
-}
-
-arg_binding array(memory_impl* m, scalar_type t, bool is_const, std::uint64_t n) {
-  arg_binding b;
-  b.is_mem = true;
-  b.type = t;
-  b.is_const = is_const;
-  b.mem = m;
-  b.count = n;
-  return b;
 }
 
 }  // namespace
@@ -90,9 +71,10 @@ void join_collected(queue& q, collect_result& r, const std::vector<scalar_type>&
     const std::uint64_t eb = size_of(t);
     auto out = allocate_on(qi, std::max<std::uint64_t>(n * eb, 1));
     if (n) {
-      arg_binding args[] = {array(out.get(), word(eb), false, n),
-                            array(in.get(), word(eb), true, in->bytes / eb),
-                            array(idx.get(), scalar_type::u64, true, idx_offset + n), bind_arg(n)};
+      arg_binding args[] = {array_arg({out, 0}, word_type(eb), false, n),
+                            array_arg({in, 0}, word_type(eb), true, in->bytes / eb),
+                            array_arg({idx, 0}, scalar_type::u64, true, idx_offset + n),
+                            bind_arg(n)};
       launch(*prog.get_kernel(std::string("kj_gather_") + word_name(eb)).impl(), qi, grid, nullptr,
              args, 4);
     }
@@ -106,8 +88,8 @@ void join_collected(queue& q, collect_result& r, const std::vector<scalar_type>&
   if (left) {
     auto out = allocate_on(qi, std::max<std::uint64_t>(n, 1));
     if (n) {
-      arg_binding args[] = {array(out.get(), scalar_type::boolean, false, n),
-                            array(p.build_index.get(), scalar_type::u64, true, n), bind_arg(n)};
+      arg_binding args[] = {array_arg({out, 0}, scalar_type::boolean, false, n),
+                            array_arg({p.build_index, 0}, scalar_type::u64, true, n), bind_arg(n)};
       launch(*prog.get_kernel("kj_matched").impl(), qi, grid, nullptr, args, 3);
     }
     outs.push_back(std::move(out));

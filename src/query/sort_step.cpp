@@ -10,6 +10,7 @@
 #include "kiln/kernel.hpp"
 #include "runtime/runtime.hpp"
 #include "sort/radix_sort.hpp"
+#include "sort/words.hpp"
 
 namespace kiln::detail::q {
 namespace {
@@ -26,36 +27,15 @@ KILN_KERNEL void kq_iota64(KILN_GLOBAL uint64_t* out, uint64_t n) {
   if (i < n) out[i] = i;
 }
 )";
-  for (const char* t : {"uint8_t", "uint16_t", "uint32_t", "uint64_t"})
+  for (std::uint64_t bytes : {1, 2, 4, 8})
     for (const char* p : {"uint32_t", "uint64_t"}) {
-      const std::string width = t == std::string("uint8_t")    ? "1"
-                                : t == std::string("uint16_t") ? "2"
-                                : t == std::string("uint32_t") ? "4"
-                                                               : "8";
-      s += std::string("KILN_KERNEL void kq_gather") + width + (p[4] == '3' ? "_32" : "_64") +
+      const char* t = word_name(bytes);
+      s += "KILN_KERNEL void kq_gather" + std::to_string(bytes) + (p[4] == '3' ? "_32" : "_64") +
            "(KILN_GLOBAL " + t + "* out, KILN_GLOBAL const " + t + "* in, KILN_GLOBAL const " + p +
            "* perm, uint64_t n) {\n  const uint64_t i = kiln_global_id(0);\n  if (i < n) out[i] = "
            "in[perm[i]];\n}\n";
     }
   return s;
-}
-
-scalar_type word(std::uint64_t bytes) {
-  return bytes == 1   ? scalar_type::u8
-         : bytes == 2 ? scalar_type::u16
-         : bytes == 4 ? scalar_type::u32
-                      : scalar_type::u64;
-}
-
-arg_binding array(const std::shared_ptr<memory_impl>& m, scalar_type t, bool is_const,
-                  std::uint64_t n) {
-  arg_binding b;
-  b.is_mem = true;
-  b.type = t;
-  b.is_const = is_const;
-  b.mem = m.get();
-  b.count = n;
-  return b;
 }
 
 }  // namespace
@@ -88,7 +68,7 @@ void sort_collected(queue& q, collect_result& r, const std::vector<scalar_type>&
   const range grid(n);
   auto perm_in = allocate_on(qi, n * size_of(pt));
   {
-    arg_binding args[] = {array(perm_in, pt, false, n), bind_arg(n)};
+    arg_binding args[] = {array_arg({perm_in, 0}, pt, false, n), bind_arg(n)};
     launch(*prog.get_kernel(wide ? "kq_iota64" : "kq_iota32").impl(), qi, grid, nullptr, args, 2);
   }
   a.value_bytes = static_cast<std::uint32_t>(size_of(pt));
@@ -97,10 +77,11 @@ void sort_collected(queue& q, collect_result& r, const std::vector<scalar_type>&
   r.outputs[0] = s.keys.mem;
   for (std::size_t k = 1; k < types.size(); ++k) {
     const std::uint64_t eb = size_of(types[k]);
-    const scalar_type wt = word(eb);
+    const scalar_type wt = word_type(eb);
     auto out = allocate_on(qi, std::max<std::uint64_t>(n * eb, 1));
-    arg_binding args[] = {array(out, wt, false, n), array(r.outputs[k], wt, true, n),
-                          array(s.values.mem, pt, true, n), bind_arg(n)};
+    arg_binding args[] = {array_arg({out, 0}, wt, false, n),
+                          array_arg({r.outputs[k], 0}, wt, true, n),
+                          array_arg({s.values.mem, 0}, pt, true, n), bind_arg(n)};
     const std::string name = "kq_gather" + std::to_string(eb) + (wide ? "_64" : "_32");
     launch(*prog.get_kernel(name).impl(), qi, grid, nullptr, args, 4);
     r.outputs[k] = out;

@@ -30,6 +30,7 @@
 #include "kiln/buffer.hpp"
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "sort/words.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -39,20 +40,7 @@ using codegen::num;
 
 const std::string fn = "kiln hash_group";
 
-const char* word(std::uint32_t bytes) {
-  return bytes == 1 ? "uint8_t" : bytes == 2 ? "uint16_t" : bytes == 4 ? "uint32_t" : "uint64_t";
-}
-
-scalar_type word_type(std::uint32_t bytes) {
-  return bytes == 1   ? scalar_type::u8
-         : bytes == 2 ? scalar_type::u16
-         : bytes == 4 ? scalar_type::u32
-                      : scalar_type::u64;
-}
-
-// bool travels as bytes (OpenCL allows no bool in kernel arguments).
-scalar_type stored(scalar_type t) { return t == scalar_type::boolean ? scalar_type::u8 : t; }
-std::string name(scalar_type t) { return type_name(stored(t)); }
+std::string name(scalar_type t) { return type_name(stored_type(t)); }
 
 bool is_float(scalar_type t) { return t == scalar_type::f32 || t == scalar_type::f64; }
 bool is_signed(scalar_type t) {
@@ -234,8 +222,8 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
   // Inputs (count has none; float min/max read bits), accumulators, outputs.
   const std::string vin = each([](const run_value& v, std::size_t j) -> std::string {
     if (v.op == run_op::count) return "";
-    return cat(", KILN_GLOBAL const ", float_order(v) ? word(size_of(v.type)) : name(v.type), "* v",
-               num(j));
+    return cat(", KILN_GLOBAL const ", float_order(v) ? word_name(size_of(v.type)) : name(v.type),
+               "* v", num(j));
   });
   auto accs = [&](bool is_const) {
     return each([&](const run_value&, std::size_t j) {
@@ -243,8 +231,8 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
     });
   };
   const std::string vout = each([](const run_value& v, std::size_t j) {
-    return cat(", KILN_GLOBAL ", float_order(v) ? word(size_of(v.type)) : name(v.out_type), "* o",
-               num(j));
+    return cat(", KILN_GLOBAL ", float_order(v) ? word_name(size_of(v.type)) : name(v.out_type),
+               "* o", num(j));
   });
   // Rows [base, end) of item g: chunks of span, stride apart.
   auto rows = [](const std::string& var, const std::string& n, const std::string& body) {
@@ -510,23 +498,13 @@ std::string instantiate(std::uint32_t kb, const std::vector<run_value>& values,
 
   // The parser reads parameter types before any macro expands: spell the word out.
   for (std::size_t at = s.find("KEY_T"); at != std::string::npos; at = s.find("KEY_T", at))
-    s.replace(at, 5, word(kb));
+    s.replace(at, 5, word_name(kb));
   return s;
 }
 
-std::int32_t kind_of(scalar_type t) { return is_float(t) ? 2 : is_signed(t) ? 1 : 0; }
-
 void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, std::uint64_t elem,
                  const std::string& what) {
-  if (!x.mem) throw invalid_argument(fn + ": " + what + " has no memory");
-  if (x.mem->dev != q.dev)
-    throw device_mismatch(fn + ": " + what + " is memory of " + x.mem->dev->id +
-                          ", the queue runs on " + q.dev->id);
-  const std::uint64_t have = x.mem->bytes / elem;
-  if (x.offset > have || have - x.offset < n)
-    throw invalid_argument(fn + ": " + what + " holds " + std::to_string(have) + " elements of " +
-                           std::to_string(elem) + " bytes; offset " + std::to_string(x.offset) +
-                           " + n " + std::to_string(n) + " does not fit");
+  check_operand(fn, q, x, n, elem, what);
 }
 
 const char* op_name(run_op op) {
@@ -556,17 +534,6 @@ void check_value(const run_value& v, std::size_t j) {
     throw invalid_argument(what + " of " + type_name(v.type) + " into " + type_name(v.out_type) +
                            " is not exact in any row order (float sums and means are not): "
                            "group it by sorting (reduce_by_key)");
-}
-
-arg_binding array(const sort_operand& x, scalar_type t, bool is_const, std::uint64_t n) {
-  arg_binding b;
-  b.is_mem = true;
-  b.type = t;
-  b.is_const = is_const;
-  b.mem = x.mem.get();
-  b.byte_offset = x.offset * size_of(t);
-  b.count = n;
-  return b;
 }
 
 // How `count` elements spread over work-items: item g takes chunks of span, stride apart.
@@ -669,7 +636,7 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
   const std::uint64_t cap = std::bit_ceil(std::max<std::uint64_t>(hash_policy.slack * most, 2));
   const std::uint64_t slots_n = cap + 1;  // the last: 64-bit keys equal to "empty"
   const std::uint64_t k = a.values.size();
-  const std::int32_t kind = kind_of(a.key_type);
+  const std::int32_t kind = order_kind(a.key_type);
   const scalar_type kt = word_type(kb);
 
   // meta: [0] keys claimed, [1] gave up, [2] saw -0.0, [3] first NaN key's row, [4] compacted.
@@ -715,11 +682,12 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
   auto inputs = [&](std::vector<arg_binding>& b, std::uint64_t rows) {
     for (const run_value& v : a.values)
       if (v.op != run_op::count)
-        b.push_back(
-            array(v.in, float_order(v) ? word_type(size_of(v.type)) : stored(v.type), true, rows));
+        b.push_back(array_arg(
+            v.in, float_order(v) ? word_type(size_of(v.type)) : stored_type(v.type), true, rows));
   };
   auto accs = [&](std::vector<arg_binding>& b, bool is_const) {
-    for (const sort_operand& x : acc) b.push_back(array(x, scalar_type::u64, is_const, slots_n));
+    for (const sort_operand& x : acc)
+      b.push_back(array_arg(x, scalar_type::u64, is_const, slots_n));
   };
   {
     spread sp = spread_of(info, cpu, n);
@@ -729,22 +697,22 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
                                                              units * p.local_groups_per_unit);
       sp = {groups_n * p.gpu_group, 1, groups_n * p.gpu_group};
     }
-    std::vector<arg_binding> b = {array(a.keys, kt, true, n),
+    std::vector<arg_binding> b = {array_arg(a.keys, kt, true, n),
                                   bind_arg(n),
                                   bind_arg(sp.span),
                                   bind_arg(sp.stride),
                                   bind_arg(kind),
-                                  array(slots, scalar_type::u64, false, slots_n),
+                                  array_arg(slots, scalar_type::u64, false, slots_n),
                                   bind_arg(cap - 1),
                                   bind_arg(max_groups),
-                                  array(meta, scalar_type::u64, false, 5)};
+                                  array_arg(meta, scalar_type::u64, false, 5)};
     inputs(b, n);
     accs(b, false);
     sort_operand scratch;
     if (priv) {
       scratch = {allocate_on(qi, sp.items * p.cpu_private_slots * (2 + k) * 8), 0};
       b.push_back(
-          array(scratch, scalar_type::u64, false, sp.items * p.cpu_private_slots * (2 + k)));
+          array_arg(scratch, scalar_type::u64, false, sp.items * p.cpu_private_slots * (2 + k)));
     }
     launch(*prog.get_kernel(tiled  ? "hg_insert_local"
                             : priv ? "hg_insert_private"
@@ -763,13 +731,13 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
   const sort_operand cs{allocate_on(qi, std::max<std::uint64_t>(groups * 4, 8)), 0};
   {
     const spread sp = spread_of(info, cpu, slots_n);
-    arg_binding b[] = {array(slots, scalar_type::u64, true, slots_n),
+    arg_binding b[] = {array_arg(slots, scalar_type::u64, true, slots_n),
                        bind_arg(slots_n),
                        bind_arg(sp.span),
                        bind_arg(sp.stride),
-                       array(meta, scalar_type::u64, false, 5),
-                       array(ck, kt, false, groups),
-                       array(cs, scalar_type::u32, false, groups)};
+                       array_arg(meta, scalar_type::u64, false, 5),
+                       array_arg(ck, kt, false, groups),
+                       array_arg(cs, scalar_type::u32, false, groups)};
     launch(*prog.get_kernel("hg_compact").impl(), qi, range(sp.items), loc, b, std::size(b));
   }
   radix_sort_args sa;
@@ -784,35 +752,35 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
   std::vector<sort_operand> temps(k);
   {
     const spread sp = spread_of(info, cpu, groups);
-    std::vector<arg_binding> b = {array(a.keys, kt, true, n),
-                                  array(sorted.keys, kt, true, groups),
-                                  array(sorted.values, scalar_type::u32, true, groups),
+    std::vector<arg_binding> b = {array_arg(a.keys, kt, true, n),
+                                  array_arg(sorted.keys, kt, true, groups),
+                                  array_arg(sorted.values, scalar_type::u32, true, groups),
                                   bind_arg(groups),
                                   bind_arg(sp.span),
                                   bind_arg(sp.stride),
                                   bind_arg(kind),
-                                  array(meta, scalar_type::u64, true, 5),
-                                  array({r.groups.keys, 0}, kt, false, groups)};
+                                  array_arg(meta, scalar_type::u64, true, 5),
+                                  array_arg({r.groups.keys, 0}, kt, false, groups)};
     inputs(b, n);
     accs(b, true);
     for (std::size_t j = 0; j < k; ++j) {
       const run_value& v = a.values[j];
       if (needs_conv(v)) {
         temps[j] = {allocate_on(qi, groups * size_of(v.type)), 0};
-        b.push_back(array(temps[j], word_type(size_of(v.type)), false, groups));
+        b.push_back(array_arg(temps[j], word_type(size_of(v.type)), false, groups));
       } else {
-        b.push_back(array({r.groups.values[j], 0},
-                          float_order(v) ? word_type(size_of(v.type)) : stored(v.out_type), false,
-                          groups));
+        b.push_back(array_arg({r.groups.values[j], 0},
+                              float_order(v) ? word_type(size_of(v.type)) : stored_type(v.out_type),
+                              false, groups));
       }
     }
     launch(*prog.get_kernel("hg_emit").impl(), qi, range(sp.items), loc, b.data(), b.size());
     for (std::size_t j = 0; j < k; ++j) {
       if (!temps[j].mem) continue;
       const run_value& v = a.values[j];
-      arg_binding c[] = {array(temps[j], v.type, true, groups), bind_arg(groups), bind_arg(sp.span),
-                         bind_arg(sp.stride),
-                         array({r.groups.values[j], 0}, v.out_type, false, groups)};
+      arg_binding c[] = {array_arg(temps[j], v.type, true, groups), bind_arg(groups),
+                         bind_arg(sp.span), bind_arg(sp.stride),
+                         array_arg({r.groups.values[j], 0}, v.out_type, false, groups)};
       launch(*prog.get_kernel(cat("hg_conv", num(j))).impl(), qi, range(sp.items), loc, c,
              std::size(c));
     }

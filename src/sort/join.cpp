@@ -16,6 +16,7 @@
 
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "sort/words.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -138,29 +139,6 @@ KILN_KERNEL void jn_unmatched(KILN_GLOBAL uint64_t* out_p, KILN_GLOBAL uint64_t*
 // Grid-stride kernels launch at most this many work-items (within every device's group limit).
 constexpr std::uint64_t max_items = std::uint64_t(1) << 24;
 
-const char* word_name(std::uint32_t bytes) {
-  return bytes == 1 ? "uint8_t" : bytes == 2 ? "uint16_t" : bytes == 4 ? "uint32_t" : "uint64_t";
-}
-
-scalar_type word_type(std::uint32_t bytes) {
-  return bytes == 1   ? scalar_type::u8
-         : bytes == 2 ? scalar_type::u16
-         : bytes == 4 ? scalar_type::u32
-                      : scalar_type::u64;
-}
-
-std::int32_t kind_of(scalar_type t) {
-  switch (t) {
-    case scalar_type::i8:
-    case scalar_type::i16:
-    case scalar_type::i32:
-    case scalar_type::i64: return 1;
-    case scalar_type::f32:
-    case scalar_type::f64: return 2;
-    default: return 0;
-  }
-}
-
 void replace_all(std::string& s, std::string_view from, std::string_view to) {
   for (std::size_t at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
     s.replace(at, from.size(), to);
@@ -182,35 +160,12 @@ std::string instantiate(std::uint32_t kb, std::uint32_t pb) {
 // memory, n must be 0.
 void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, std::uint32_t elem,
                  const char* name) {
-  if (!x.mem) {
-    if (n == 0) return;
-    throw invalid_argument(fn + ": " + name + " has no memory (n is " + std::to_string(n) + ")");
-  }
-  if (x.mem->dev != q.dev)
-    throw device_mismatch(fn + ": " + name + " is memory of " + x.mem->dev->id +
-                          ", the queue runs on " + q.dev->id);
-  const std::uint64_t have = x.mem->bytes / elem;
-  if (x.offset > have || have - x.offset < n)
-    throw invalid_argument(fn + ": " + name + " holds " + std::to_string(have) + " elements of " +
-                           std::to_string(elem) + " bytes; offset " + std::to_string(x.offset) +
-                           " + n " + std::to_string(n) + " does not fit");
+  check_operand(fn, q, x, n, elem, name, true);
 }
 
 std::uint64_t room(const sort_operand& x) {
   const std::uint64_t have = x.mem ? x.mem->bytes / 8 : 0;
   return x.offset > have ? 0 : have - x.offset;
-}
-
-arg_binding mem(const std::shared_ptr<memory_impl>& m, std::uint64_t offset, std::uint32_t elem,
-                bool is_const, std::uint64_t n) {
-  arg_binding b;
-  b.is_mem = true;
-  b.type = word_type(elem);
-  b.is_const = is_const;
-  b.mem = m.get();
-  b.byte_offset = offset * elem;
-  b.count = n;
-  return b;
 }
 
 std::shared_ptr<memory_impl> fresh(queue_impl& q, std::uint64_t bytes) {
@@ -249,17 +204,17 @@ void scan(queue_impl& q, const program& prog, const std::shared_ptr<memory_impl>
   std::shared_ptr<memory_impl> sums;
   if (chunks > 1) {
     sums = fresh(q, chunks * 8);
-    arg_binding r[] = {mem(x, 0, 8, true, n), bind_arg(n), bind_arg(chunk), bind_arg(chunks),
-                       mem(sums, 0, 8, false, chunks)};
+    arg_binding r[] = {array_arg({x, 0}, scalar_type::u64, true, n), bind_arg(n), bind_arg(chunk),
+                       bind_arg(chunks), array_arg({sums, 0}, scalar_type::u64, false, chunks)};
     launch(*prog.get_kernel("jn_scan_reduce").impl(), q, items(chunks), nullptr, r, 5);
     scan(q, prog, sums, chunks, chunk);
   }
   const std::int32_t has_carry = sums ? 1 : 0;
-  arg_binding s[] = {mem(x, 0, 8, false, n),
+  arg_binding s[] = {array_arg({x, 0}, scalar_type::u64, false, n),
                      bind_arg(n),
                      bind_arg(chunk),
                      bind_arg(chunks),
-                     mem(sums ? sums : x, 0, 8, true, sums ? chunks : 0),
+                     array_arg({sums ? sums : x, 0}, scalar_type::u64, true, sums ? chunks : 0),
                      bind_arg(has_carry)};
   launch(*prog.get_kernel("jn_scan_apply").impl(), q, items(chunks), nullptr, s, 6);
 }
@@ -298,7 +253,7 @@ join_result join_keys(queue& q, const join_args& a) {
                            ": probe_out and build_out are one allocation (they would "
                            "overlap)");
   const bool left = a.kind == join_kind::left;
-  const std::int32_t kind = kind_of(a.key_type);
+  const std::int32_t kind = order_kind(a.key_type);
 
   join_result r;
   // Counts known without the device: no wait.
@@ -312,8 +267,9 @@ join_result join_keys(queue& q, const join_args& a) {
   if (nb == 0) {
     check_rows(np);
     place(qi, a, np, r);
-    arg_binding u[] = {mem(r.probe_index, r.probe_offset, 8, false, np),
-                       mem(r.build_index, r.build_offset, 8, false, np), bind_arg(np)};
+    arg_binding u[] = {array_arg({r.probe_index, r.probe_offset}, scalar_type::u64, false, np),
+                       array_arg({r.build_index, r.build_offset}, scalar_type::u64, false, np),
+                       bind_arg(np)};
     launch(*prog.get_kernel("jn_unmatched").impl(), qi, items(np), nullptr, u, 3);
     return r;
   }
@@ -322,9 +278,9 @@ join_result join_keys(queue& q, const join_args& a) {
   radix_sorted sorted;
   {
     const auto words = fresh(qi, nb * kb), pos = fresh(qi, nb * pb);
-    arg_binding p[] = {mem(a.build_keys.mem, a.build_keys.offset, kb, true, nb),
-                       mem(words, 0, kb, false, nb), mem(pos, 0, pb, false, nb), bind_arg(nb),
-                       bind_arg(kind)};
+    arg_binding p[] = {array_arg({a.build_keys.mem, a.build_keys.offset}, word_type(kb), true, nb),
+                       array_arg({words, 0}, word_type(kb), false, nb),
+                       array_arg({pos, 0}, word_type(pb), false, nb), bind_arg(nb), bind_arg(kind)};
     launch(*prog.get_kernel("jn_prep").impl(), qi, items(nb), nullptr, p, 5);
     radix_sort_args s;
     s.key_type = word_type(kb);
@@ -339,14 +295,14 @@ join_result join_keys(queue& q, const join_args& a) {
   const auto first = fresh(qi, np * 8), offs = fresh(qi, (np + 1) * 8);
   {
     const std::int32_t is_left = left ? 1 : 0;
-    arg_binding c[] = {mem(a.probe_keys.mem, a.probe_keys.offset, kb, true, np),
-                       mem(sorted.keys.mem, sorted.keys.offset, kb, true, nb),
+    arg_binding c[] = {array_arg({a.probe_keys.mem, a.probe_keys.offset}, word_type(kb), true, np),
+                       array_arg({sorted.keys.mem, sorted.keys.offset}, word_type(kb), true, nb),
                        bind_arg(nb),
                        bind_arg(np),
                        bind_arg(kind),
                        bind_arg(is_left),
-                       mem(first, 0, 8, false, np),
-                       mem(offs, 0, 8, false, np + 1)};
+                       array_arg({first, 0}, scalar_type::u64, false, np),
+                       array_arg({offs, 0}, scalar_type::u64, false, np + 1)};
     launch(*prog.get_kernel("jn_count").impl(), qi, items(np), nullptr, c, 8);
   }
   // Long serial chunks on CPU devices (few cores), short ones for a GPU's many work-items.
@@ -359,13 +315,13 @@ join_result join_keys(queue& q, const join_args& a) {
   check_rows(total);
   place(qi, a, total, r);
   if (total == 0) return r;
-  arg_binding e[] = {mem(offs, 0, 8, true, np + 1),
-                     mem(first, 0, 8, true, np),
-                     mem(sorted.values.mem, sorted.values.offset, pb, true, nb),
+  arg_binding e[] = {array_arg({offs, 0}, scalar_type::u64, true, np + 1),
+                     array_arg({first, 0}, scalar_type::u64, true, np),
+                     array_arg({sorted.values.mem, sorted.values.offset}, word_type(pb), true, nb),
                      bind_arg(np),
                      bind_arg(total),
-                     mem(r.probe_index, r.probe_offset, 8, false, total),
-                     mem(r.build_index, r.build_offset, 8, false, total)};
+                     array_arg({r.probe_index, r.probe_offset}, scalar_type::u64, false, total),
+                     array_arg({r.build_index, r.build_offset}, scalar_type::u64, false, total)};
   launch(*prog.get_kernel("jn_emit").impl(), qi, items(total), nullptr, e, 7);
   return r;
 }

@@ -10,43 +10,16 @@
 
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "sort/words.hpp"
 
 namespace kiln::detail {
 namespace {
 
 const std::string fn = "kiln radix_sort";
 
-// 0 unsigned (bool too), 1 signed, 2 IEEE float: rs_order's `kind`.
-std::int32_t kind_of(scalar_type t) {
-  switch (t) {
-    case scalar_type::i8:
-    case scalar_type::i16:
-    case scalar_type::i32:
-    case scalar_type::i64: return 1;
-    case scalar_type::f32:
-    case scalar_type::f64: return 2;
-    default: return 0;
-  }
-}
-
-scalar_type word_type(std::uint32_t bytes) {
-  return bytes == 1   ? scalar_type::u8
-         : bytes == 2 ? scalar_type::u16
-         : bytes == 4 ? scalar_type::u32
-                      : scalar_type::u64;
-}
-
 void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, std::uint32_t elem,
                  const char* name) {
-  if (!x.mem) throw invalid_argument(fn + ": " + name + " has no memory");
-  if (x.mem->dev != q.dev)
-    throw device_mismatch(fn + ": " + name + " is memory of " + x.mem->dev->id +
-                          ", the queue runs on " + q.dev->id);
-  const std::uint64_t have = x.mem->bytes / elem;
-  if (x.offset > have || have - x.offset < n)
-    throw invalid_argument(fn + ": " + name + " holds " + std::to_string(have) + " elements of " +
-                           std::to_string(elem) + " bytes; offset " + std::to_string(x.offset) +
-                           " + n " + std::to_string(n) + " does not fit");
+  check_operand(fn, q, x, n, elem, name);
 }
 
 bool overlap(const sort_operand& a, std::uint32_t ea, const sort_operand& b, std::uint32_t eb,
@@ -54,17 +27,6 @@ bool overlap(const sort_operand& a, std::uint32_t ea, const sort_operand& b, std
   if (!a.mem || a.mem != b.mem || n == 0) return false;  // an output still to allocate: none
   const std::uint64_t a0 = a.offset * ea, b0 = b.offset * eb;
   return a0 < b0 + n * eb && b0 < a0 + n * ea;
-}
-
-arg_binding mem(const sort_operand& x, std::uint32_t elem, bool is_const, std::uint64_t n) {
-  arg_binding b;
-  b.is_mem = true;
-  b.type = word_type(elem);
-  b.is_const = is_const;
-  b.mem = x.mem.get();
-  b.byte_offset = x.offset * elem;
-  b.count = n;
-  return b;
 }
 
 template <class T>
@@ -175,7 +137,7 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
   const sort_operand tmp_v = passes > 1 && vb ? fresh(qi, n * vb) : hist;
   const sort_operand val_i = vb ? a.values_in : hist, val_o = vb ? r.values : hist;
   const std::uint64_t vn = vb ? n : 0, tn = passes > 1 ? n : 0;
-  const std::int32_t kind = kind_of(a.key_type), desc = a.descending ? 1 : 0;
+  const std::int32_t kind = order_kind(a.key_type), desc = a.descending ? 1 : 0;
   const std::int32_t has_vals = vb ? 1 : 0;
   const std::uint32_t vw = vb ? vb : 4;
 
@@ -188,61 +150,63 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
     const std::uint32_t plan = (passes - 1 - pass) % 2 == 0 ? 1 : 2;
     const std::uint32_t shift = pass * 8;
     const sort_operand loc{hist.mem, loc_at + pass};
-    std::vector<arg_binding> h = {mem(a.keys_in, kb, true, n),
-                                  mem(r.keys, kb, true, n),
-                                  mem(tmp_k, kb, true, tn),
-                                  mem(loc, 8, true, 1),
+    std::vector<arg_binding> h = {array_arg(a.keys_in, word_type(kb), true, n),
+                                  array_arg(r.keys, word_type(kb), true, n),
+                                  array_arg(tmp_k, word_type(kb), true, tn),
+                                  array_arg(loc, scalar_type::u64, true, 1),
                                   scalar(n),
                                   scalar(shift),
                                   scalar(kind),
                                   scalar(desc),
-                                  mem(hist, 8, false, count),
+                                  array_arg(hist, scalar_type::u64, false, count),
                                   scalar(parts)};
     if (!tiled) h.push_back(scalar(chunk));
     launch(*k_hist.impl(), qi, grid, loc_size, h.data(), h.size());
     if (tiled) {
-      arg_binding up[] = {mem(hist, 8, true, count), scalar(count), scalar(rounds),
-                          mem(sums, 8, false, scan_groups)};
+      arg_binding up[] = {array_arg(hist, scalar_type::u64, true, count), scalar(count),
+                          scalar(rounds), array_arg(sums, scalar_type::u64, false, scan_groups)};
       launch(*k_scan_up.impl(), qi, range(scan_groups * p.threads), &group, up, 4);
-      arg_binding top[] = {mem(sums, 8, false, scan_groups), scalar(scan_groups),
-                           scalar((scan_groups + round - 1) / round), mem(sums, 8, true, 0),
-                           scalar(std::int32_t(0))};
+      arg_binding top[] = {array_arg(sums, scalar_type::u64, false, scan_groups),
+                           scalar(scan_groups), scalar((scan_groups + round - 1) / round),
+                           array_arg(sums, scalar_type::u64, true, 0), scalar(std::int32_t(0))};
       launch(*k_scan.impl(), qi, range(p.threads), &group, top, 5);
-      arg_binding down[] = {mem(hist, 8, false, count), scalar(count), scalar(rounds),
-                            mem(sums, 8, true, scan_groups), scalar(std::int32_t(1))};
+      arg_binding down[] = {array_arg(hist, scalar_type::u64, false, count), scalar(count),
+                            scalar(rounds), array_arg(sums, scalar_type::u64, true, scan_groups),
+                            scalar(std::int32_t(1))};
       launch(*k_scan.impl(), qi, range(scan_groups * p.threads), &group, down, 5);
     } else {
-      arg_binding s[] = {mem(hist, 8, false, count), scalar(count)};
+      arg_binding s[] = {array_arg(hist, scalar_type::u64, false, count), scalar(count)};
       launch(*k_scan.impl(), qi, range(1), &one, s, 2);
     }
-    std::vector<arg_binding> w = {mem(a.keys_in, kb, true, n),
-                                  mem(r.keys, kb, false, n),
-                                  mem(tmp_k, kb, false, tn),
-                                  mem(val_i, vw, true, vn),
-                                  mem(val_o, vw, false, vn),
-                                  mem(tmp_v, vw, false, vb ? tn : 0),
+    std::vector<arg_binding> w = {array_arg(a.keys_in, word_type(kb), true, n),
+                                  array_arg(r.keys, word_type(kb), false, n),
+                                  array_arg(tmp_k, word_type(kb), false, tn),
+                                  array_arg(val_i, word_type(vw), true, vn),
+                                  array_arg(val_o, word_type(vw), false, vn),
+                                  array_arg(tmp_v, word_type(vw), false, vb ? tn : 0),
                                   scalar(has_vals),
                                   scalar(n),
                                   scalar(shift),
                                   scalar(kind),
                                   scalar(desc),
-                                  mem(hist, 8, true, count),
+                                  array_arg(hist, scalar_type::u64, true, count),
                                   scalar(parts)};
     if (!tiled) w.push_back(scalar(chunk));
-    w.push_back(mem(loc, 8, false, 2));
+    w.push_back(array_arg(loc, scalar_type::u64, false, 2));
     w.push_back(scalar(plan));
     launch(*k_scatter.impl(), qi, grid, loc_size, w.data(), w.size());
   }
   // Skipped passes may have left the keys in the input or the temporary.
-  std::vector<arg_binding> f = {mem(a.keys_in, kb, true, n),
-                                mem(r.keys, kb, false, n),
-                                mem(tmp_k, kb, true, tn),
-                                mem(val_i, vw, true, vn),
-                                mem(val_o, vw, false, vn),
-                                mem(tmp_v, vw, true, vb ? tn : 0),
-                                scalar(has_vals),
-                                scalar(n),
-                                mem(sort_operand{hist.mem, loc_at + passes}, 8, true, 1)};
+  std::vector<arg_binding> f = {
+      array_arg(a.keys_in, word_type(kb), true, n),
+      array_arg(r.keys, word_type(kb), false, n),
+      array_arg(tmp_k, word_type(kb), true, tn),
+      array_arg(val_i, word_type(vw), true, vn),
+      array_arg(val_o, word_type(vw), false, vn),
+      array_arg(tmp_v, word_type(vw), true, vb ? tn : 0),
+      scalar(has_vals),
+      scalar(n),
+      array_arg(sort_operand{hist.mem, loc_at + passes}, scalar_type::u64, true, 1)};
   // Grid-stride copy; in the tiled program whole work-groups (the launch counts it as one that
   // uses barriers).
   const std::uint64_t copiers = tiled ? std::min<std::uint64_t>(parts, 4096) * p.threads : parts;

@@ -27,6 +27,7 @@
 #include "kiln/buffer.hpp"
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "sort/words.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -49,20 +50,7 @@ KILN_FUNC bool rbk_same(KEY_T a, KEY_T b, int32_t kind) {
 #define RBK_F(f, T) ((KILN_GLOBAL T*)(st + (uint64_t)(f) * tot))
 )";
 
-const char* word(std::uint32_t bytes) {
-  return bytes == 1 ? "uint8_t" : bytes == 2 ? "uint16_t" : bytes == 4 ? "uint32_t" : "uint64_t";
-}
-
-scalar_type word_type(std::uint32_t bytes) {
-  return bytes == 1   ? scalar_type::u8
-         : bytes == 2 ? scalar_type::u16
-         : bytes == 4 ? scalar_type::u32
-                      : scalar_type::u64;
-}
-
-// bool travels as bytes (OpenCL allows no bool in kernel arguments).
-scalar_type stored(scalar_type t) { return t == scalar_type::boolean ? scalar_type::u8 : t; }
-std::string name(scalar_type t) { return type_name(stored(t)); }
+std::string name(scalar_type t) { return type_name(stored_type(t)); }
 
 bool is_float(scalar_type t) { return t == scalar_type::f32 || t == scalar_type::f64; }
 
@@ -385,34 +373,13 @@ std::string instantiate(bool tiled, std::uint32_t kb, const std::vector<run_valu
 
   // The parser reads parameter types before any macro expands: spell the word out.
   for (std::size_t at = s.find("KEY_T"); at != std::string::npos; at = s.find("KEY_T", at))
-    s.replace(at, 5, word(kb));
+    s.replace(at, 5, word_name(kb));
   return s;
-}
-
-// 0 unsigned (bool too), 1 signed, 2 IEEE float: rbk_same's `kind`.
-std::int32_t kind_of(scalar_type t) {
-  switch (t) {
-    case scalar_type::i8:
-    case scalar_type::i16:
-    case scalar_type::i32:
-    case scalar_type::i64: return 1;
-    case scalar_type::f32:
-    case scalar_type::f64: return 2;
-    default: return 0;
-  }
 }
 
 void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, std::uint64_t elem,
                  const std::string& what) {
-  if (!x.mem) throw invalid_argument(fn + ": " + what + " has no memory");
-  if (x.mem->dev != q.dev)
-    throw device_mismatch(fn + ": " + what + " is memory of " + x.mem->dev->id +
-                          ", the queue runs on " + q.dev->id);
-  const std::uint64_t have = x.mem->bytes / elem;
-  if (x.offset > have || have - x.offset < n)
-    throw invalid_argument(fn + ": " + what + " holds " + std::to_string(have) + " elements of " +
-                           std::to_string(elem) + " bytes; offset " + std::to_string(x.offset) +
-                           " + n " + std::to_string(n) + " does not fit");
+  check_operand(fn, q, x, n, elem, what);
 }
 
 const char* op_name(run_op op) {
@@ -449,17 +416,6 @@ void check_value(const run_value& v, std::size_t j) {
   if ((v.op == run_op::sum || v.op == run_op::min || v.op == run_op::max) &&
       v.out_type == scalar_type::boolean)
     throw invalid_argument(what + ": the result must be a numeric type, not bool");
-}
-
-arg_binding array(const sort_operand& x, scalar_type t, bool is_const, std::uint64_t n) {
-  arg_binding b;
-  b.is_mem = true;
-  b.type = t;
-  b.is_const = is_const;
-  b.mem = x.mem.get();
-  b.byte_offset = x.offset * size_of(t);
-  b.count = n;
-  return b;
 }
 
 }  // namespace
@@ -570,19 +526,19 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
   const range* loc = cpu ? &one : nullptr;
   const range* part_loc = tiled ? &group : loc;
   const range part_range(tiled ? parts * p.tile_threads : parts);
-  const std::int32_t kind = kind_of(a.key_type);
+  const std::int32_t kind = order_kind(a.key_type);
   const scalar_type kt = word_type(kb);
   auto inputs = [&](std::vector<arg_binding>& b) {
-    b.push_back(array(a.keys, kt, true, n));
+    b.push_back(array_arg(a.keys, kt, true, n));
     b.push_back(bind_arg(n));
     b.push_back(bind_arg(chunk));
     b.push_back(bind_arg(kind));
-    for (const run_value& v : cols) b.push_back(array(v.in, stored(v.type), true, n));
+    for (const run_value& v : cols) b.push_back(array_arg(v.in, stored_type(v.type), true, n));
   };
   {
     std::vector<arg_binding> b;
     inputs(b);
-    b.push_back(array(st, scalar_type::u64, false, fields * tot));
+    b.push_back(array_arg(st, scalar_type::u64, false, fields * tot));
     b.push_back(bind_arg(tot));
     launch(*prog.get_kernel("rbk_part").impl(), qi, part_range, part_loc, b.data(), b.size());
   }
@@ -590,7 +546,7 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
   // a launch of it must give whole work-groups, and these ranges are small and arbitrary.
   const kernel k_up = prog.get_kernel("rbk_up"), k_down = prog.get_kernel("rbk_down");
   for (std::size_t l = 0; l + 1 < count.size(); ++l) {
-    arg_binding b[] = {array(st, scalar_type::u64, false, fields * tot),
+    arg_binding b[] = {array_arg(st, scalar_type::u64, false, fields * tot),
                        bind_arg(tot),
                        bind_arg(at[l]),
                        bind_arg(count[l]),
@@ -600,13 +556,13 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
   }
   for (std::size_t l = count.size(); l-- > 0;) {
     const bool top = l + 1 == count.size();
-    arg_binding b[] = {array(st, scalar_type::u64, false, fields * tot),
+    arg_binding b[] = {array_arg(st, scalar_type::u64, false, fields * tot),
                        bind_arg(tot),
                        bind_arg(at[l]),
                        bind_arg(count[l]),
                        bind_arg(fan),
                        bind_arg(top ? std::uint64_t(0) : at[l + 1]),
-                       array(runs_at, scalar_type::u64, false, 1),
+                       array_arg(runs_at, scalar_type::u64, false, 1),
                        bind_arg(std::int32_t(top))};
     launch(*k_down.impl(), qi, range(top ? 1 : count[l + 1]), &one, b, std::size(b));
   }
@@ -618,11 +574,11 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
 
   std::vector<arg_binding> b;
   inputs(b);
-  b.push_back(array(st, scalar_type::u64, true, fields * tot));
+  b.push_back(array_arg(st, scalar_type::u64, true, fields * tot));
   b.push_back(bind_arg(tot));
-  b.push_back(array({r.keys, 0}, kt, false, runs));
+  b.push_back(array_arg({r.keys, 0}, kt, false, runs));
   for (std::size_t j = 0; j < a.values.size(); ++j)
-    b.push_back(array({r.values[j], 0}, stored(a.values[j].out_type), false, runs));
+    b.push_back(array_arg({r.values[j], 0}, stored_type(a.values[j].out_type), false, runs));
   launch(*prog.get_kernel("rbk_emit").impl(), qi, part_range, part_loc, b.data(), b.size());
   return r;
 }
