@@ -507,23 +507,11 @@ void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, st
   check_operand(fn, q, x, n, elem, what);
 }
 
-const char* op_name(run_op op) {
-  switch (op) {
-    case run_op::sum: return "sum";
-    case run_op::min: return "min";
-    case run_op::max: return "max";
-    case run_op::count: return "count";
-    case run_op::mean: return "mean";
-    case run_op::first: return "first";
-  }
-  return "?";
-}
-
 void check_value(const run_value& v, std::size_t j) {
   const std::string col = fn + ": value column " + std::to_string(j);
   if (v.op > run_op::first)
     throw invalid_argument(col + ": unknown op " + std::to_string(int(v.op)));
-  const std::string what = col + " (" + op_name(v.op) + ")";
+  const std::string what = col + " (" + run_op_name(v.op) + ")";
   if (v.op != run_op::count && (is_reduced_float(v.type) || is_reduced_float(v.out_type)))
     throw unsupported(what + ": 16-bit float values and results are not supported (use float)");
   if (v.op == run_op::count && v.out_type != scalar_type::u64)

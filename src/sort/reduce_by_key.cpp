@@ -382,23 +382,11 @@ void check_array(const queue_impl& q, const sort_operand& x, std::uint64_t n, st
   check_operand(fn, q, x, n, elem, what);
 }
 
-const char* op_name(run_op op) {
-  switch (op) {
-    case run_op::sum: return "sum";
-    case run_op::min: return "min";
-    case run_op::max: return "max";
-    case run_op::count: return "count";
-    case run_op::mean: return "mean";
-    case run_op::first: return "first";
-  }
-  return "?";
-}
-
 void check_value(const run_value& v, std::size_t j) {
   const std::string col = fn + ": value column " + std::to_string(j);
   if (v.op > run_op::first)
     throw invalid_argument(col + ": unknown op " + std::to_string(int(v.op)));
-  const std::string what = col + " (" + op_name(v.op) + ")";
+  const std::string what = col + " (" + run_op_name(v.op) + ")";
   if (v.op == run_op::count) {
     if (v.out_type != scalar_type::u64)
       throw invalid_argument(what + ": a count is uint64_t, not " + type_name(v.out_type));
@@ -581,6 +569,18 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
     b.push_back(array_arg({r.values[j], 0}, stored_type(a.values[j].out_type), false, runs));
   launch(*prog.get_kernel("rbk_emit").impl(), qi, part_range, part_loc, b.data(), b.size());
   return r;
+}
+
+const char* run_op_name(run_op op) {
+  switch (op) {
+    case run_op::sum: return "sum";
+    case run_op::min: return "min";
+    case run_op::max: return "max";
+    case run_op::count: return "count";
+    case run_op::mean: return "mean";
+    case run_op::first: return "first";
+  }
+  return "?";
 }
 
 }  // namespace kiln::detail

@@ -83,6 +83,9 @@ inline constexpr reduce_by_key_policy reduce_policy{};
 // types; kiln::invalid_argument for a missing or too-small array, count with an out_type other
 // than u64, sum/min/max into bool, mean into other than f32/f64, an unknown op;
 // kiln::device_mismatch for memory of another device than q's.
+// "sum", "min", ... for error messages.
+const char* run_op_name(run_op op);
+
 reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a);
 
 // The kernel text, tiled (barriers, local memory) or chunked, for keys of key_bytes (1, 2, 4, 8)
