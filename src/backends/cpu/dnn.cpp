@@ -51,9 +51,8 @@ const dnnl_api& dnnl() {
   static dnnl_api api;
   static std::once_flag once;
   std::call_once(once, [] {
-    // Opt-in (KILN_DNNL=1) until a crash at process exit is understood: once in four CI runs a
-    // process that had run oneDNN convolutions died after its tests passed (docs/testing.md).
-    if (const char* on = std::getenv("KILN_DNNL"); !on || std::string_view(on) != "1") return;
+    // KILN_DNNL=0: no oneDNN (the portable kernels; CI's TSan stage runs so).
+    if (const char* off = std::getenv("KILN_DNNL"); off && std::string_view(off) == "0") return;
     api.lib = kiln_plugin::dl_open_first("KILN_DNNL_LIBRARY", {"libdnnl.so.2", "libdnnl.so"});
     bool ok = api.lib != nullptr;
     KILN_DNNL_FUNCS(KILN_DL_RESOLVE)

@@ -33,8 +33,8 @@ const kiln_dnn_v1* table() {
 #define REQUIRE_DNN()                                                                      \
   const kiln_dnn_v1* dnn = table();                                                        \
   if (!dnn)                                                                                \
-  GTEST_SKIP() << "oneDNN off (opt-in: KILN_DNNL=1) or absent (no libdnnl.so.2, or built "   \
-                  "without oneapi/dnnl/dnnl.h): convolution runs the portable kernels"
+  GTEST_SKIP() << "oneDNN off (KILN_DNNL=0) or absent (no libdnnl.so.2, or built without " \
+                  "oneapi/dnnl/dnnl.h): convolution runs the portable kernels"
 
 // Runs f with the portable kernels forced, restoring the environment.
 template <class F>
@@ -69,6 +69,10 @@ TEST(CpuDnnTest, TableIsOneDnnAndConvolutionUsesIt) {
                      kiln::tensor::randn(cpu, {2, 2, 3, 3}, 4).to(kiln::scalar_type::f64))
       .eval();
   EXPECT_EQ(kiln::last_conv_path(), kiln::conv_path::portable);
+  // eval() only queues: without this wait the f64 GEMM (OpenBLAS) still ran on the queue's
+  // thread while exit() ran OpenBLAS's destructor, which nulls its dispatch table: SIGSEGV
+  // in cblas_dgemm at address 0x3d8 after the test passed (docs/testing.md, issue 24).
+  cpu.synchronize();
 }
 
 struct config {
