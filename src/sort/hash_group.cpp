@@ -645,8 +645,14 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
   // The tiled path: the largest local table of (1 + columns) words per entry that fits.
   const hash_group_policy& p = hash_policy;
   const std::uint64_t entry = 8 * (2 + k);  // key, global slot, accumulators
+  // Room is left for the kernel's other local variables: NVIDIA's OpenCL refused a table that
+  // filled its 48 KiB exactly (49160 bytes with them).
+  const std::uint64_t budget =
+      std::min<std::uint64_t>(p.local_bytes,
+                              info.local_mem_bytes ? info.local_mem_bytes : p.local_bytes) -
+      p.local_reserve;
   const std::uint32_t local_slots = static_cast<std::uint32_t>(
-      std::bit_floor(std::min<std::uint64_t>(p.local_slots_max, p.local_bytes / entry)));
+      std::bit_floor(std::min<std::uint64_t>(p.local_slots_max, budget / entry)));
   std::string lacks;
   if (k == 0)
     lacks = "aggregates (keys only)";
@@ -654,8 +660,7 @@ hash_group_result hash_group(queue& q, const hash_group_args& a) {
     lacks = "kiln::feature::barrier";
   else if (info.max_work_group_size && info.max_work_group_size < p.gpu_group)
     lacks = cat("work-groups of ", num(p.gpu_group), " items");
-  else if (local_slots < p.gpu_group ||
-           (info.local_mem_bytes && info.local_mem_bytes < local_slots * entry))
+  else if (local_slots < p.gpu_group || local_slots * entry > budget)
     lacks = cat("a local table of ", num(p.gpu_group), " entries of ", num(entry), " bytes");
   if (a.path == radix_path::tiled && !lacks.empty())
     throw unsupported(fn + ": the tiled kernel needs " + lacks + ", which " + dev.id() + " lacks");

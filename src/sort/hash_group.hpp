@@ -74,6 +74,7 @@ struct hash_group_policy {
   // (CUDA's static shared limit), in local_groups_per_unit work-groups per compute unit.
   std::uint32_t local_slots_max = 2048;
   std::uint32_t local_bytes = 49152;
+  std::uint32_t local_reserve = 256;  // for the kernel's other local variables
   std::uint32_t local_groups_per_unit = 4;
   // CPU devices: each work-item's private table, entries of (2 + columns) words.
   std::uint32_t cpu_private_slots = 2048;
