@@ -19,12 +19,15 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace kiln::cpu {
@@ -44,6 +47,38 @@ struct openblas_api {
   void (*set_num_threads)(int) = nullptr;  // openblas_set_num_threads, where exported
 };
 
+// OpenBLAS's destructor (run by exit() after every atexit handler) clears its kernel table, so a
+// call still running on a queue thread when the process exits reads NULL (found in a core
+// dump: a pool worker in cblas_dgemm while main was in exit()). An atexit handler registered
+// when the library loads stops new calls and waits for the running ones; a call that would
+// start after it parks its thread until the process is gone (nobody reads its result).
+struct exit_guard {
+  std::atomic<int> active{0};
+  std::atomic<bool> closing{false};
+};
+exit_guard& guard() {
+  static auto* g = new exit_guard;  // never destroyed: queue threads may outlive static dtors
+  return *g;
+}
+struct blas_call {
+  blas_call() {
+    exit_guard& g = guard();
+    g.active.fetch_add(1);
+    while (g.closing.load()) {
+      g.active.fetch_sub(1);
+      for (;;) std::this_thread::sleep_for(std::chrono::hours(1));
+    }
+  }
+  ~blas_call() { guard().active.fetch_sub(1); }
+  blas_call(const blas_call&) = delete;
+  blas_call& operator=(const blas_call&) = delete;
+};
+void quiesce_at_exit() {
+  exit_guard& g = guard();
+  g.closing.store(true);
+  while (g.active.load() > 0) std::this_thread::yield();
+}
+
 // $KILN_OPENBLAS_LIBRARY, else the Debian soname, else the plain name; loaded once.
 const openblas_api& openblas() {
   static openblas_api api;
@@ -57,6 +92,7 @@ const openblas_api& openblas() {
       api.lib = nullptr;  // RTLD_NODELETE: stays mapped, unused
       return;
     }
+    std::atexit(quiesce_at_exit);  // after OpenBLAS's constructor, so before its destructor
     // One OpenBLAS thread per call: Kiln's pool runs the calls in parallel (see the top).
     api.set_num_threads =
         reinterpret_cast<void (*)(int)>(dlsym(api.lib, "openblas_set_num_threads"));
@@ -90,6 +126,7 @@ void block_gemm(const kiln_blas_gemm_desc& d, const T* a, const T* b, T* c, std:
   const T* ab = a + (ta ? p0 * d.lda + r0 : r0 * d.lda + p0);
   const T* bb = b + (tb ? c0 * d.ldb + p0 : p0 * d.ldb + c0);
   const int m = int(r1 - r0), n = int(c1 - c0), k = int(p1 - p0);
+  const blas_call in_blas;
   if constexpr (std::is_same_v<T, float>)
     openblas().cblas_sgemm(CblasRowMajor, trans(d.trans_a), trans(d.trans_b), m, n, k, alpha, ab,
                            int(d.lda), bb, int(d.ldb), beta, c + r0 * ldc + c0, int(ldc));
@@ -179,6 +216,7 @@ void run_gemv(const kiln_blas_gemv_desc& d, T alpha, T beta) {
   const T* a = reinterpret_cast<const T*>(at(d.a));
   const T* x = reinterpret_cast<const T*>(at(d.x));
   T* y = reinterpret_cast<T*>(at(d.y));
+  const blas_call in_blas;
   if constexpr (std::is_same_v<T, float>)
     openblas().cblas_sgemv(CblasRowMajor, trans(d.trans), int(d.m), int(d.n), alpha, a, int(d.lda),
                            x, 1, beta, y, 1);
@@ -222,8 +260,8 @@ kiln_status gemv(kiln_queue_h q, const kiln_blas_gemv_desc* d) noexcept {
   return submit(q, *d, "gemv", {d->m, d->n, d->lda}, run_gemv<float>, run_gemv<double>);
 }
 
-const kiln_blas_v1 blas_table = {{KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, nullptr, gemm, gemv,
-                                   nullptr};
+const kiln_blas_v1 blas_table = {
+    {KILN_BLAS_VERSION, sizeof(kiln_blas_v1)}, nullptr, gemm, gemv, nullptr};
 
 bool loaded() noexcept {
   try {
