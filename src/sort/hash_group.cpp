@@ -568,9 +568,7 @@ bool hash_group_exact(const run_value& v) {
 std::string hash_group_source(std::uint32_t key_bytes, const std::vector<run_value>& values,
                               std::uint32_t local_slots) {
   std::string sig = cat(num(key_bytes), "/", num(local_slots));
-  for (const run_value& v : values)
-    sig += cat(",", num(int(v.op)), ":", v.op == run_op::count ? "-" : num(int(v.type)), ":",
-               num(int(v.out_type)));
+  sig += run_values_signature(values);
   static std::mutex mu;
   static std::map<std::string, std::string> cache;
   std::lock_guard lock(mu);

@@ -412,9 +412,7 @@ std::string reduce_by_key_source(bool tiled, std::uint32_t key_bytes,
                                  const std::vector<run_value>& values) {
   // One text per signature (path, key width, then per column op, input and result types).
   std::string sig = cat(tiled ? "t" : "c", num(key_bytes));
-  for (const run_value& v : values)
-    sig += cat(",", num(int(v.op)), ":", v.op == run_op::count ? "-" : num(int(v.type)), ":",
-               num(int(v.out_type)));
+  sig += run_values_signature(values);
   static std::mutex mu;
   static std::map<std::string, std::string> cache;
   std::lock_guard lock(mu);
@@ -569,6 +567,14 @@ reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a) {
     b.push_back(array_arg({r.values[j], 0}, stored_type(a.values[j].out_type), false, runs));
   launch(*prog.get_kernel("rbk_emit").impl(), qi, part_range, part_loc, b.data(), b.size());
   return r;
+}
+
+std::string run_values_signature(const std::vector<run_value>& values) {
+  std::string sig;
+  for (const run_value& v : values)
+    sig += cat(",", num(int(v.op)), ":", v.op == run_op::count ? "-" : num(int(v.type)), ":",
+               num(int(v.out_type)));
+  return sig;
 }
 
 const char* run_op_name(run_op op) {

@@ -85,6 +85,9 @@ inline constexpr reduce_by_key_policy reduce_policy{};
 // kiln::device_mismatch for memory of another device than q's.
 // "sum", "min", ... for error messages.
 const char* run_op_name(run_op op);
+// The value columns' part of a kernel text's cache key: per column its op, input and result
+// types (reduce_by_key and hash_group generate one text per signature).
+std::string run_values_signature(const std::vector<run_value>& values);
 
 reduce_by_key_result reduce_by_key(queue& q, const reduce_by_key_args& a);
 
