@@ -9,7 +9,7 @@
 //
 //   build/bin/bench_collective [--min-bytes B] [--max-bytes B] [--iters N] [--warmup N]
 //                              [--batch N] [--steps N] [--only allreduce,train] [--quick]
-//                              [--model lenet,mlp_wide,mlp] [--no-processes]
+//                              [--model lenet,mlp_wide,mlp] [--no-processes] [--graph]
 //                              [--no-torch] [--python EXE] [--nccl-tests PATH/all_reduce_perf]
 //
 // Bandwidths as nccl-tests defines them: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n
@@ -20,6 +20,7 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <filesystem>
 #include <kiln/collective.hpp>
@@ -27,6 +28,8 @@
 #include <kiln/nn/data_parallel.hpp>
 #include <kiln/nn/models.hpp>
 #include <kiln/optim.hpp>
+#include <kiln/step_graph.hpp>
+#include <kiln/tensor/inplace.hpp>
 #include <map>
 #include <optional>
 #include <stdexcept>
@@ -44,7 +47,7 @@ using kiln::collective::communicator;
 struct options {
   std::uint64_t min_bytes = 8, max_bytes = 1ull << 30;
   int iters = 20, warmup = 5, batch = 256, steps = 100;
-  bool quick = false, torch = true, processes = true;
+  bool quick = false, torch = true, processes = true, graph = false;
   std::vector<std::string> groups, models{"lenet", "mlp_wide"};
   int rank = -1, ranks = 0;  // --rank: this process is one rank of train_processes
   std::string nccl_id;
@@ -193,21 +196,45 @@ double rank_train_ms(communicator& c, const std::string& model, const options& o
   for (int k = 0; k < 8; ++k)
     batches.emplace_back(inputs(dev, model, o.batch, unsigned(10 + k + 100 * c.rank())),
                          labels(dev, o.batch, unsigned(200 + k + 100 * c.rank())));
-  auto step = [&](int k) {
-    auto& [x, y] = batches[k % batches.size()];
+  auto eager = [&](const tensor& x, const tensor& y) {
     opt.zero_grad();
-    kiln::nn::cross_entropy(ddp ? (*ddp)(x) : net(x), y).backward();
+    tensor loss = kiln::nn::cross_entropy(ddp ? (*ddp)(x) : net(x), y);
+    loss.backward();
     if (ddp)
       ddp->step();
     else
       opt.step();
+    return loss;
+  };
+  // --graph: the step captured once and replayed (kiln::step_graph); each step first copies its
+  // batch into the captured inputs, as a training loop does.
+  tensor sx = (batches[0].first + 0.f).eval(), sy = (batches[0].second + std::int64_t(0)).eval();
+  std::optional<kiln::step_graph> graph;
+  if (o.graph) graph.emplace(dev, [&] { return std::vector<tensor>{eager(sx, sy)}; });
+  auto step = [&](int k) {
+    auto& [x, y] = batches[k % batches.size()];
+    if (!graph) {
+      eager(x, y);
+      return;
+    }
+    kiln::copy_(sx, x);
+    kiln::copy_(sy, y);
+    graph->run();
   };
   for (int k = 0; k < o.warmup; ++k) step(k);
+  if (graph && c.rank() == 0 && graph->kind() != kiln::replay_kind::cuda_graph)
+    std::fprintf(stderr, "  --graph: %s runs eagerly: %s\n", model.c_str(), graph->reason().c_str());
   rank_barrier(c);
   const auto t0 = clock_type::now();
   for (int k = 0; k < o.steps; ++k) step(k);
+  const double enqueued = ms_since(t0);
   dev.synchronize();
   const double mine = ms_since(t0);
+  // The host's share: near `mine`, the step is bound by the host thread (launches or waits).
+  if (std::getenv("KILN_BENCH_HOST_TIMES"))
+    std::fprintf(stderr, "  %s rank %d/%d %s: host %.2f ms, device done %.2f ms (%d steps)\n",
+                 model.c_str(), c.rank(), c.size(), plain ? "plain" : "ddp", enqueued, mine,
+                 o.steps);
   tensor worst = tensor::from(dev, std::vector<float>{float(mine)});
   c.all_reduce(worst, kiln::collective::reduce_op::max);
   return worst.item<float>();
@@ -258,7 +285,7 @@ double train_processes(int ranks, const std::string& model, const options& o) {
                             " --ranks " + std::to_string(ranks) + " --nccl-id " + id + " --model " +
                             model + " --batch " + std::to_string(o.batch) + " --steps " +
                             std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
-                            " 2>&1";
+                            (o.graph ? " --graph" : "") + " 2>&1";
     children.push_back(popen(cmd.c_str(), "r"));
     if (!children.back()) throw std::runtime_error("could not start " + self);
   }
@@ -365,7 +392,7 @@ int usage(const char* argv0) {
   std::fprintf(stderr,
                "usage: %s [--min-bytes B] [--max-bytes B] [--iters N] [--warmup N] [--batch N]\n"
                "          [--steps N] [--only allreduce,train] [--model lenet,mlp_wide,mlp]\n"
-               "          [--no-processes] [--quick] [--no-torch] [--python EXE]\n"
+               "          [--no-processes] [--graph] [--quick] [--no-torch] [--python EXE]\n"
                "          [--nccl-tests PATH]\n",
                argv0);
   return 2;
@@ -404,6 +431,8 @@ int main(int argc, char** argv) {
       o.models = kiln_bench::split(argv[++i]);
     else if (a == "--no-processes")
       o.processes = false;
+    else if (a == "--graph")
+      o.graph = true;
     else if (a == "--rank" && has)
       o.rank = std::atoi(argv[++i]);
     else if (a == "--ranks" && has)

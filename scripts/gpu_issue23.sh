@@ -190,6 +190,35 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       grep -h "gpt step\|checkpoint from\|^step \|summary:\|^gpt:" "$OUT"/torchgpt.log \
         "$OUT"/kilngpt.log "$OUT"/gptcheck.log "$OUT"/traingpt.log | tee -a "$OUT/summary.txt"
       ;;
+    graphstep)  # (issue 23) the captured step: bench rows with and without --graph, kiln train
+      step gs_bench_graph 300 env KILN_BENCH_HOST_TIMES=1 $B/bench_collective --only train \
+        --model lenet,mlp_wide --batch 256 --steps 100 --warmup 10 --graph
+      step gs_bench_eager 200 $B/bench_collective --only train --model lenet,mlp_wide --batch 256 \
+        --steps 100 --warmup 10 --no-torch
+      for l in gs_bench_graph gs_bench_eager; do
+        echo "== $l" | tee -a "$OUT/summary.txt"
+        grep -E "^\| [a-z]|rank [0-9]|--graph" "$OUT/$l.log" | cut -c1-220 | tee -a "$OUT/summary.txt"
+      done
+      for m in lenet mlp_wide; do
+        for g in "" "--graph"; do
+          n="gs_${m}${g:+_graph}"
+          step "${n}_one" 90 $B/kiln train $m --device cuda:0 --batch 256 --epochs 3 $g --data data/mnist
+          step "${n}_two" 90 $B/kiln train $m --devices cuda:0,cuda:1 --batch 256 --epochs 3 $g \
+            --data data/mnist
+          grep -h "runs eagerly\|^  $m " "$OUT/${n}_one.log" "$OUT/${n}_two.log" | sed "s/^/$n: /" |
+            tee -a "$OUT/summary.txt"
+        done
+      done
+      ;;
+    diag)  # $DIAG: lines of environment settings; bench_collective's train rows under each
+      printf '%s\n' "${DIAG:-KILN_NONE=1}" | grep . | while read -r envs; do
+        step diag 240 env KILN_BENCH_HOST_TIMES=1 KILN_CUDA_ALLOC_STATS=1 $envs \
+          $B/bench_collective --only train --model ${DIAG_MODELS:-lenet} --batch 256 --steps 100 \
+          --warmup 10 --no-torch
+        echo "== $envs" | tee -a "$OUT/summary.txt"
+        grep -E "^\| [a-z]|rank [0-9]|alloc syncs" "$OUT/diag.log" | cut -c1-200 | tee -a "$OUT/summary.txt"
+      done
+      ;;
     python)
       step python_build 200 bash scripts/gpu_python_build.sh "$build"
       tail -n 3 "$OUT/python_build.log" | tee -a "$OUT/summary.txt"

@@ -6,6 +6,7 @@
 #include "kiln/error.hpp"
 #include "kiln/fallback.hpp"
 #include "kiln/graph.hpp"
+#include "kiln/step_graph.hpp"
 #include "kiln/kernel.hpp"
 #include "kiln/linalg.hpp"
 #include "kiln/log.hpp"

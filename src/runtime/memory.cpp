@@ -16,28 +16,20 @@ device_hooks& pressure_hooks() {
 }
 }  // namespace
 
-memory_impl::~memory_impl() {
-  if (external_release) {  // not Kiln's: its owner frees it once Kiln's work on it is done
-    if (!dev->stale(gen))
-      for (const auto& q : users) dev->api->queue_finish(q->handle);
-    try {
-      external_release();
-    } catch (...) {  // a destructor never throws (DESIGN 8)
-    }
-    return;
-  }
-  if (!handle || dev->stale(gen)) return;  // a reset freed it with the old generation
-  dev->bytes_in_use -= bytes;
-  const kiln_backend& api = *dev->api;
-  // Free on the last queue that used the memory, after every other user's work too.
+namespace {
+
+// Frees `handle` on the last queue that used it, after every other user's work too.
+void release_device_memory(device_impl& dev, void* handle,
+                           const std::vector<std::shared_ptr<queue_impl>>& users) {
+  const kiln_backend& api = *dev.api;
   if (users.empty()) {
-    api.mem_free(dev->handle(), handle, nullptr);
+    api.mem_free(dev.handle(), handle, nullptr);
     return;
   }
   queue_impl& last = *users.back();
   for (std::size_t i = 0; i + 1 < users.size(); ++i) {
     kiln_event_h e = nullptr;
-    if (api.event_create(dev->handle(), &e) == KILN_OK) {
+    if (api.event_create(dev.handle(), &e) == KILN_OK) {
       if (api.event_record(e, users[i]->handle) == KILN_OK)
         api.queue_wait_event(last.handle, e);
       else
@@ -47,7 +39,64 @@ memory_impl::~memory_impl() {
       api.queue_finish(users[i]->handle);
     }
   }
-  api.mem_free(dev->handle(), handle, last.handle);
+  api.mem_free(dev.handle(), handle, last.handle);
+}
+
+// Parks `release` in the first live hold; when that hold goes, it parks itself in the next live
+// one, so memory shared by several captured graphs outlives all of them.
+void park(std::vector<std::weak_ptr<capture_hold>> holds, std::function<void()> release) {
+  while (!holds.empty()) {
+    std::shared_ptr<capture_hold> h = holds.back().lock();
+    holds.pop_back();
+    if (!h) continue;
+    std::lock_guard lock(h->mu);
+    h->parked.push_back([rest = std::move(holds), r = std::move(release)]() mutable {
+      park(std::move(rest), std::move(r));
+    });
+    return;
+  }
+  release();
+}
+
+void join_capture(memory_impl& m, const std::shared_ptr<capture_hold>& h) {
+  for (const auto& w : m.holds)
+    if (w.lock() == h) return;
+  m.holds.push_back(h);
+}
+
+}  // namespace
+
+capture_hold::~capture_hold() {
+  for (auto& release : parked) {
+    try {
+      release();
+    } catch (...) {  // a destructor never throws (DESIGN 8)
+    }
+  }
+}
+
+memory_impl::~memory_impl() {
+  if (std::shared_ptr<capture_hold> h = dev->active_capture()) join_capture(*this, h);
+  if (external_release) {  // not Kiln's: its owner frees it once Kiln's work on it is done
+    auto release = [dev = dev, gen = gen, users = std::move(users),
+                    ext = std::move(external_release)] {
+      if (!dev->stale(gen))
+        for (const auto& q : users) dev->api->queue_finish(q->handle);
+      try {
+        ext();
+      } catch (...) {  // a destructor never throws (DESIGN 8)
+      }
+    };
+    park(std::move(holds), std::move(release));
+    return;
+  }
+  if (!handle || dev->stale(gen)) return;  // a reset freed it with the old generation
+  park(std::move(holds), [dev = dev, handle = handle, bytes = bytes, gen = gen,
+                          users = std::move(users)] {
+    if (dev->stale(gen)) return;
+    dev->bytes_in_use -= bytes;
+    release_device_memory(*dev, handle, users);
+  });
 }
 
 namespace {
@@ -117,6 +166,7 @@ std::shared_ptr<memory_impl> allocate_impl(const device& dev, std::uint64_t byte
     m->handle = nullptr;
     throw_status(api, s, "allocating " + std::to_string(bytes) + " bytes on " + dev.id());
   }
+  if (std::shared_ptr<capture_hold> h = m->dev->active_capture()) join_capture(*m, h);
   if (q) note_queue_use(*m, *q);  // freed on q, after its work
   const std::uint64_t now = m->dev->bytes_in_use += bytes;
   if (log_enabled(log_level::debug) && bytes >= log_alloc_bytes())
@@ -188,7 +238,9 @@ void alive(const queue_impl& q, const memory_impl& m, const char* what) {
 }  // namespace
 
 void note_queue_use(memory_impl& m, queue_impl& q) {
+  std::shared_ptr<capture_hold> h = q.dev->active_capture();
   std::lock_guard lock(m.mu);
+  if (h) join_capture(m, h);
   if (!m.users.empty() && m.users.back().get() == &q) return;  // the common case: one queue
   for (const auto& u : m.users)
     if (u.get() == &q) return;

@@ -28,6 +28,18 @@ inline void check(const kiln_backend& api, kiln_status s, const char* what) {
 
 struct backend;
 
+// A captured CUDA graph's hold on device memory (kiln::step_graph, src/graph/step_graph.cpp).
+// Every replay uses the addresses the capture saw, so memory the capture allocated, used or
+// freed is released only once every graph holding it is gone: its free is parked here.
+struct capture_hold {
+  std::mutex mu;
+  std::vector<std::function<void()>> parked;  // releases, run by the destructor
+  // Device-side checks queued while capturing (deferred_check.cpp): each reads its slot, which
+  // every replay rewrites, and returns the error ("" when none). Guarded by mu.
+  std::vector<std::function<std::string()>> checks;
+  ~capture_hold();
+};
+
 struct device_impl : std::enable_shared_from_this<device_impl> {
   const backend* owner = nullptr;
   const kiln_backend* api = nullptr;
@@ -53,6 +65,17 @@ struct device_impl : std::enable_shared_from_this<device_impl> {
 
   std::mutex mu;
   std::vector<std::weak_ptr<queue_impl>> queues;
+  // The capture running on this device's default queue (kiln::step_graph), if any. While one
+  // runs, allocations and uses join its hold and every free on the device is parked in it.
+  std::atomic<bool> capture_active{false};
+  std::shared_ptr<capture_hold> capturing;  // guarded by capture_mu
+  std::mutex capture_mu;
+  std::shared_ptr<capture_hold> active_capture() {
+    if (!capture_active.load(std::memory_order_acquire)) return nullptr;
+    std::lock_guard lock(capture_mu);
+    return capturing;
+  }
+
   // Bytes of device memory Kiln holds through detail::allocate now, and the most since the
   // last reset (device::memory_usage).
   std::atomic<std::uint64_t> bytes_in_use{0}, peak_bytes{0};
@@ -134,6 +157,9 @@ struct memory_impl {
   std::uint32_t gen = 0;
   std::mutex mu;
   std::vector<std::shared_ptr<queue_impl>> users;
+  // The captured graphs that use it (allocated, used or freed during a capture): its release
+  // waits for all of them. Guarded by mu.
+  std::vector<std::weak_ptr<capture_hold>> holds;
   // Memory another library owns (tensor::from_external): called instead of mem_free, after the
   // users' queues have finished; not counted in the device's bytes in use.
   std::function<void()> external_release;

@@ -93,8 +93,23 @@ bool defer_count_check(const tensor& bad, std::function<std::string(std::int64_t
   const tensor b = bad.eval();
   const tensor_impl& s = *b.impl();
   if (s.kind != tensor_kind::stored || !s.mem) return false;
-  pending_check pc{dev, pinned_slot(dev), event(nullptr), std::move(what), now};
   queue& q = dev.default_queue();
+  if (std::shared_ptr<capture_hold> cap = dev.impl()->active_capture()) {
+    // Captured (kiln::step_graph): every replay rewrites the slot; the graph reads it after
+    // each replay, so the slot belongs to the graph's hold.
+    auto slot = std::make_shared<pinned_buffer<std::int64_t>>(pinned_slot(dev));
+    copy_d2h(*q.impl(), slot->data(), *s.mem,
+             static_cast<std::uint64_t>(s.offset) * sizeof(std::int64_t), sizeof(std::int64_t));
+    std::lock_guard lock(cap->mu);
+    cap->checks.push_back([slot, what = std::move(what), id = dev.id()]() -> std::string {
+      const std::int64_t n = slot->data()[0];
+      return n ? what(n) + " in a replay of a captured step on " + id +
+                     " (checked on the device, reported by the next replay)"
+               : std::string();
+    });
+    return true;
+  }
+  pending_check pc{dev, pinned_slot(dev), event(nullptr), std::move(what), now};
   copy_d2h(*q.impl(), pc.bad.data(), *s.mem,
            static_cast<std::uint64_t>(s.offset) * sizeof(std::int64_t), sizeof(std::int64_t));
   pc.done = q.record();

@@ -153,6 +153,40 @@ TEST(Tool, TrainDataParallelOverTwoRanksLearnsAndKeepsTheRanksIdentical) {
   std::filesystem::remove_all(dir);
 }
 
+// The ranks split each of the one device's batches, so two ranks take the one device's steps:
+// the same accuracy (the bound: 0.3 points) and loss, up to rounding. --graph replays
+// the step where the backend has graphs and runs it eagerly elsewhere, with the same result.
+TEST(Tool, TrainOnTwoRanksMatchesOneDevice) {
+  const std::string dir = learnable_digits("kiln-tool-digits-match", 777);
+  auto summary = [](const std::string& out, double* accuracy, double* loss) {
+    const auto row = out.rfind("  mlp ");
+    ASSERT_NE(row, std::string::npos) << out;
+    std::istringstream in(out.substr(row));
+    std::string model;
+    double params = 0;
+    char percent = 0;
+    in >> model >> params >> *accuracy >> percent >> *loss;
+  };
+  double acc1 = 0, loss1 = 0, acc2 = 0, loss2 = 0, acc3 = 0, loss3 = 0;
+  auto r = run("KILN_CACHE=0", "train mlp --device cpu --epochs 1 --batch 64 --data " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  summary(r.output, &acc1, &loss1);
+  r = run("KILN_CACHE=0", "train mlp --devices cpu,cpu --epochs 1 --batch 64 --data " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  summary(r.output, &acc2, &loss2);
+  r = run("KILN_CACHE=0",
+          "train mlp --devices cpu,cpu --epochs 1 --batch 64 --graph --data " + dir);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the step runs eagerly (the cpu backend has no graph API)"));
+  summary(r.output, &acc3, &loss3);
+  // Two CPU ranks share one thread pool, so their sums' order (and the last bits) vary.
+  EXPECT_LE(std::abs(acc1 - acc2), 0.3) << acc1 << " vs " << acc2;
+  EXPECT_LE(std::abs(acc3 - acc2), 0.3) << acc3 << " vs " << acc2;
+  EXPECT_NEAR(loss2, loss1, 0.05 * loss1);
+  EXPECT_NEAR(loss3, loss1, 0.05 * loss1);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Tool, UnknownDeviceIsAClearError) {
   auto r = run("KILN_DEVICE=cuda:99", "demo");
   EXPECT_EQ(r.status, 1);

@@ -56,6 +56,7 @@ struct train_options {
   // kiln::autocast; f16 with optim::grad_scaler).
   std::string precision = "fp32";
   std::int64_t max_steps = 0;  // > 0: at most this many steps per epoch (smoke tests)
+  bool graph = false;          // the step captured once and replayed (kiln::step_graph)
   gpt_options gpt;             // model "gpt" only (--steps: its steps in all)
 };
 int train(const train_options& o);

@@ -151,6 +151,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   tr->add_option("--lr", to.lr, "Adam's learning rate")->type_name("X")->capture_default_str();
   tr->add_flag("--batch-norm", to.batch_norm, "LeNet with batch normalisation");
+  tr->add_flag("--graph", to.graph,
+               "capture the training step once and replay it as a CUDA graph (kiln::step_graph; "
+               "other backends run it eagerly)");
   CLI::Option* precision =
       tr->add_option("--precision", to.precision,
                      "fp32; tf32 (f32 products and convolutions may use TensorFloat-32 where the "

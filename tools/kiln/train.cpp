@@ -3,8 +3,9 @@
 // scripts/fetch_mnist.sh provides (8,000 train / 2,000 test, seeded split), with a progress
 // line per epoch (loss, accuracy, images/s) and a summary; optionally saves checkpoints.
 // With --devices A,B,... it trains data-parallel (kiln::nn::data_parallel), one rank per device:
-// each rank takes every N-th training digit and batch/N of each step's batch, so a step sees as
-// many digits as on one device, and rank 0 reports the test accuracy.
+// every rank walks the one device's shuffled batches and trains on its slice (batch/N rows) of
+// each, so N devices take the one device's steps; rank 0 reports the test accuracy. --graph
+// replays each full-batch step from a capture (kiln::step_graph).
 // --precision: fp32; tf32 (TensorFloat-32 in the f32 products and convolutions); bf16 or f16
 // (kiln::autocast around the forward pass, f32 parameters; f16 with optim::grad_scaler).
 #include <unistd.h>
@@ -26,6 +27,8 @@
 #include "kiln/nn/models.hpp"
 #include "kiln/optim.hpp"
 #include "kiln/optim/grad_scaler.hpp"
+#include "kiln/step_graph.hpp"
+#include "kiln/tensor/inplace.hpp"
 #include "kiln/tensor/linear.hpp"
 
 namespace kiln::tool {
@@ -106,13 +109,12 @@ double rank_difference(const nn::module& model, collective::communicator& comm) 
   return worst;
 }
 
-// Every n-th sample from `rank` on: this rank's shard. Every shard has the same size (the last
-// d.size() % n samples are left out), so every rank takes the same number of steps.
-data::dataset shard(const data::dataset& d, int rank, int n) {
-  std::vector<std::int64_t> rows;
-  const std::int64_t usable = d.size() / n * n;
-  for (std::int64_t i = rank; i < usable; i += n) rows.push_back(i);
-  return data::select(d, rows);
+// Rows [lo, hi) of global batch [glo, ghi) that `rank` of `ranks` trains on: an even split, so
+// the ranks' averaged gradient is the one device's gradient of the same batch.
+std::pair<std::int64_t, std::int64_t> rank_rows(std::int64_t glo, std::int64_t ghi, int rank,
+                                                int ranks) {
+  const std::int64_t len = ghi - glo;
+  return {glo + len * rank / ranks, glo + len * (rank + 1) / ranks};
 }
 
 // One epoch of a dataset on the device, in permutation(size, seed) order (data_loader's
@@ -152,10 +154,47 @@ result train_one(const std::string& name, const train_options& o, const device& 
           "(loss scaling across ranks); use bf16");
     scaler = std::make_unique<optim::grad_scaler>();
   }
-  const data::dataset mine = comm ? shard(train, comm->rank(), ranks) : train;
-  const std::int64_t batch = o.batch / ranks, n = mine.size();
-  std::int64_t batches = (n + batch - 1) / batch;
+  // Every rank walks the one device's batches (the same shuffled order) and trains on its
+  // slice of each, so N devices compute the one device's steps. A last batch too small to give
+  // every rank a row is left out.
+  const std::int64_t n = train.size(), rank = comm ? comm->rank() : 0;
+  std::int64_t batches = (n + o.batch - 1) / o.batch;
+  if (n % o.batch != 0 && n % o.batch < ranks) --batches;
   if (o.max_steps > 0) batches = std::min(batches, o.max_steps);
+  // One training step on a batch; with --graph, captured on the first full batch's shape.
+  auto step = [&](const tensor& x, const tensor& y) {
+    opt.zero_grad();
+    tensor loss;
+    {
+      std::optional<kiln::autocast> mixed;
+      if (o.precision == "bf16" || o.precision == "f16")
+        mixed.emplace(o.precision == "f16" ? scalar_type::f16 : scalar_type::bf16);
+      // data_parallel's forward is the model's (its work is in backward and step).
+      loss = nn::cross_entropy(forward(model, x, o), y);
+    }
+    if (scaler) {  // f16: loss scaling (not with data parallel: refused above)
+      scaler->scale(loss).backward();
+      scaler->step(opt);
+      scaler->update();
+    } else {
+      loss.backward();
+      if (ddp)
+        ddp->step();
+      else
+        opt.step();
+    }
+    return loss;
+  };
+  tensor gx, gy;
+  std::optional<kiln::step_graph> graph;
+  if (o.graph) {
+    const std::int64_t b = o.batch / ranks;
+    shape_t xs{b};
+    xs.insert(xs.end(), sample.begin(), sample.end());
+    gx = tensor::zeros(dev, xs);
+    gy = tensor::zeros(dev, {b}, scalar_type::i64);
+    graph.emplace(dev, [&] { return std::vector<tensor>{step(gx, gy)}; });
+  }
   const bool tty = lead && isatty(fileno(stdout));
   result r{name, 0, 0, 0, 0, model.parameter_count()};
   if (lead && comm)
@@ -176,31 +215,22 @@ result train_one(const std::string& name, const train_options& o, const device& 
     // The epoch's digits go to the device at once, in data_loader's shuffled order: a step then
     // neither uploads (tensor::from waits for the device's queue) nor reads the loss (it sums
     // on the device), so the host runs ahead and a rank never waits for the other's step.
-    const epoch_data ed = upload_epoch(mine, o.seed + 1 + std::uint64_t(e), dev, sample);
+    const epoch_data ed = upload_epoch(train, o.seed + 1 + std::uint64_t(e), dev, sample);
     tensor loss_sum = tensor::zeros(dev, {});
     std::int64_t steps = 0, seen = 0;
     for (std::int64_t k = 0; k < batches; ++k) {
-      const std::int64_t lo = k * batch, hi = std::min(n, lo + batch);
+      const auto [lo, hi] =
+          rank_rows(k * o.batch, std::min(n, (k + 1) * o.batch), int(rank), ranks);
       const tensor x = ed.x.slice(0, lo, hi), y = ed.y.slice(0, lo, hi);
-      opt.zero_grad();
       tensor loss;
-      {
-        std::optional<kiln::autocast> mixed;
-        if (o.precision == "bf16" || o.precision == "f16")
-          mixed.emplace(o.precision == "f16" ? scalar_type::f16 : scalar_type::bf16);
-        // data_parallel's forward is the model's (its work is in backward and step).
-        loss = nn::cross_entropy(forward(model, x, o), y);
-      }
-      if (scaler) {  // f16: loss scaling (not with data parallel: refused above)
-        scaler->scale(loss).backward();
-        scaler->step(opt);
-        scaler->update();
+      if (graph && hi - lo == gx.shape()[0]) {  // a full batch: replay the captured step
+        kiln::copy_(gx, x);
+        kiln::copy_(gy, y);
+        loss = graph->run()[0];
+        if (k == 1 && e == 0 && lead && graph->kind() != replay_kind::cuda_graph)
+          std::printf("%s: the step runs eagerly (%s)\n", name.c_str(), graph->reason().c_str());
       } else {
-        loss.backward();
-        if (ddp)
-          ddp->step();
-        else
-          opt.step();
+        loss = step(x, y);
       }
       {
         no_grad off;
@@ -213,6 +243,8 @@ result train_one(const std::string& name, const train_options& o, const device& 
         progress(name, e + 1, o.epochs, steps, batches,
                  double(loss_sum.item<float>()) / double(steps), double(seen) / since(t0), tty);
     }
+    // The epoch's loss over every rank's rows, as one device reports it.
+    if (comm) comm->all_reduce(loss_sum, collective::reduce_op::avg);
     dev.synchronize();
     const double secs = since(t0);
     train_seconds += secs;

@@ -30,6 +30,12 @@ struct kiln_device_s {
   CUmemoryPool pool = nullptr;  // null: device lacks memory pools, fall back to cuMemAlloc
   // A sticky error hit this device's context (cu_fail): every call fails until device_reset.
   std::atomic<bool> lost{false};
+  // Executable graphs alive on this device (graph.cpp). While any is, a queue's cuDNN workspace
+  // is never freed when it grows (a graph may have captured its address): it is retired here
+  // and freed when the last graph goes.
+  std::atomic<int> live_graphs{0};
+  std::mutex retired_mu;
+  std::vector<CUdeviceptr> retired;
 };
 
 struct kiln_queue_s {

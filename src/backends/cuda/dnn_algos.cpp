@@ -198,6 +198,17 @@ kiln_status conv_algos(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d,
 
 kiln_status free_workspace(kiln_queue_h q, DnnQueue& s) noexcept {
   if (!s.ws) return KILN_OK;
+  if (q->dev->live_graphs.load() > 0) {  // a graph may replay with this address: retire it
+    try {
+      std::lock_guard<std::mutex> lock(q->dev->retired_mu);
+      q->dev->retired.push_back(s.ws);
+    } catch (...) {
+      return set_error(KILN_ERR_OUT_OF_MEMORY, "retiring the cuDNN workspace");
+    }
+    s.ws = 0;
+    s.ws_bytes = 0;
+    return KILN_OK;
+  }
   CUresult r;
   const char* call = "cuMemFreeAsync";
   if (q->dev->pool) {

@@ -30,6 +30,7 @@ namespace kiln_cuda {
   X(cuDevicePrimaryCtxRelease)        \
   X(cuCtxSetCurrent)                  \
   X(cuCtxGetCurrent)                  \
+  X(cuCtxSynchronize)                 \
   X(cuDeviceGetDefaultMemPool)        \
   X(cuMemPoolSetAttribute)            \
   X(cuMemAllocFromPoolAsync)          \

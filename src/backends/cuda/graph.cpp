@@ -56,6 +56,7 @@ kiln_status graph_capture_end(kiln_queue_h queue, kiln_graph_h* exec, uint32_t* 
     if (rebuilt) *rebuilt = 1;
   } else {
     *exec = new kiln_graph_s{queue->dev, made};
+    queue->dev->live_graphs.fetch_add(1);
   }
   return KILN_OK;
 }
@@ -74,7 +75,18 @@ void graph_destroy(kiln_graph_h exec) {
     CUresult r = g_cu.cuGraphExecDestroy(exec->exec);
     if (r != CUDA_SUCCESS && r != CUDA_ERROR_DEINITIALIZED) cu_fail(r, "cuGraphExecDestroy");
   }
+  kiln_device_s* dev = exec->dev;
   delete exec;
+  if (dev->live_graphs.fetch_sub(1) == 1) {
+    std::vector<CUdeviceptr> retired;
+    {
+      std::lock_guard<std::mutex> lock(dev->retired_mu);
+      retired.swap(dev->retired);
+    }
+    // Rare (a workspace grew while a graph lived): wait for the device, then free.
+    if (!retired.empty() && make_current(dev) == KILN_OK && g_cu.cuCtxSynchronize() == CUDA_SUCCESS)
+      for (CUdeviceptr p : retired) dev->pool ? g_cu.cuMemFreeAsync(p, dev->internal) : g_cu.cuMemFree(p);
+  }
 }
 
 }  // namespace kiln_cuda
