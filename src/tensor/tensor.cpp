@@ -1,6 +1,7 @@
 // The kiln::tensor handle: properties, creation from host data and constants, reading back.
 #include "kiln/tensor.hpp"
 
+#include "runtime/runtime.hpp"
 #include "tensor/convert.hpp"
 #include "tensor/placement.hpp"
 #include "tensor/shape.hpp"
@@ -125,7 +126,9 @@ tensor full_bits(const device& dev, const shape_t& shape, scalar_type dtype, sca
     const std::uint64_t v = convert_bits(from, bits, dtype);
     queue& q = dev.default_queue();
     fill(*q.impl(), *x->mem, 0, &v, static_cast<std::uint32_t>(size_of(dtype)), n);
-    q.finish();
+    // Ready for any queue on return, except while a step is captured on the default queue
+    // (kiln::step_graph): the fill is then the graph's, ordered with the work that reads it.
+    if (!dev.impl()->capture_active.load(std::memory_order_acquire)) q.finish();
   }
   return tensor(std::move(x));
 }
