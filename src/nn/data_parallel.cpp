@@ -122,6 +122,12 @@ data_parallel::data_parallel(module& model, optim::optimizer& opt, collective::c
   // Buckets: per group, members in reverse order (backward's order), cut at bucket_bytes (the
   // very first at first_bucket_bytes: backward's first gradients start communicating early).
   d.bucket_of.assign(oi.params.size(), 0);
+  std::uint64_t cap = o.bucket_bytes;
+  if (cap == 0) {
+    std::uint64_t total = 0;
+    for (const auto& g : oi.groups) total += static_cast<std::uint64_t>(g.n) * size_of(g.dtype);
+    cap = std::clamp<std::uint64_t>(total / 4, 1ull << 20, 25ull << 20);
+  }
   for (std::size_t gi = 0; gi < oi.groups.size(); ++gi) {
     const auto& g = oi.groups[gi];
     const std::uint64_t es = size_of(g.dtype);
@@ -135,9 +141,8 @@ data_parallel::data_parallel(module& model, optim::optimizer& opt, collective::c
       if (!cur) cur = impl::bucket{gi, upper, upper, {}, 0};
       cur->lo = oi.slots[p].offset;
       cur->params.push_back(p);
-      const std::uint64_t cap =
-          d.buckets.empty() ? std::min(o.first_bucket_bytes, o.bucket_bytes) : o.bucket_bytes;
-      if (static_cast<std::uint64_t>(cur->hi - cur->lo) * es >= cap) {
+      const std::uint64_t limit = d.buckets.empty() ? std::min(o.first_bucket_bytes, cap) : cap;
+      if (static_cast<std::uint64_t>(cur->hi - cur->lo) * es >= limit) {
         upper = cur->lo;
         d.buckets.push_back(*cur);
         cur.reset();

@@ -8,6 +8,7 @@
 #include "kiln/nn.hpp"
 #include "kiln/nn/data_parallel.hpp"
 #include "kiln/optim.hpp"
+#include "kiln/step_graph.hpp"
 #include "kiln/tensor/inplace.hpp"
 
 namespace collective_test {
@@ -15,9 +16,10 @@ namespace collective_test {
 using kiln::collective::reduce_op;
 
 // Data-parallel training: identical parameters on every rank after each step, and the same
-// parameters as one process training on the concatenated batch.
+// parameters as one process training on the concatenated batch. captured: each rank's step is
+// a kiln::step_graph (replayed as a CUDA graph where the backend has graphs).
 inline void data_parallel_matches_one_process(const kiln::collective::communicator& c,
-                                              bool overlap) {
+                                              bool overlap, bool captured = false) {
   const kiln::device dev = c.get_device();
   const int per_rank = 4, total = per_rank * c.size();
   auto make = [&] {
@@ -35,6 +37,15 @@ inline void data_parallel_matches_one_process(const kiln::collective::communicat
   EXPECT_GT(ddp.bucket_count(), 1u);  // 64 bytes: several buckets
   kiln::nn::sequential ref = make();
   auto ref_opt = kiln::optim::sgd(ref.parameters(), {.lr = 0.1, .momentum = 0.9});
+  kiln::tensor sx = kiln::tensor::zeros(dev, {per_rank, 6});
+  kiln::tensor sy = kiln::tensor::zeros(dev, {per_rank, 3});
+  kiln::step_graph graph(dev, [&] {
+    opt.zero_grad();
+    kiln::tensor loss = kiln::nn::mse_loss(ddp(sx), sy);
+    loss.backward();
+    ddp.step();
+    return std::vector<kiln::tensor>{loss};
+  });
   for (int step = 0; step < 4; ++step) {
     const kiln::tensor x_all = kiln::tensor::randn(dev, {total, 6}, 100 + step);
     const kiln::tensor y_all = kiln::tensor::randn(dev, {total, 3}, 200 + step);
@@ -42,9 +53,15 @@ inline void data_parallel_matches_one_process(const kiln::collective::communicat
         x_all.slice(0, c.rank() * per_rank, (c.rank() + 1) * per_rank).contiguous();
     const kiln::tensor y =
         y_all.slice(0, c.rank() * per_rank, (c.rank() + 1) * per_rank).contiguous();
-    opt.zero_grad();
-    kiln::nn::mse_loss(ddp(x), y).backward();
-    ddp.step();
+    if (captured) {
+      kiln::copy_(sx, x);
+      kiln::copy_(sy, y);
+      graph.run();
+    } else {
+      opt.zero_grad();
+      kiln::nn::mse_loss(ddp(x), y).backward();
+      ddp.step();
+    }
     ref_opt.zero_grad();
     kiln::nn::mse_loss(ref.forward(x_all), y_all).backward();
     ref_opt.step();
@@ -62,6 +79,9 @@ inline void data_parallel_matches_one_process(const kiln::collective::communicat
       for (std::size_t k = 0; k < a.size(); ++k)
         ASSERT_NEAR(a[k], b[k], 1e-5) << "step " << step << " parameter " << i << " element " << k;
     }
+  }
+  if (captured && dev.backend() == "cuda") {
+    EXPECT_EQ(graph.kind(), kiln::replay_kind::cuda_graph) << graph.reason();
   }
 }
 

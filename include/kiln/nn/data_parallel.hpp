@@ -31,7 +31,10 @@
 namespace kiln::nn {
 
 struct data_parallel_options {
-  std::uint64_t bucket_bytes = 25ull << 20;  // PyTorch's default bucket_cap_mb
+  // 0: automatic, a quarter of the gradients' bytes within [1 MiB, 25 MiB] (PyTorch's
+  // bucket_cap_mb is 25 MB): a model of a few tens of MB still gets buckets that start while
+  // backward runs, instead of one bucket that waits for the last gradient.
+  std::uint64_t bucket_bytes = 0;
   // The first bucket (the last layers' gradients, the first backward produces) is cut smaller,
   // so communication starts early in backward (PyTorch's first bucket: 1 MB).
   std::uint64_t first_bucket_bytes = 1ull << 20;
