@@ -191,6 +191,8 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
         "$OUT"/kilngpt.log "$OUT"/gptcheck.log "$OUT"/traingpt.log | tee -a "$OUT/summary.txt"
       ;;
     graphstep)  # (issue 23) the captured step: bench rows with and without --graph, kiln train
+      step gs_tests 200 $B/collective_test --gtest_filter='DataParallel.*:Collective.*'
+      grep -hE "tests? ran|PASSED|FAILED \]" "$OUT/gs_tests.log" | tee -a "$OUT/summary.txt"
       step gs_bench_graph 300 env KILN_BENCH_HOST_TIMES=1 $B/bench_collective --only train \
         --model lenet,mlp_wide --batch 256 --steps 100 --warmup 10 --graph
       step gs_bench_eager 200 $B/bench_collective --only train --model lenet,mlp_wide --batch 256 \
