@@ -194,15 +194,15 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       step gs_tests 200 $B/collective_test --gtest_filter='DataParallel.*:Collective.*'
       grep -hE "tests? ran|PASSED|FAILED \]" "$OUT/gs_tests.log" | tee -a "$OUT/summary.txt"
       step gs_bench_graph 300 env KILN_BENCH_HOST_TIMES=1 $B/bench_collective --only train \
-        --model lenet,mlp_wide --batch 256 --steps 100 --warmup 10 --graph
-      step gs_bench_eager 200 $B/bench_collective --only train --model lenet,mlp_wide --batch 256 \
-        --steps 100 --warmup 10 --no-torch
-      for l in gs_bench_graph gs_bench_eager; do
+        --model lenet,mlp_wide --batch 256 --steps 100 --warmup 10 --graph ${GS_TORCH:-}
+      [ "${GS_EAGER:-1}" = 1 ] && step gs_bench_eager 200 $B/bench_collective --only train \
+        --model lenet,mlp_wide --batch 256 --steps 100 --warmup 10 --no-torch
+      for l in gs_bench_graph $([ "${GS_EAGER:-1}" = 1 ] && echo gs_bench_eager); do
         echo "== $l" | tee -a "$OUT/summary.txt"
         grep -E "^\| [a-z]|rank [0-9]|--graph" "$OUT/$l.log" | cut -c1-220 | tee -a "$OUT/summary.txt"
       done
       for m in lenet mlp_wide; do
-        for g in "" "--graph"; do
+        for g in ${GS_MODES:-"" "--graph"}; do
           n="gs_${m}${g:+_graph}"
           step "${n}_one" 90 $B/kiln train $m --device cuda:0 --batch 256 --epochs 3 $g --data data/mnist
           step "${n}_two" 90 $B/kiln train $m --devices cuda:0,cuda:1 --batch 256 --epochs 3 $g \

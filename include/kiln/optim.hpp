@@ -17,11 +17,13 @@
 // the parameter see it; views taken before construction keep the old storage). Gradients live
 // in a second flat buffer (each parameter's grad() is a view of it, so backward accumulates in
 // place), and the state (exp_avg, ...) in flat buffers too. step() is then one elementwise
-// kernel per group over the flat buffers, zero_grad() one fill. docs/optim.md has the design.
+// kernel per group over the flat buffers (and a one-item kernel that advances the group's step
+// count, so a step replayed from a CUDA graph advances it too), zero_grad() one fill.
+// docs/optim.md has the design.
 //
 // bf16 and f16 parameters get f32 master weights: the optimizer keeps an f32 copy of each, the
 // step kernel updates the master and the state in f32 and writes the rounded 16-bit parameter
-// (the same one launch per group; gradients stay 16-bit). The step count lives on the device,
+// (the same launches per group; gradients stay 16-bit). The step count lives on the device,
 // so a step that optim::grad_scaler skips changes nothing, the count included.
 #pragma once
 

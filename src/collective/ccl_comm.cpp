@@ -126,6 +126,8 @@ struct ccl_rank final : comm_impl {
       return launch(c);
     }
     const std::string w = where(*this, c.name);
+    if (std::shared_ptr<kiln::detail::capture_hold> h = dev.impl()->active_capture())
+      join_replays(*h, w);
     try {
       checks(c);
     } catch (const std::exception& e) {
@@ -142,6 +144,16 @@ struct ccl_rank final : comm_impl {
     }
     if (const std::string why = gate->meet(w); !why.empty())
       throw collective_error(w + "another rank could not queue the call: " + why);
+  }
+
+  // A captured collective (kiln::step_graph): each replay of the graph meets the other ranks.
+  void join_replays(kiln::detail::capture_hold& h, const std::string& who) {
+    std::lock_guard lock(h.mu);
+    for (const auto& b : h.barriers)
+      if (b.first == gate.get()) return;
+    h.barriers.emplace_back(gate.get(), [g = gate, who](const std::string& mine) {
+      return g->meet(who + "replaying a captured step: ", mine);
+    });
   }
 
   // A rank failing its own checks before run() (communicator.cpp) meets the others once.

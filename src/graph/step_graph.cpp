@@ -4,6 +4,8 @@
 // replays is freed or reused before the graph is gone.
 #include "kiln/step_graph.hpp"
 
+#include "kiln/collective.hpp"
+
 #include <deque>
 #include <optional>
 
@@ -134,12 +136,33 @@ struct step_graph::impl {
     return true;
   }
 
+  // Meets the ranks whose collectives the graph holds (see capture_hold::barriers); throws when
+  // one of them failed.
+  void meet_ranks(const std::string& mine) {
+    std::vector<std::function<std::string(const std::string&)>> barriers;
+    {
+      std::lock_guard lock(hold->mu);
+      for (const auto& b : hold->barriers) barriers.push_back(b.second);
+    }
+    for (const auto& b : barriers)
+      if (const std::string why = b(mine); !why.empty() && mine.empty())
+        throw collective_error("replaying the captured step on " + dev.id() +
+                               ": another rank could not replay it: " + why);
+  }
+
   void launch() {
     check_replays();
     queue& q = dev.default_queue();
     dev.impl()->check_alive(q.impl()->gen, "replaying a captured step");
-    if (kiln_status s = api().graph_launch(exec, q.impl()->handle); s != KILN_OK)
-      detail::throw_status(api(), s, "replaying the captured step on " + dev.id());
+    meet_ranks({});
+    try {
+      if (kiln_status s = api().graph_launch(exec, q.impl()->handle); s != KILN_OK)
+        detail::throw_status(api(), s, "replaying the captured step on " + dev.id());
+    } catch (const std::exception& e) {
+      meet_ranks(e.what());  // the others throw instead of waiting
+      throw;
+    }
+    meet_ranks({});
     in_flight.push_back(q.record());
     ++replays;
   }

@@ -49,12 +49,13 @@ struct group {
   std::shared_ptr<kiln::detail::memory_impl> params, grads;
   std::shared_ptr<kiln::detail::memory_impl> master;              // 16-bit groups only
   std::vector<std::shared_ptr<kiln::detail::memory_impl>> state;  // one per rule buffer
-  // The step count (int64 x2): a launch reads steps[at] and item 0 writes steps[1 - at] (the
-  // count, advanced unless skipped), so no item reads what another writes.
+  // The step count (int64 x2; slot 0 is the count): the step kernel reads it and a one-item
+  // kernel after it advances it (unless skipped), so no item reads what another writes and a
+  // captured step (kiln::step_graph) advances it on every replay.
   std::shared_ptr<kiln::detail::memory_impl> steps;
   std::shared_ptr<kiln::detail::memory_impl> no_skip;  // one f32 zero: never skip
   std::vector<std::size_t> members;                    // indices into optimizer_impl::params
-  std::shared_ptr<kiln::detail::kernel_impl> step;     // compiled once, at construction
+  std::shared_ptr<kiln::detail::kernel_impl> step, count;  // compiled once, at construction
 };
 
 struct slot {
@@ -68,7 +69,6 @@ struct optimizer_impl {
   double lr = 0;
   std::int64_t steps = 0;     // the step count when steps_known, else as of the last read
   bool steps_known = true;    // false after a step that the device may have skipped
-  std::int64_t launches = 0;  // step launches per group so far: which steps slot is current
   std::vector<tensor> params;
   std::vector<slot> slots;  // per parameter
   std::vector<group> groups;
@@ -83,7 +83,8 @@ optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, do
 // master (16-bit t only), each buffer, the element count (int64), then each scalar (buffers and
 // scalars in t, or f32 for a 16-bit t).
 std::string step_source(const update_rule& rule, scalar_type t);
-kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t);
+// The group's step kernel and the one-item kernel that advances its step count.
+std::pair<kernel, kernel> step_kernel(const device& dev, const update_rule& rule, scalar_type t);
 // A kernel argument bound to a whole flat buffer of type t.
 kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, bool is_const);
 // Items launched for n elements: on a GPU enough to fill it (the loops stride over the rest).
@@ -96,7 +97,7 @@ kernel generated(const device& dev, const std::string& source, const char* name,
 // One launch over a group's flat buffers, counted in kiln::last_tensor_stats(). `skip` (one
 // f32 on the group's device, or null for never): the launch leaves parameters, state and step
 // count as they are when it holds a non-zero.
-void launch_step(const update_rule& rule, const group& g, std::int64_t launches,
+void launch_step(const update_rule& rule, const group& g,
                  const std::vector<double>& values, kiln::detail::memory_impl* skip);
 // Points each parameter's grad() at its slot again; a gradient that is not the slot's view
 // (replaced by set_grad, or undefined) is first copied in (zeros when copy_values is false or

@@ -1,6 +1,7 @@
 // The optimizer core: parameters grouped by (device, dtype) into flat buffers (values,
 // gradients, state), each parameter's storage and grad() re-pointed at its slot, so that
-// step() is one kernel per group and zero_grad() one fill per group.
+// step() is one kernel per group (and a one-item kernel advancing its step count) and
+// zero_grad() one fill per group.
 #include <set>
 #include <string>
 
@@ -120,7 +121,9 @@ optimizer make_optimizer(const std::vector<tensor>& params, update_rule rule, do
   }
   for (group& g : o->groups) {
     allocate_group(g, o->rule);
-    g.step = step_kernel(g.dev, o->rule, g.dtype).impl();
+    const auto [step, count] = step_kernel(g.dev, o->rule, g.dtype);
+    g.step = step.impl();
+    g.count = count.impl();
   }
   for (std::size_t i = 0; i < params.size(); ++i) {
     const tensor& p = params[i];
@@ -176,8 +179,7 @@ void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip) {
     for (const std::string& d : o.rule.decay_scalars)
       if (o.rule.scalars[k] == d) exempt[k] = 0;
   for (const group& g : o.groups)
-    launch_step(o.rule, g, o.launches, g.decay ? values : exempt, skip);
-  ++o.launches;
+    launch_step(o.rule, g, g.decay ? values : exempt, skip);
   if (skip)
     o.steps_known = false;  // read back on demand (step_count_of)
   else if (o.steps_known)
@@ -189,8 +191,7 @@ std::int64_t step_count_of(optimizer_impl& o) {
   const group& g = o.groups.front();
   std::int64_t count = 0;
   queue& q = g.dev.default_queue();
-  kiln::detail::copy_d2h(*q.impl(), &count, *g.steps, (o.launches % 2) * sizeof count,
-                         sizeof count);
+  kiln::detail::copy_d2h(*q.impl(), &count, *g.steps, 0, sizeof count);
   q.finish();
   o.steps = count;
   o.steps_known = true;

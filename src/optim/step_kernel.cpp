@@ -30,7 +30,7 @@ std::string step_source(const update_rule& rule, scalar_type t) {
   for (const std::string& b : rule.buffers)
     params = codegen::cat(params, ",\n    KILN_GLOBAL T_* KILN_RESTRICT st_", b);
   params += ",\n    KILN_GLOBAL int64_t* KILN_RESTRICT steps, KILN_GLOBAL const float* skip";
-  params += ",\n    int64_t at, int64_t n";
+  params += ",\n    int64_t n";
   for (const std::string& s : rule.scalars) params = codegen::cat(params, ", T_ ", s);
   const std::string load_p =
       master ? codegen::cat("    const ", p_type, " pq = p[i];\n", "    T_ pv = master[i];\n",
@@ -44,30 +44,33 @@ std::string step_source(const update_rule& rule, scalar_type t) {
       "KILN_KERNEL void ko_step(", params, ") {\n",
       // A skipped step (grad_scaler found inf/NaN) changes nothing, the step count included.
       "  const int skipped = skip[0] != 0.0f;\n",
-      "  const int64_t t = steps[at] + (skipped ? 0 : 1);\n",
-      "  if (kiln_global_id(0) == 0) steps[1 - at] = t;\n",  //
-      "  if (skipped) return;\n",                            //
+      "  const int64_t t = steps[0] + 1;\n",  // ko_count stores it after this kernel
+      "  if (skipped) return;\n",             //
       rule.prologue,                                         //
       "  const int64_t stride = (int64_t)kiln_global_size(0);\n",
       "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",  //
       load_p,                                                                    //
       "    T_ gv = ", load, "g[i]);\n",                                          //
       rule.body,                                                                 //
-      store_p, "  }\n", "}\n");
+      store_p, "  }\n", "}\n",
+      // Advances the count once the step has read it (queued after ko_step).
+      "KILN_KERNEL void ko_count(KILN_GLOBAL int64_t* steps, KILN_GLOBAL const float* skip) {\n",
+      "  if (kiln_global_id(0) == 0 && skip[0] == 0.0f) steps[0] = steps[0] + 1;\n", "}\n");
   return codegen::with_element_type(text, master ? "float" : type_name(t));
 }
 
-kernel step_kernel(const device& dev, const update_rule& rule, scalar_type t) {
+std::pair<kernel, kernel> step_kernel(const device& dev, const update_rule& rule,
+                                      scalar_type t) {
   const std::string source = step_source(rule, t);
   ir::hasher h;
-  h.add("optim step v3").add(source);
+  h.add("optim step v4").add(source);
   const kiln::detail::generated_kernels k =
       kiln::detail::get_generated(dev, "optim_step", h.value(), [&] {
         return kiln::detail::generated_program{
-            source, {"ko_step"}, rule.name + " step of " + type_name(t)};
+            source, {"ko_step", "ko_count"}, rule.name + " step of " + type_name(t)};
       });
   if (k.compiled) kiln::detail::stats_now().programs_compiled++;
-  return k.kernels.at(0);
+  return {k.kernels.at(0), k.kernels.at(1)};
 }
 
 kiln::detail::arg_binding mem_arg(kiln::detail::memory_impl& m, scalar_type t, bool is_const) {
@@ -97,7 +100,7 @@ kiln::detail::arg_binding scalar_arg(double v, scalar_type t) {
 
 }  // namespace
 
-void launch_step(const update_rule& rule, const group& g, std::int64_t launches,
+void launch_step(const update_rule& rule, const group& g,
                  const std::vector<double>& values, kiln::detail::memory_impl* skip) {
   if (values.size() != rule.scalars.size())  // a rule's values() out of step with its scalars
     throw std::logic_error("kiln::optim::" + rule.name + ": " + std::to_string(values.size()) +
@@ -110,13 +113,16 @@ void launch_step(const update_rule& rule, const group& g, std::int64_t launches,
   for (const auto& s : g.state) args.push_back(mem_arg(*s, g.math, false));
   args.push_back(mem_arg(*g.steps, scalar_type::i64, false));
   args.push_back(mem_arg(skip ? *skip : *g.no_skip, scalar_type::f32, true));
-  args.push_back(kiln::detail::bind_arg(std::int64_t(launches % 2)));
   args.push_back(kiln::detail::bind_arg(g.n));
   for (double v : values) args.push_back(scalar_arg(v, g.math));
   queue& q = g.dev.default_queue();
   kiln::detail::launch(*g.step, *q.impl(), range(items_for(g.dev, g.n)), nullptr, args.data(),
                        args.size());
-  kiln::detail::stats_now().kernel_launches++;
+  kiln::detail::arg_binding count_args[] = {
+      mem_arg(*g.steps, scalar_type::i64, false),
+      mem_arg(skip ? *skip : *g.no_skip, scalar_type::f32, true)};
+  kiln::detail::launch(*g.count, *q.impl(), range(1), nullptr, count_args, 2);
+  kiln::detail::stats_now().kernel_launches += 2;
 }
 
 }  // namespace kiln::optim::detail

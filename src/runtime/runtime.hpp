@@ -37,6 +37,11 @@ struct capture_hold {
   // Device-side checks queued while capturing (deferred_check.cpp): each reads its slot, which
   // every replay rewrites, and returns the error ("" when none). Guarded by mu.
   std::vector<std::function<std::string()>> checks;
+  // Rendezvous of the in-process ranks whose collectives were captured (ccl_comm.cpp), keyed by
+  // their gate: a replay meets them before and after its launch, as an eager collective does,
+  // so no rank replays its collectives while another still runs code that may load kernels.
+  // A barrier takes this rank's failure ("" for none) and returns the first rank's.
+  std::vector<std::pair<const void*, std::function<std::string(const std::string&)>>> barriers;
   ~capture_hold();
 };
 

@@ -187,6 +187,21 @@ TEST(Tool, TrainOnTwoRanksMatchesOneDevice) {
   std::filesystem::remove_all(dir);
 }
 
+// Each rank replays its captured step (NCCL inside) while rank 0 evaluates between epochs with
+// new shapes (cuDNN loads and times kernels): the replays meet like eager collectives, so this
+// finishes (issue 23: it hung before the replays met). LeNet, so cuDNN is in the step.
+TEST(Tool, TrainWithGraphOnTwoGpusFinishes) {
+  int gpus = 0;
+  for (const kiln::device& d : kiln::device::all()) gpus += d.backend() == "cuda";
+  if (gpus < 2) GTEST_SKIP() << "needs two CUDA devices (" << gpus << " here)";
+  const std::string dir = learnable_digits("kiln-tool-digits-gpus", 4242);
+  auto r = run("KILN_CACHE=0 timeout -k 5 240",
+               "train lenet --devices cuda:0,cuda:1 --epochs 3 --batch 256 --graph --data " + dir);
+  ASSERT_EQ(r.status, 0) << (r.status == 124 ? "timed out (a hang): " : "") << r.output;
+  EXPECT_THAT(r.output, testing::Not(HasSubstr("runs eagerly"))) << r.output;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(Tool, UnknownDeviceIsAClearError) {
   auto r = run("KILN_DEVICE=cuda:99", "demo");
   EXPECT_EQ(r.status, 1);
