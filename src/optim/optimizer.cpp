@@ -180,8 +180,13 @@ void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip) {
       if (o.rule.scalars[k] == d) exempt[k] = 0;
   for (const group& g : o.groups)
     launch_step(o.rule, g, g.decay ? values : exempt, skip);
-  if (skip)
-    o.steps_known = false;  // read back on demand (step_count_of)
+  // Skipped steps, and steps captured in a graph (each replay advances the count on the
+  // device without the host): read back on demand (step_count_of).
+  bool captured = false;
+  for (const group& g : o.groups)
+    captured = captured || g.dev.impl()->capture_active.load(std::memory_order_acquire);
+  if (skip || captured)
+    o.steps_known = false;
   else if (o.steps_known)
     ++o.steps;
 }
