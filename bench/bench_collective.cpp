@@ -20,8 +20,8 @@
 #include <atomic>
 #include <barrier>
 #include <chrono>
-#include <cstdlib>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <kiln/collective.hpp>
 #include <kiln/nn.hpp>
@@ -223,7 +223,8 @@ double rank_train_ms(communicator& c, const std::string& model, const options& o
   };
   for (int k = 0; k < o.warmup; ++k) step(k);
   if (graph && c.rank() == 0 && graph->kind() != kiln::replay_kind::cuda_graph)
-    std::fprintf(stderr, "  --graph: %s runs eagerly: %s\n", model.c_str(), graph->reason().c_str());
+    std::fprintf(stderr, "  --graph: %s runs eagerly: %s\n", model.c_str(),
+                 graph->reason().c_str());
   rank_barrier(c);
   const auto t0 = clock_type::now();
   for (int k = 0; k < o.steps; ++k) step(k);

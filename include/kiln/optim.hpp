@@ -60,7 +60,7 @@ class optimizer {
   // Zeroes every gradient: one fill per group; grad() of each parameter is its slot again.
   void zero_grad();
   double lr() const;
-  void set_lr(double lr);           // negative: kiln::invalid_argument
+  void set_lr(double lr);  // negative: kiln::invalid_argument
   // step() calls that stepped so far (restored by load_state_dict); after a step a grad_scaler
   // may have skipped, the first call reads the device's count back (a sync).
   std::int64_t step_count() const;

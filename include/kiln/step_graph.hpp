@@ -45,7 +45,7 @@
 namespace kiln {
 
 struct step_graph_options {
-  int warmup = 1;                 // eager runs before the capture (at least 1 is advisable)
+  int warmup = 1;  // eager runs before the capture (at least 1 is advisable)
   graph_mode mode = graph_mode::automatic;  // queues: never capture (the eager reference)
 };
 
@@ -63,7 +63,7 @@ class step_graph {
   // The next run captures again (after a change of shapes or hyperparameters).
   void recapture();
 
-  replay_kind kind() const;  // none before the first capture attempt; queues: eager
+  replay_kind kind() const;           // none before the first capture attempt; queues: eager
   const std::string& reason() const;  // why the step is not replayed as a CUDA graph
   std::uint64_t replays() const;
   const device& get_device() const;

@@ -4,12 +4,11 @@
 // replays is freed or reused before the graph is gone.
 #include "kiln/step_graph.hpp"
 
-#include "kiln/collective.hpp"
-
 #include <deque>
 #include <optional>
 
 #include "graph/graph_impl.hpp"
+#include "kiln/collective.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln {
@@ -19,7 +18,7 @@ struct step_graph::impl {
   step_function step;
   step_graph_options options;
   std::vector<tensor> outputs;
-  std::uint64_t runs = 0;       // since the last (re)capture request
+  std::uint64_t runs = 0;  // since the last (re)capture request
   std::uint64_t replays = 0;
   replay_kind kind = replay_kind::none;
   std::string reason;

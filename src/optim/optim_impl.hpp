@@ -53,8 +53,8 @@ struct group {
   // kernel after it advances it (unless skipped), so no item reads what another writes and a
   // captured step (kiln::step_graph) advances it on every replay.
   std::shared_ptr<kiln::detail::memory_impl> steps;
-  std::shared_ptr<kiln::detail::memory_impl> no_skip;  // one f32 zero: never skip
-  std::vector<std::size_t> members;                    // indices into optimizer_impl::params
+  std::shared_ptr<kiln::detail::memory_impl> no_skip;      // one f32 zero: never skip
+  std::vector<std::size_t> members;                        // indices into optimizer_impl::params
   std::shared_ptr<kiln::detail::kernel_impl> step, count;  // compiled once, at construction
 };
 
@@ -67,8 +67,8 @@ struct slot {
 struct optimizer_impl {
   update_rule rule;
   double lr = 0;
-  std::int64_t steps = 0;     // the step count when steps_known, else as of the last read
-  bool steps_known = true;    // false after a step that the device may have skipped
+  std::int64_t steps = 0;   // the step count when steps_known, else as of the last read
+  bool steps_known = true;  // false after a step that the device may have skipped
   std::vector<tensor> params;
   std::vector<slot> slots;  // per parameter
   std::vector<group> groups;
@@ -97,8 +97,8 @@ kernel generated(const device& dev, const std::string& source, const char* name,
 // One launch over a group's flat buffers, counted in kiln::last_tensor_stats(). `skip` (one
 // f32 on the group's device, or null for never): the launch leaves parameters, state and step
 // count as they are when it holds a non-zero.
-void launch_step(const update_rule& rule, const group& g,
-                 const std::vector<double>& values, kiln::detail::memory_impl* skip);
+void launch_step(const update_rule& rule, const group& g, const std::vector<double>& values,
+                 kiln::detail::memory_impl* skip);
 // Points each parameter's grad() at its slot again; a gradient that is not the slot's view
 // (replaced by set_grad, or undefined) is first copied in (zeros when copy_values is false or
 // it is undefined).

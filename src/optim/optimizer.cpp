@@ -178,8 +178,7 @@ void step_all(optimizer_impl& o, kiln::detail::memory_impl* skip) {
   for (std::size_t k = 0; k < o.rule.scalars.size(); ++k)
     for (const std::string& d : o.rule.decay_scalars)
       if (o.rule.scalars[k] == d) exempt[k] = 0;
-  for (const group& g : o.groups)
-    launch_step(o.rule, g, g.decay ? values : exempt, skip);
+  for (const group& g : o.groups) launch_step(o.rule, g, g.decay ? values : exempt, skip);
   // Skipped steps, and steps captured in a graph (each replay advances the count on the
   // device without the host): read back on demand (step_count_of).
   bool captured = false;

@@ -46,7 +46,7 @@ std::string step_source(const update_rule& rule, scalar_type t) {
       "  const int skipped = skip[0] != 0.0f;\n",
       "  const int64_t t = steps[0] + 1;\n",  // ko_count stores it after this kernel
       "  if (skipped) return;\n",             //
-      rule.prologue,                                         //
+      rule.prologue,                          //
       "  const int64_t stride = (int64_t)kiln_global_size(0);\n",
       "  for (int64_t i = (int64_t)kiln_global_id(0); i < n; i += stride) {\n",  //
       load_p,                                                                    //
@@ -59,8 +59,7 @@ std::string step_source(const update_rule& rule, scalar_type t) {
   return codegen::with_element_type(text, master ? "float" : type_name(t));
 }
 
-std::pair<kernel, kernel> step_kernel(const device& dev, const update_rule& rule,
-                                      scalar_type t) {
+std::pair<kernel, kernel> step_kernel(const device& dev, const update_rule& rule, scalar_type t) {
   const std::string source = step_source(rule, t);
   ir::hasher h;
   h.add("optim step v4").add(source);
@@ -100,8 +99,8 @@ kiln::detail::arg_binding scalar_arg(double v, scalar_type t) {
 
 }  // namespace
 
-void launch_step(const update_rule& rule, const group& g,
-                 const std::vector<double>& values, kiln::detail::memory_impl* skip) {
+void launch_step(const update_rule& rule, const group& g, const std::vector<double>& values,
+                 kiln::detail::memory_impl* skip) {
   if (values.size() != rule.scalars.size())  // a rule's values() out of step with its scalars
     throw std::logic_error("kiln::optim::" + rule.name + ": " + std::to_string(values.size()) +
                            " scalar values for " + std::to_string(rule.scalars.size()) +

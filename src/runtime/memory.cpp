@@ -91,12 +91,12 @@ memory_impl::~memory_impl() {
     return;
   }
   if (!handle || dev->stale(gen)) return;  // a reset freed it with the old generation
-  park(std::move(holds), [dev = dev, handle = handle, bytes = bytes, gen = gen,
-                          users = std::move(users)] {
-    if (dev->stale(gen)) return;
-    dev->bytes_in_use -= bytes;
-    release_device_memory(*dev, handle, users);
-  });
+  park(std::move(holds),
+       [dev = dev, handle = handle, bytes = bytes, gen = gen, users = std::move(users)] {
+         if (dev->stale(gen)) return;
+         dev->bytes_in_use -= bytes;
+         release_device_memory(*dev, handle, users);
+       });
 }
 
 namespace {

@@ -18,8 +18,8 @@ using kiln::collective::reduce_op;
 // Data-parallel training: identical parameters on every rank after each step, and the same
 // parameters as one process training on the concatenated batch. captured: each rank's step is
 // a kiln::step_graph (replayed as a CUDA graph where the backend has graphs).
-inline void data_parallel_matches_one_process(const kiln::collective::communicator& c,
-                                              bool overlap, bool captured = false) {
+inline void data_parallel_matches_one_process(const kiln::collective::communicator& c, bool overlap,
+                                              bool captured = false) {
   const kiln::device dev = c.get_device();
   const int per_rank = 4, total = per_rank * c.size();
   auto make = [&] {

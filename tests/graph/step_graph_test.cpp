@@ -126,7 +126,8 @@ TEST_P(StepGraphTest, MemoryTheCaptureUsedIsNotGivenToLaterTensors) {
   step.run();
   step.run();  // captured here on CUDA
   std::vector<tensor> later;
-  for (int i = 0; i < 8; ++i) later.push_back(tensor::full(dev(), {n}, kiln::scalar_type::f32, float(i)).eval());
+  for (int i = 0; i < 8; ++i)
+    later.push_back(tensor::full(dev(), {n}, kiln::scalar_type::f32, float(i)).eval());
   for (int r = 0; r < 3; ++r) step.run();
   for (int i = 0; i < 8; ++i) {
     const auto v = later[i].to_vector<float>();
@@ -205,9 +206,8 @@ TEST_P(StepGraphTest, BadInputIsRefused) {
   EXPECT_THROW(kiln::step_graph(dev(), [] { return std::vector<tensor>{}; }, {.warmup = -1}),
                kiln::invalid_argument);
   // A step that throws during the warm-up throws to the caller.
-  kiln::step_graph step(dev(), []() -> std::vector<tensor> {
-    throw kiln::shape_error("the step's own error");
-  });
+  kiln::step_graph step(
+      dev(), []() -> std::vector<tensor> { throw kiln::shape_error("the step's own error"); });
   EXPECT_THROW(step.run(), kiln::shape_error);
 }
 

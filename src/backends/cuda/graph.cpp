@@ -85,7 +85,8 @@ void graph_destroy(kiln_graph_h exec) {
     }
     // Rare (a workspace grew while a graph lived): wait for the device, then free.
     if (!retired.empty() && make_current(dev) == KILN_OK && g_cu.cuCtxSynchronize() == CUDA_SUCCESS)
-      for (CUdeviceptr p : retired) dev->pool ? g_cu.cuMemFreeAsync(p, dev->internal) : g_cu.cuMemFree(p);
+      for (CUdeviceptr p : retired)
+        dev->pool ? g_cu.cuMemFreeAsync(p, dev->internal) : g_cu.cuMemFree(p);
   }
 }
 
