@@ -368,16 +368,26 @@ TEST(DataParallel, WideMlpTrainsAStepOnTwoHostRanks) {
   });
 }
 
+// One NCCL rank per CUDA device; empty, with *why set, when there is no device or no NCCL.
+std::vector<communicator> nccl_ranks(std::string* why) {
+  const auto gpus = cuda_devices();
+  if (gpus.empty()) {
+    *why = "no CUDA device";
+    return {};
+  }
+  try {
+    return communicator::create(gpus);
+  } catch (const kiln::unsupported& e) {
+    *why = std::string("no NCCL: ") + e.what();
+    return {};
+  }
+}
+
 // data_parallel through NCCL (its own communication queue, event waits) on every CUDA device.
 TEST(DataParallel, NcclRanksMatchOneProcess) {
-  const auto gpus = cuda_devices();
-  if (gpus.empty()) GTEST_SKIP() << "no CUDA device";
-  std::vector<communicator> comms;
-  try {
-    comms = communicator::create(gpus);
-  } catch (const kiln::unsupported& e) {
-    GTEST_SKIP() << "no NCCL: " << e.what();
-  }
+  std::string why;
+  std::vector<communicator> comms = nccl_ranks(&why);
+  if (comms.empty()) GTEST_SKIP() << why;
   for (bool overlap : {true, false})
     kiln::collective::run_per_rank(
         comms, [&](communicator& c) { data_parallel_matches_one_process(c, overlap); });
@@ -386,14 +396,9 @@ TEST(DataParallel, NcclRanksMatchOneProcess) {
 // Each rank's step captured once and replayed as a CUDA graph (NCCL calls, bucket forks and
 // the optimizer inside it): the same parameters as one process, step for step.
 TEST(DataParallel, CapturedNcclStepsMatchOneProcess) {
-  const auto gpus = cuda_devices();
-  if (gpus.empty()) GTEST_SKIP() << "no CUDA device";
-  std::vector<communicator> comms;
-  try {
-    comms = communicator::create(gpus);
-  } catch (const kiln::unsupported& e) {
-    GTEST_SKIP() << "no NCCL: " << e.what();
-  }
+  std::string why;
+  std::vector<communicator> comms = nccl_ranks(&why);
+  if (comms.empty()) GTEST_SKIP() << why;
   kiln::collective::run_per_rank(
       comms, [&](communicator& c) { data_parallel_matches_one_process(c, true, true); });
 }
