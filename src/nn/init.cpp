@@ -9,18 +9,27 @@
 
 namespace kiln::nn {
 namespace {
+// Process-wide: for threads that never called manual_seed.
 std::atomic<std::uint64_t> g_seed{0x5EED};
 std::atomic<std::uint64_t> g_drawn{0};
+// The calling thread's own sequence, once it called manual_seed.
+thread_local bool t_seeded = false;
+thread_local std::uint64_t t_seed = 0, t_drawn = 0;
 }  // namespace
 
 void manual_seed(std::uint64_t seed) {
   g_seed = seed;
   g_drawn = 0;
+  t_seeded = true;
+  t_seed = seed;
+  t_drawn = 0;
 }
 
 std::uint64_t next_seed() {
   // splitmix64 of (seed, draw index): distinct, well-mixed keys for consecutive layers.
-  std::uint64_t z = g_seed.load() + 0x9E3779B97F4A7C15ull * (++g_drawn);
+  const std::uint64_t seed = t_seeded ? t_seed : g_seed.load();
+  const std::uint64_t drawn = t_seeded ? ++t_drawn : ++g_drawn;
+  std::uint64_t z = seed + 0x9E3779B97F4A7C15ull * drawn;
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);

@@ -54,5 +54,32 @@ TEST_P(NnConcurrentTest, ConcurrentInferenceOnASharedModel) {
   }
 }
 
+// Ranks as threads (kiln::collective::run_per_rank) each seed and build their model at once:
+// every thread gets the parameters one thread gets (issue 23: the seed sequence was one
+// process-wide counter, so concurrent builds drew each other's layer keys).
+TEST_P(NnConcurrentTest, ConcurrentModelBuildsWithTheirOwnSeedMatchOneThread) {
+  auto build = [&] {
+    nn::manual_seed(11);
+    nn::sequential m(nn::linear(dev(), 12, 24), nn::relu(), nn::linear(dev(), 24, 24), nn::relu(),
+                     nn::linear(dev(), 24, 5));
+    std::vector<float> all;
+    for (const tensor& p : m.parameters()) {
+      const auto v = p.to_vector<float>();
+      all.insert(all.end(), v.begin(), v.end());
+    }
+    return all;
+  };
+  const std::vector<float> want = build();
+  const int threads = 8, rounds = 10;
+  std::vector<int> wrong(threads, 0);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads; ++t)
+    pool.emplace_back([&, t] {
+      for (int r = 0; r < rounds; ++r) wrong[t] += build() != want;
+    });
+  for (auto& th : pool) th.join();
+  for (int t = 0; t < threads; ++t) EXPECT_EQ(wrong[t], 0) << "thread " << t;
+}
+
 }  // namespace
 }  // namespace autograd_test

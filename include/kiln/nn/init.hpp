@@ -16,8 +16,12 @@
 
 namespace kiln::nn {
 
-// The global sequence of initialisation seeds (per process): manual_seed restarts it;
-// next_seed returns its next value (thread-safe).
+// The sequence of initialisation seeds. manual_seed restarts the calling thread's own sequence
+// (and the process-wide one, which threads that never called it draw from); next_seed returns
+// the next value of the calling thread's sequence. So ranks of kiln::collective::run_per_rank
+// that each call manual_seed(s) and build a model get the same parameters as one thread would,
+// whatever the threads' interleaving (issue 23: two ranks building LeNet at once drew from one
+// shared counter and got other, sometimes repeated, layer keys).
 void manual_seed(std::uint64_t seed);
 std::uint64_t next_seed();
 
