@@ -269,7 +269,7 @@ void check_and_place(graph_impl& g) {
   g.kind_reason.clear();
   if (g.options.mode == graph_mode::queues) {
     g.kind_reason = "graph_mode::queues was asked for";
-  } else if (std::string why = graph_support(g); !why.empty()) {
+  } else if (std::string why = graph_support(g.dev); !why.empty()) {
     g.kind_reason = why;
   } else {
     for (std::size_t i : g.order)

@@ -16,13 +16,13 @@ std::string plugin_error(const kiln_backend& api) {
 
 }  // namespace
 
-std::string graph_support(const graph_impl& g) {
-  const kiln_backend& api = api_of(g);
+std::string graph_support(const device& dev) {
+  const kiln_backend& api = *dev.impl()->api;
   if (!KILN_BACKEND_HAS(&api, graph_capture_begin) || !KILN_BACKEND_HAS(&api, graph_capture_end) ||
       !KILN_BACKEND_HAS(&api, graph_launch) || !KILN_BACKEND_HAS(&api, graph_destroy))
     return std::string("the ") + api.name + " backend has no graph API";
-  if (!g.dev.impl()->supports_op(KILN_OP_GRAPH))
-    return g.dev.id() + " cannot replay graphs (the driver lacks the graph API)";
+  if (!dev.impl()->supports_op(KILN_OP_GRAPH))
+    return dev.id() + " cannot replay graphs (the driver lacks the graph API)";
   return {};
 }
 

@@ -88,7 +88,8 @@ void check_and_place(graph_impl& g);
 bool capture(graph_impl& g);
 void replay_captured(graph_impl& g);
 // Why the device cannot replay a CUDA graph ("" when it can).
-std::string graph_support(const graph_impl& g);
+// Why `dev` cannot capture and replay CUDA graphs; empty when it can.
+std::string graph_support(const device& dev);
 // scheduler.cpp: one run through queues and events, error strategy applied.
 void replay_queues(graph_impl& g);
 // Runs one stage's work on q (kernel, copy, fill, task).

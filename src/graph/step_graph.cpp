@@ -30,14 +30,8 @@ struct step_graph::impl {
   const kiln_backend& api() const { return *dev.impl()->api; }
 
   std::string support() const {
-    const kiln_backend& a = api();
     if (options.mode == graph_mode::queues) return "graph_mode::queues was asked for";
-    if (!KILN_BACKEND_HAS(&a, graph_capture_begin) || !KILN_BACKEND_HAS(&a, graph_capture_end) ||
-        !KILN_BACKEND_HAS(&a, graph_launch) || !KILN_BACKEND_HAS(&a, graph_destroy))
-      return std::string("the ") + a.name + " backend has no graph API";
-    if (!dev.impl()->supports_op(KILN_OP_GRAPH))
-      return dev.id() + " cannot replay graphs (the driver lacks the graph API)";
-    return {};
+    return detail::graph_support(dev);
   }
 
   // Reports a device-side check that failed in a finished replay; waits for the oldest replay
@@ -69,16 +63,19 @@ struct step_graph::impl {
     hold.reset();  // frees what the capture parked (on the queues that used it)
   }
 
-  void end_capture(bool keep) {
+  // The device leaves capture mode: allocations and frees stop joining the hold.
+  void stop_capturing() {
     detail::device_impl& d = *dev.impl();
+    std::lock_guard lock(d.capture_mu);
+    d.capturing.reset();
+    d.capture_active.store(false, std::memory_order_release);
+  }
+
+  void end_capture(bool keep) {
     kiln_graph_h h = nullptr;
     const kiln_status s =
         api().graph_capture_end(dev.default_queue().impl()->handle, keep ? &h : nullptr, nullptr);
-    {
-      std::lock_guard lock(d.capture_mu);
-      d.capturing.reset();
-      d.capture_active.store(false, std::memory_order_release);
-    }
+    stop_capturing();
     if (keep && s != KILN_OK) {
       const char* m = api().last_error();
       throw unsupported(std::string("instantiating the captured step failed: ") +
@@ -105,9 +102,7 @@ struct step_graph::impl {
     if (api().graph_capture_begin(q.impl()->handle) != KILN_OK) {
       const char* m = api().last_error();
       reason = std::string("starting the capture failed: ") + (m && *m ? m : "no message");
-      std::lock_guard lock(d.capture_mu);
-      d.capturing.reset();
-      d.capture_active.store(false, std::memory_order_release);
+      stop_capturing();
       hold.reset();
       return false;
     }
