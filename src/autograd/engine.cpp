@@ -4,6 +4,7 @@
 // fuse into one kernel per fusion boundary (a product, a reduction, a gradient used twice).
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "autograd/graph.hpp"
 #include "kiln/tensor/inplace.hpp"
@@ -52,6 +53,147 @@ void accumulate_leaf(grad_meta& m, const tensor& g, const tensor_impl& leaf) {
 
 }  // namespace
 
+// One backward(): consumer counts, the gradients waiting at each tensor, and the node whose
+// backward is running (so deliver_early can reach it).
+class sweep {
+ public:
+  sweep(const impl_ptr& root, bool retain_graph) : retain_graph_(retain_graph) {
+    // Consumers per tensor within the graph (depth-first, iterative: graphs can be deep).
+    std::vector<impl_ptr> stack{root};
+    std::unordered_set<tensor_impl*> seen{root.get()};
+    while (!stack.empty()) {
+      impl_ptr t = std::move(stack.back());
+      stack.pop_back();
+      order_.push_back(t);
+      const auto& fn = t->ag->fn;
+      if (!fn) continue;
+      if (fn->released)
+        throw invalid_argument("kiln::tensor::backward: the graph through " + fn->name +
+                               " was freed by an earlier backward(); pass retain_graph = true to "
+                               "the first call to go through it twice");
+      for (const impl_ptr& in : fn->inputs) {
+        if (!in) continue;
+        consumers_[in.get()]++;
+        if (seen.insert(in.get()).second) stack.push_back(in);
+      }
+    }
+  }
+
+  void run(const impl_ptr& root, const tensor& seed) {
+    pending_[root.get()] = seed;
+    drain(root);
+    if (!retain_graph_)
+      for (const impl_ptr& t : order_)
+        if (t->ag && t->ag->fn) t->ag->fn->inputs.clear();
+  }
+
+  // deliver_early's work: input k of the running node gets its gradient now; if that was its
+  // last consumer, everything it makes ready runs before the node's backward goes on.
+  bool deliver(std::size_t k, const tensor& g) {
+    if (!running_ || k >= running_->node->inputs.size() || running_->handed[k]) return false;
+    const impl_ptr in = running_->node->inputs[k];
+    if (!in) return false;
+    running_->handed[k] = true;
+    if (g.defined()) give(*running_->node, k, g);
+    if (--consumers_[in.get()] == 0) drain(in);
+    return true;
+  }
+
+ private:
+  struct running {
+    const grad_node* node;
+    std::vector<bool> handed;  // inputs whose gradient deliver() took already
+  };
+
+  // Runs `start` and whatever becomes ready after it, depth-first (last ready first).
+  void drain(const impl_ptr& start) {
+    std::vector<impl_ptr> ready{start};
+    while (!ready.empty()) {
+      impl_ptr t = std::move(ready.back());
+      ready.pop_back();
+      visit(t, ready);
+    }
+  }
+
+  void give(const grad_node& fn, std::size_t k, const tensor& g) {
+    const impl_ptr& in = fn.inputs[k];
+    if (g.shape() != in->shape)
+      throw shape_error("kiln::tensor::backward: the gradient of " + fn.name + " for input " +
+                        std::to_string(k) + " has shape " + to_string(g.shape()) + ", the input " +
+                        to_string(in->shape));
+    add_into(pending_[in.get()], g.dtype() == in->dtype ? g : g.to(in->dtype));
+  }
+
+  void visit(const impl_ptr& t, std::vector<impl_ptr>& ready) {
+    auto it = pending_.find(t.get());
+    tensor g = it != pending_.end() ? std::move(it->second) : tensor();
+    if (it != pending_.end()) pending_.erase(it);
+    grad_meta& m = *t->ag;
+    const std::shared_ptr<grad_node> fn = m.fn;
+    if (!fn) {
+      // Every consumer of the leaf ran: its gradient is complete. Accumulated now, not after
+      // the whole graph, so post-accumulate hooks (data_parallel's bucket all-reduces) start
+      // while the rest of backward is still being queued (PyTorch's AccumulateGrad does the
+      // same). The order stays the engine's, the same on every run of the same graph.
+      if (g.defined()) {
+        accumulate_leaf(m, g, *t);
+        // A copy: a hook may register or remove hooks.
+        if (!m.post_accumulate.empty()) {
+          const auto hooks = m.post_accumulate;
+          for (const auto& h : hooks) h.second(tensor(t));
+        }
+      }
+      return;
+    }
+    running self{fn.get(), std::vector<bool>(fn->inputs.size(), false)};
+    if (g.defined()) {
+      std::size_t readers = 0;
+      for (const impl_ptr& in : fn->inputs) readers += in != nullptr;
+      g = settle(g, readers);
+      if (m.retain) m.grad = g.is_lazy() ? tensor(g).eval() : g;
+      std::vector<tensor> gi;
+      running* outer = std::exchange(running_, &self);
+      try {
+        gi = fn->backward(g, tensor(t));
+      } catch (const error& e) {
+        running_ = outer;
+        throw invalid_argument("kiln::tensor::backward: in the gradient of " + fn->name + ": " +
+                               e.what());
+      } catch (...) {
+        running_ = outer;
+        throw;
+      }
+      running_ = outer;
+      if (gi.size() != fn->inputs.size())
+        throw invalid_argument("kiln::tensor::backward: the gradient of " + fn->name + " gave " +
+                               std::to_string(gi.size()) + " gradients for " +
+                               std::to_string(fn->inputs.size()) + " inputs");
+      for (std::size_t k = 0; k < gi.size(); ++k)
+        if (fn->inputs[k] && gi[k].defined() && !self.handed[k]) give(*fn, k, gi[k]);
+    }
+    for (std::size_t k = 0; k < fn->inputs.size(); ++k) {
+      const impl_ptr& in = fn->inputs[k];
+      if (in && !self.handed[k] && --consumers_[in.get()] == 0) ready.push_back(in);
+    }
+    if (!retain_graph_) {
+      fn->released = true;
+      fn->backward = nullptr;  // frees the saved tensors
+    }
+  }
+
+  bool retain_graph_;
+  std::unordered_map<tensor_impl*, int> consumers_;
+  std::unordered_map<tensor_impl*, tensor> pending_;
+  std::vector<impl_ptr> order_;  // every tensor of the graph, discovered once
+  running* running_ = nullptr;
+};
+
+thread_local sweep* t_sweep = nullptr;
+
+bool deliver_early(std::size_t input, const tensor& gradient) {
+  return t_sweep && t_sweep->deliver(input, gradient);
+}
+
 void run_backward(const tensor& root, const tensor& gradient, bool retain_graph) {
   tensor_impl& r = impl_of(root, "backward");
   if (!needs_grad(&r))
@@ -70,91 +212,16 @@ void run_backward(const tensor& root, const tensor& gradient, bool retain_graph)
   }
   if (seed.dtype() != r.dtype) seed = seed.to(r.dtype);
 
-  // Consumers per tensor within the graph (depth-first, iterative: graphs can be deep).
-  std::unordered_map<tensor_impl*, int> consumers;
-  std::vector<impl_ptr> order;  // every tensor of the graph, discovered once
-  std::vector<impl_ptr> stack{root.impl()};
-  std::unordered_set<tensor_impl*> seen{&r};
-  while (!stack.empty()) {
-    impl_ptr t = std::move(stack.back());
-    stack.pop_back();
-    order.push_back(t);
-    const auto& fn = t->ag->fn;
-    if (!fn) continue;
-    if (fn->released)
-      throw invalid_argument("kiln::tensor::backward: the graph through " + fn->name +
-                             " was freed by an earlier backward(); pass retain_graph = true to "
-                             "the first call to go through it twice");
-    for (const impl_ptr& in : fn->inputs) {
-      if (!in) continue;
-      consumers[in.get()]++;
-      if (seen.insert(in.get()).second) stack.push_back(in);
-    }
-  }
-
-  std::unordered_map<tensor_impl*, tensor> pending;
-  pending[&r] = seed;
-  std::vector<impl_ptr> ready{root.impl()};
+  sweep s(root.impl(), retain_graph);
   no_grad off;  // the backward formulas are not recorded (no higher-order gradients)
-  while (!ready.empty()) {
-    impl_ptr t = std::move(ready.back());
-    ready.pop_back();
-    auto it = pending.find(t.get());
-    tensor g = it != pending.end() ? std::move(it->second) : tensor();
-    if (it != pending.end()) pending.erase(it);
-    grad_meta& m = *t->ag;
-    const std::shared_ptr<grad_node> fn = m.fn;
-    if (!fn) {
-      // Every consumer of the leaf ran: its gradient is complete. Accumulated now, not after the
-      // whole graph, so post-accumulate hooks (data_parallel's bucket all-reduces) start while
-      // the rest of backward is still being queued (PyTorch's AccumulateGrad does the same). The
-      // order stays the engine's, the same on every run of the same graph.
-      if (g.defined()) {
-        accumulate_leaf(m, g, *t);
-        // A copy: a hook may register or remove hooks.
-        if (!m.post_accumulate.empty()) {
-          const auto hooks = m.post_accumulate;
-          for (const auto& h : hooks) h.second(tensor(t));
-        }
-      }
-      continue;
-    }
-    std::size_t readers = 0;
-    for (const impl_ptr& in : fn->inputs) readers += in != nullptr;
-    if (g.defined()) {
-      g = settle(g, readers);
-      if (m.retain) m.grad = g.is_lazy() ? tensor(g).eval() : g;
-      std::vector<tensor> gi;
-      try {
-        gi = fn->backward(g, tensor(t));
-      } catch (const error& e) {
-        throw invalid_argument("kiln::tensor::backward: in the gradient of " + fn->name + ": " +
-                               e.what());
-      }
-      if (gi.size() != fn->inputs.size())
-        throw invalid_argument("kiln::tensor::backward: the gradient of " + fn->name + " gave " +
-                               std::to_string(gi.size()) + " gradients for " +
-                               std::to_string(fn->inputs.size()) + " inputs");
-      for (std::size_t k = 0; k < gi.size(); ++k) {
-        const impl_ptr& in = fn->inputs[k];
-        if (!in || !gi[k].defined()) continue;
-        if (gi[k].shape() != in->shape)
-          throw shape_error("kiln::tensor::backward: the gradient of " + fn->name + " for input " +
-                            std::to_string(k) + " has shape " + to_string(gi[k].shape()) +
-                            ", the input " + to_string(in->shape));
-        add_into(pending[in.get()], gi[k].dtype() == in->dtype ? gi[k] : gi[k].to(in->dtype));
-      }
-    }
-    for (const impl_ptr& in : fn->inputs)
-      if (in && --consumers[in.get()] == 0) ready.push_back(in);
-    if (!retain_graph) {
-      fn->released = true;
-      fn->backward = nullptr;  // frees the saved tensors
-    }
+  sweep* outer = std::exchange(t_sweep, &s);
+  try {
+    s.run(root.impl(), seed);
+  } catch (...) {
+    t_sweep = outer;
+    throw;
   }
-  if (!retain_graph)
-    for (const impl_ptr& t : order)
-      if (t->ag && t->ag->fn) t->ag->fn->inputs.clear();
+  t_sweep = outer;
 }
 
 }  // namespace detail

@@ -40,4 +40,11 @@ bool grad_wanted(std::initializer_list<const tensor*> xs);
 // In-place writes are not recorded: kiln::invalid_argument naming fn when grad_wanted(xs).
 void refuse_in_place(const char* fn, std::initializer_list<const tensor*> xs);
 
+// Inside a node's backward: hands input k's gradient to the engine now instead of in the
+// returned vector (whose entry k is then ignored), so what it completes (a parameter's
+// accumulation and its post-accumulate hooks, data_parallel's bucket all-reduce) is queued
+// before the rest of this backward. False outside backward() or when k was handed already: the
+// caller returns the gradient as usual.
+bool deliver_early(std::size_t input, const tensor& gradient);
+
 }  // namespace kiln::detail

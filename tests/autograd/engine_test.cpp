@@ -1,6 +1,10 @@
 // The autograd engine: leaves, accumulation, no_grad, detach, retain_graph, custom functions,
 // fusion of backward chains, and the errors.
+#include <algorithm>
+#include <cmath>
+#include <kiln/tensor/conv.hpp>
 #include <kiln/tensor/inplace.hpp>
+#include <kiln/tensor/linear.hpp>
 
 #include "autograd/gradcheck.hpp"
 
@@ -143,8 +147,8 @@ TEST_P(AutogradEngineTest, PostAccumulateHooksRunBeforeBackwardEnds) {
   auto x = tensor::randn(dev(), {2, 3}, 1).requires_grad_();
   auto w = tensor::randn(dev(), {3, 4}, 2).requires_grad_();
   bool first_done = false, hook_ran = false, hook_early = false;
-  const tensor h = kiln::autograd::record(
-      "first", (x * 1.f).eval(), {x}, [&](const tensor& g, const tensor&) {
+  const tensor h =
+      kiln::autograd::record("first", (x * 1.f).eval(), {x}, [&](const tensor& g, const tensor&) {
         first_done = true;
         return std::vector<tensor>{g};
       });
@@ -156,6 +160,47 @@ TEST_P(AutogradEngineTest, PostAccumulateHooksRunBeforeBackwardEnds) {
   EXPECT_TRUE(hook_ran);
   EXPECT_TRUE(first_done);
   EXPECT_TRUE(hook_early) << "the hook waited for the whole backward";
+}
+
+// A weight's gradient is handed to the engine before the input's gradient product is queued, so
+// its accumulation and post-accumulate hook (data_parallel's all-reduce) overlap that product.
+// Seen through the queue's order: the hook zeroes the weight, which the input's product then
+// reads (it read the old weight when the hook ran after the whole matmul backward).
+TEST_P(AutogradEngineTest, WeightGradientIsAccumulatedBeforeTheInputsProduct) {
+  for (const bool conv : {false, true}) {
+    SCOPED_TRACE(conv ? "conv2d" : "linear");
+    const auto input = [&] {
+      return conv ? tensor::randn(dev(), {2, 2, 5, 5}, 3) : tensor::randn(dev(), {4, 3}, 3);
+    };
+    const auto weight = [&] {
+      return (conv ? tensor::randn(dev(), {3, 2, 3, 3}, 4) : tensor::randn(dev(), {5, 3}, 4))
+          .requires_grad_();
+    };
+    const auto apply = [conv](const tensor& x, const tensor& w) {
+      return conv ? kiln::conv2d(x, w, tensor(), {}) : kiln::linear(x, w, tensor());
+    };
+    auto x = input().requires_grad_();
+    auto w = weight();
+    int hooks = 0;
+    kiln::autograd::register_post_accumulate_hook(w, [&](const tensor& leaf) {
+      ++hooks;
+      kiln::no_grad off;
+      kiln::copy_(leaf, leaf * 0.f);
+    });
+    apply(x, w).sum().backward();
+    EXPECT_EQ(hooks, 1);
+    const std::vector<float> gx = x.grad().to_vector<float>();
+    EXPECT_TRUE(std::all_of(gx.begin(), gx.end(), [](float v) { return v == 0.f; }))
+        << "the input's product ran before the weight's hook";
+    // The weight's own gradient was complete when the hook ran: recomputed from the old weight.
+    auto w2 = weight();
+    apply(input(), w2).sum().backward();
+    const std::vector<float> got = w.grad().to_vector<float>();
+    const std::vector<float> want = w2.grad().to_vector<float>();
+    ASSERT_EQ(got.size(), want.size());
+    for (std::size_t i = 0; i < got.size(); ++i)
+      EXPECT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i]))) << i;
+  }
 }
 
 TEST_P(AutogradEngineTest, Errors) {

@@ -24,6 +24,11 @@ TEST_P(AutogradNnTest, Matmul) {
   // A transposed operand (the layout linear layers use).
   EXPECT_TRUE(gradcheck(dev(), [](const v& x) { return kiln::matmul(x[0], x[1].t()); },
                         {random_input({3, 4}, 13), random_input({2, 4}, 14)}));
+  // Batched rows against one transposed matrix: the weight's gradient is one GEMM over all rows.
+  EXPECT_TRUE(gradcheck(dev(), [](const v& x) { return kiln::matmul(x[0], x[1].t()); },
+                        {random_input({2, 3, 4}, 15), random_input({5, 4}, 16)}));
+  EXPECT_TRUE(gradcheck(dev(), [](const v& x) { return kiln::matmul(x[0], x[1].t()); },
+                        {random_input({4}, 17), random_input({1, 4}, 18)}));
 }
 
 TEST_P(AutogradNnTest, Conv2d) {
