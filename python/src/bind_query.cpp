@@ -43,12 +43,24 @@ q::aggregate_kind aggregate_kind_of(const std::string& name) {
 // On a GPU, work queued before the query is waited for interruptibly (Ctrl-C); then the query
 // runs synchronously. Measured on the H100 (bench/python_query.py, 2026-11-27): this form
 // took 0.430 ms at 256M elements where waiting on the asynchronous query's own event took
-// 0.487 ms (C++: 0.391-0.396 ms). Not on the CPU backend: recording an event hands off to its
-// queue thread, which costs more than the small queries it would precede (~15 us on 2 cores);
-// a CPU query's wait is not interruptible.
+// 0.487 ms (C++: 0.391-0.396 ms).
 void before_query(const device& dev) {
   if (dev.info().type == device_type::gpu) wait_for_default_queue(dev);
 }
+
+// On the CPU backend a query of this many elements or more runs on the device's queue, and the
+// wait for it (and for the work queued before it) is interruptible: the hand-off to the queue
+// thread (~15 us on 2 cores) is small beside it. Smaller queries run inline, uninterruptibly,
+// for at most a few milliseconds.
+constexpr std::uint64_t cpu_queued_elements = std::uint64_t{1} << 20;
+
+bool runs_queued(const q::tensor_query& tq) {
+  return tq.get_device().info().type != device_type::gpu && tq.size() >= cpu_queued_elements;
+}
+
+// Waits, interruptibly, for an asynchronous query (its error rethrown by the caller's
+// async_reduce / collected).
+void wait_for(q::async_state& s) { wait_interruptibly(q::async_event(s), false); }
 
 // The reduction's value as a Python object: None where C++ gives an empty std::optional.
 py::object reduction_value(const q::reduce_result& r, q::reduce_kind k, scalar_type acc) {
@@ -112,9 +124,14 @@ void bind_query(py::module_& m) {
           [](q::tensor_query& tq, const std::string& kind) {
             const q::reduce_kind k = reduce_kind_of(kind);
             const scalar_type acc = tq.accumulator_type(k);
-            before_query(tq.get_device());
             q::reduce_result r;
-            {
+            if (runs_queued(tq)) {
+              const auto s = tq.reduce_async(k);
+              wait_for(*s);
+              py::gil_scoped_release release;
+              r = q::async_reduce(*s);
+            } else {
+              before_query(tq.get_device());
               py::gil_scoped_release release;
               r = tq.reduce(k);
             }
@@ -123,6 +140,12 @@ void bind_query(py::module_& m) {
           py::arg("kind"))
       .def("collect",
            [](q::tensor_query& tq) {
+             if (runs_queued(tq) && tq.arity() == 1) {
+               const auto s = tq.collect_async();
+               wait_for(*s);
+               py::gil_scoped_release release;
+               return q::tensor_query::collected(*s, tq.type());
+             }
              before_query(tq.get_device());
              py::gil_scoped_release release;
              return tq.collect();
