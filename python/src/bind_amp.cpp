@@ -175,6 +175,19 @@ py_step_result step(py_scaler& s, py::handle opt) {
   return r;
 }
 
+void unscale_(py_scaler& s, py::handle opt) {
+  if (!py::isinstance<optim::optimizer>(opt))
+    throw py::type_error(
+        "kiln.optim.grad_scaler.unscale_: expects a kiln.optim optimizer (kiln.optim.sgd, adam, "
+        "adamw, rmsprop or adagrad), got " +
+        type_name_of(opt));
+  optim::optimizer& o = opt.cast<optim::optimizer&>();
+  py::gil_scoped_release off;
+  std::lock_guard<std::mutex> lock(*s.mu);
+  s.scaler.unscale_(o);
+  if (s.options.enabled && !s.dev) s.dev = o.parameters().front().get_device();
+}
+
 py::dict state_dict(const py_scaler& s) {
   py::dict d;
   if (!s.options.enabled) return d;  // as torch: nothing to save
@@ -251,7 +264,12 @@ state_dict() and bool(scaler.step(opt)) read back.)");
            "outputs (a loss, or a list or tuple of them) times the scale; lazy, on the device.")
       .def("step", &step, py::arg("optimizer"),
            "Unscales the optimizer's gradients in place and steps it, skipped on the device when "
-           "one is inf or NaN. No host sync.")
+           "one is inf or NaN. No host sync. After unscale_(optimizer) it only steps.")
+      .def("unscale_", &unscale_, py::arg("optimizer"),
+           "Divides the optimizer's gradients by the scale in place and checks them now, so they "
+           "can be read or clipped (kiln.optim.clip_grad_norm_) before step(). Once per "
+           "optimizer between update()s; step it before unscaling or stepping another (else "
+           "kiln.invalid_argument). No host sync.")
       .def(
           "update",
           [](py_scaler& s) {

@@ -133,21 +133,27 @@ tensor grad_scaler::scale(const tensor& loss) const {
   return loss * state_->scale;
 }
 
-grad_scaler::step_result grad_scaler::step(optimizer& opt) {
-  detail::optimizer_impl& o = detail::impl_of(opt.impl());
-  step_result r;
-  if (!o_.enabled) {
-    opt.step();
-    return r;  // no state: converts to true
-  }
+// The state, made on first use on the optimizer's device, which every group must be on.
+scaler_state& grad_scaler::ready_for(const optimizer& opt, const char* fn) {
+  const detail::optimizer_impl& o = detail::impl_of(opt.impl());
   if (!state_) state_ = make_state(o.groups.front().dev, o_.init_scale);
   scaler_state& s = *state_;
   for (const detail::group& g : o.groups)
     if (!(g.dev == s.dev))
-      throw invalid_argument("kiln::optim::grad_scaler::step: a parameter is on " + g.dev.id() +
-                             ", the scaler's state on " + s.dev.id() + " (one device per scaler)");
-  ++s.steps;
-  s.stepped_since_update = true;
+      throw invalid_argument(std::string("kiln::optim::grad_scaler::") + fn +
+                             ": a parameter is on " + g.dev.id() + ", the scaler's state on " +
+                             s.dev.id() + " (one device per scaler)");
+  if (s.unscaled && s.unscaled != opt.impl().get())
+    throw invalid_argument(std::string("kiln::optim::grad_scaler::") + fn +
+                           ": another optimizer was unscale_()d and not stepped yet; step() it "
+                           "first (the scaler has one found-inf flag)");
+  return s;
+}
+
+// found_inf = 0, then each group's gradients divided by the scale in place and checked.
+void grad_scaler::unscale(optimizer& opt) {
+  detail::optimizer_impl& o = detail::impl_of(opt.impl());
+  scaler_state& s = *state_;
   queue& q = s.dev.default_queue();
   const float zero = 0;
   kiln::detail::fill(*q.impl(), *s.mem, 0, &zero, sizeof zero, 1);  // found_inf = 0
@@ -161,6 +167,35 @@ grad_scaler::step_result grad_scaler::step(optimizer& opt) {
     kiln::detail::launch(*k.impl(), *q.impl(), range(detail::items_for(s.dev, g.n)), nullptr, args,
                          3);
   }
+}
+
+void grad_scaler::unscale_(optimizer& opt) {
+  if (!o_.enabled) return;
+  scaler_state& s = ready_for(opt, "unscale_");
+  const void* id = opt.impl().get();
+  for (const void* u : s.unscaled_since_update)
+    if (u == id)
+      throw invalid_argument(
+          "kiln::optim::grad_scaler::unscale_: already called for this optimizer since the last "
+          "update() (its gradients are unscaled)");
+  unscale(opt);
+  s.unscaled = id;
+  s.unscaled_since_update.push_back(id);
+  s.stepped_since_update = true;  // update() backs off for an overflow it found
+}
+
+grad_scaler::step_result grad_scaler::step(optimizer& opt) {
+  step_result r;
+  if (!o_.enabled) {
+    opt.step();
+    return r;  // no state: converts to true
+  }
+  scaler_state& s = ready_for(opt, "step");
+  detail::optimizer_impl& o = detail::impl_of(opt.impl());
+  ++s.steps;
+  s.stepped_since_update = true;
+  if (!s.unscaled) unscale(opt);  // else unscale_(opt) did
+  s.unscaled = nullptr;
   detail::step_all(o, s.mem.get());  // skipped on the device when found_inf is up
   r.state_ = state_;
   r.step_ = s.steps;
@@ -171,6 +206,8 @@ void grad_scaler::update() {
   if (!o_.enabled || !state_ || !state_->stepped_since_update) return;
   scaler_state& s = *state_;
   s.stepped_since_update = false;
+  s.unscaled = nullptr;
+  s.unscaled_since_update.clear();
   const kernel k =
       detail::generated(s.dev, detail::update_source, "ko_scaler_update", "grad_scaler update");
   kiln::detail::arg_binding args[] = {

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kiln/optim/grad_scaler.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -18,6 +19,11 @@ struct scaler_state {
   tensor scale;             // a rank-0 view of element 1 (what scale() multiplies by)
   std::uint64_t steps = 0;  // step() calls: which step_result is current
   bool stepped_since_update = false;
+  // The optimizer unscale_() unscaled, whose step() is still to come (it then steps without
+  // unscaling again); null when none. Identity only: never dereferenced.
+  const void* unscaled = nullptr;
+  // Optimizers unscale_()d since the last update(): a second unscale_() of one is an error.
+  std::vector<const void*> unscaled_since_update;
 };
 
 // The kernels: unscale-and-check of gradients of type t ("ko_unscale"), and the schedule

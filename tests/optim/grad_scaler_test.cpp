@@ -2,6 +2,7 @@
 // unscaled gradients (f32 and bf16 groups in one optimizer), an overflowing step changes
 // nothing (parameters, state, step count) and backs off, growth after growth_interval, and the
 // steady state reads nothing back to the host.
+#include <kiln/optim/clip.hpp>
 #include <kiln/optim/grad_scaler.hpp>
 
 #include "optim/optim_fixture.hpp"
@@ -154,6 +155,65 @@ TEST_P(GradScalerTest, SteadyStateReadsNothingBack) {
   // The gradients were unscaled: 2 p for the f32 parameter.
   const auto p = as_floats(ps[0]), g = as_floats(ps[0].grad());
   for (std::size_t i = 0; i < p.size(); ++i) EXPECT_NEAR(g[i], 2 * p[i], 5e-3);
+}
+
+// unscale_ then clip (PyTorch's recipe): the gradients are the unscaled ones when read, the
+// clip sees their true norm, and step() does not unscale again; an overflow found by unscale_
+// skips the step and backs off at the update.
+TEST_P(GradScalerTest, UnscaleThenClipMatchesClippingUnscaledGradients) {
+  auto scaled = params(), plain = params();
+  auto opt = kiln::optim::adam(scaled, {.lr = 0.1});
+  auto ref = kiln::optim::adam(plain, {.lr = 0.1});
+  grad_scaler scaler({.init_scale = 1024, .growth_interval = 100});
+  for (int step = 1; step <= 2; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    give(scaled, step, 1024, false);
+    give(plain, step, 1, false);
+    scaler.unscale_(opt);
+    for (std::size_t k = 0; k < scaled.size(); ++k)
+      EXPECT_EQ(as_floats(scaled[k].grad()), as_floats(plain[k].grad())) << k;
+    const float n1 = kiln::optim::clip_grad_norm_(opt, 0.5).item<float>();
+    const float n2 = kiln::optim::clip_grad_norm_(ref, 0.5).item<float>();
+    EXPECT_EQ(n1, n2);
+    EXPECT_GT(n1, 0.5f);  // the clip scaled something
+    EXPECT_TRUE(scaler.step(opt));
+    ref.step();
+    scaler.update();
+    EXPECT_EQ(snapshot(opt), snapshot(ref));
+  }
+  // An overflow found by unscale_: the step is skipped and the update backs off.
+  const auto before = snapshot(opt);
+  give(scaled, 3, 1024, true);
+  scaler.unscale_(opt);
+  EXPECT_FALSE(scaler.step(opt));
+  EXPECT_EQ(snapshot(opt), before);
+  scaler.update();
+  EXPECT_EQ(scaler.get_scale(), 512.0);
+}
+
+TEST_P(GradScalerTest, UnscaleMisuseIsAnError) {
+  auto pa = params(), pb = params();
+  auto a = kiln::optim::sgd(pa, {.lr = 0.1});
+  auto b = kiln::optim::sgd(pb, {.lr = 0.1});
+  grad_scaler scaler({.init_scale = 8});
+  give(pa, 1, 8, false);
+  give(pb, 1, 8, false);
+  scaler.unscale_(a);
+  EXPECT_THROW(scaler.unscale_(a), kiln::invalid_argument);  // twice before update()
+  EXPECT_THROW(scaler.step(b), kiln::invalid_argument);      // a is unscaled, not stepped
+  EXPECT_THROW(scaler.unscale_(b), kiln::invalid_argument);
+  EXPECT_TRUE(scaler.step(a));
+  EXPECT_TRUE(scaler.step(b));                               // unscales b itself
+  EXPECT_THROW(scaler.unscale_(a), kiln::invalid_argument);  // still before update()
+  scaler.update();
+  give(pa, 2, 8, false);
+  scaler.unscale_(a);  // allowed again after update()
+  EXPECT_TRUE(scaler.step(a));
+  // Disabled: unscale_ does nothing, step steps.
+  grad_scaler off({.enabled = false});
+  off.unscale_(a);
+  off.unscale_(a);
+  EXPECT_TRUE(off.step(a));
 }
 
 TEST_P(GradScalerTest, BadInput) {

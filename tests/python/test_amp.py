@@ -501,3 +501,43 @@ def test_bf16_training_follows_torch(dev):
         topt.step()
         theirs.append(tloss.item())
     np.testing.assert_allclose(ours, theirs, rtol=3e-2)  # bf16 roundings differ in detail
+
+
+def test_scaler_unscale_then_clip_as_pytorch(dev):
+    # torch's recipe: scaler.unscale_(opt); clip_grad_norm_; scaler.step(opt); the gradients read
+    # after unscale_ are the true ones, and step() does not divide them again.
+    w0 = np.linspace(-1.0, 1.0, 6).astype(np.float32)
+    g = np.linspace(0.5, 3.0, 6).astype(np.float32)
+
+    def run(scaled):
+        w = kiln.tensor(w0, device=dev, requires_grad=True)
+        opt = kiln.optim.sgd([w], lr=0.1)
+        scaler = kiln.optim.grad_scaler(init_scale=64.0)
+        w.grad = kiln.tensor(g * (64.0 if scaled else 1.0), device=dev)
+        if scaled:
+            scaler.unscale_(opt)
+            np.testing.assert_array_equal(w.grad.numpy(), g)
+            with pytest.raises(kiln.invalid_argument):
+                scaler.unscale_(opt)  # twice before update()
+        norm = kiln.optim.clip_grad_norm_(opt, 1.0).item()
+        if scaled:
+            assert scaler.step(opt)
+            scaler.update()
+        else:
+            opt.step()
+        return norm, w.numpy()
+
+    (n1, w1), (n2, w2) = run(True), run(False)
+    assert n1 == pytest.approx(float(np.linalg.norm(g)), rel=1e-6)
+    assert n1 == n2
+    np.testing.assert_array_equal(w1, w2)
+    try:
+        import torch
+    except ImportError:
+        return  # the PyTorch comparison runs where PyTorch is installed (the GPU machine)
+    t = torch.tensor(w0, requires_grad=True)
+    topt = torch.optim.SGD([t], lr=0.1)
+    t.grad = torch.tensor(g)
+    torch.nn.utils.clip_grad_norm_([t], 1.0)
+    topt.step()
+    np.testing.assert_allclose(w1, t.detach().numpy(), rtol=1e-6, atol=1e-7)

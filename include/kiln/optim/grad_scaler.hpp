@@ -11,6 +11,8 @@
 //   scaler.step(opt);      // unscale, check, step (or skip): no host sync
 //   scaler.update();       // no host sync
 //
+// To clip, unscale first: scaler.unscale_(opt); clip_grad_norm_(opt, 1.0); scaler.step(opt);
+//
 // No host sync per step: the scale, the found-inf flag and the count of clean steps live in
 // device memory, on the device of the first loss given to scale() (or of the optimizer). step()
 // is one fill (the flag) and one kernel per parameter group that unscales the gradients in place
@@ -57,8 +59,14 @@ class grad_scaler {
   explicit grad_scaler(const grad_scaler_options& o = {});  // bad options: invalid_argument
   tensor scale(const tensor& loss) const;                   // loss * scale (lazy, on device)
   // Unscales the gradients of opt's parameters in place and steps, skipped on the device when
-  // one of them holds inf or NaN. No host sync (see step_result).
+  // one of them holds inf or NaN. No host sync (see step_result). After unscale_(opt) it only
+  // steps (the gradients are unscaled already).
   step_result step(optimizer& opt);
+  // PyTorch's unscale_: divides opt's gradients by the scale in place and checks them, now, so
+  // they can be read or clipped (clip_grad_norm_) before step(opt). Once per optimizer between
+  // update()s, and opt must be stepped before another optimizer of this scaler is unscaled or
+  // stepped (one found-inf flag): else kiln::invalid_argument. No host sync.
+  void unscale_(optimizer& opt);
   // After step(): backoff on an overflow, growth after growth_interval clean steps in a row, on
   // the device.
   void update();
@@ -66,6 +74,9 @@ class grad_scaler {
   bool last_step_skipped() const;  // reads back (a host sync)
 
  private:
+  detail::scaler_state& ready_for(const optimizer& opt, const char* fn);
+  void unscale(optimizer& opt);
+
   grad_scaler_options o_;
   mutable std::shared_ptr<detail::scaler_state> state_;  // made on first use, on its device
 };
