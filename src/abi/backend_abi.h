@@ -157,6 +157,11 @@ typedef struct kiln_extension_header {
 /* Bits in kiln_backend.flags. A portable layer over vendor drivers (OpenCL): a native backend for
  * the same kind of device wins in device::best(). */
 #define KILN_BACKEND_PORTABLE (1u << 0)
+/* compile() depends on its arguments only and may run on any thread (NVRTC): the core runs it on
+ * its compiler threads, so what an in-process compiler leaves in the allocator stays with a few
+ * threads. Without it compile() runs on the calling thread (PoCL's kernels, linked by its own
+ * workers, failed to link at exit when their program was built on another thread). */
+#define KILN_BACKEND_COMPILE_ANY_THREAD (1u << 1)
 
 /* The table's functions, in order: X(return type, name, (parameters)). backend_abi.h builds
  * the struct from this list and plugin_table.hpp builds a plugin's table from it, so a new

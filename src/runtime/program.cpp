@@ -7,6 +7,7 @@
 #include "codegen/render_source.hpp"
 #include "codegen/target.hpp"
 #include "runtime/cache_key.hpp"
+#include "runtime/compiler_threads.hpp"
 #include "runtime/disk_cache.hpp"
 #include "runtime/fault_injection.hpp"
 #include "runtime/log.hpp"
@@ -63,14 +64,21 @@ std::vector<std::byte> backend_compile(const kiln_backend& api, kiln_device_h de
                                        const std::string& arch, const std::string& rendered,
                                        std::string_view user_source, const std::string& options,
                                        const std::string& where) {
-  kiln_blob blob{};
-  const char* log = nullptr;
-  kiln_status s = api.compile(dev, arch.c_str(), rendered.c_str(), options.c_str(), &blob, &log);
-  if (s == KILN_ERR_COMPILE) throw_compile_error(where, user_source, log ? log : "");
-  check(api, s, ("compiling a kernel for " + where).c_str());
-  std::vector<std::byte> bytes(static_cast<const std::byte*>(blob.data),
+  // On a compiler thread where the plugin allows it (compiler_threads.hpp), with everything that
+  // reads the plugin's per-thread log and error text.
+  const auto build = [&] {
+    kiln_blob blob{};
+    const char* log = nullptr;
+    kiln_status s = api.compile(dev, arch.c_str(), rendered.c_str(), options.c_str(), &blob, &log);
+    if (s == KILN_ERR_COMPILE) throw_compile_error(where, user_source, log ? log : "");
+    check(api, s, ("compiling a kernel for " + where).c_str());
+    std::vector<std::byte> out(static_cast<const std::byte*>(blob.data),
                                static_cast<const std::byte*>(blob.data) + blob.size);
-  api.free_blob(blob);
+    api.free_blob(blob);
+    return out;
+  };
+  std::vector<std::byte> bytes =
+      api.flags & KILN_BACKEND_COMPILE_ANY_THREAD ? on_compiler_thread(build) : build();
   stats().compiles++;
   return bytes;
 }

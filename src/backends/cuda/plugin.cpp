@@ -40,7 +40,7 @@ int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
          (kiln_plugin::is_op(op, KILN_OP_GRAPH) && g_cu.has_graphs);
 }
 
-const kiln_backend table = KILN_PLUGIN_TABLE("cuda", "cuda", 0);
+const kiln_backend table = KILN_PLUGIN_TABLE("cuda", "cuda", KILN_BACKEND_COMPILE_ANY_THREAD);
 
 }  // namespace
 }  // namespace kiln_cuda
