@@ -159,13 +159,18 @@ py::object scale(py_scaler& s, py::handle outputs) {
       type_name_of(outputs));
 }
 
-py_step_result step(py_scaler& s, py::handle opt) {
+// The optimizer argument of step / unscale_ (fn), or a TypeError naming what came.
+optim::optimizer& optimizer_arg(py::handle opt, const char* fn) {
   if (!py::isinstance<optim::optimizer>(opt))
-    throw py::type_error(
-        "kiln.optim.grad_scaler.step: expects a kiln.optim optimizer (kiln.optim.sgd, adam, "
-        "adamw, rmsprop or adagrad), got " +
-        type_name_of(opt));
-  optim::optimizer& o = opt.cast<optim::optimizer&>();
+    throw py::type_error(std::string("kiln.optim.grad_scaler.") + fn +
+                         ": expects a kiln.optim optimizer (kiln.optim.sgd, adam, adamw, rmsprop "
+                         "or adagrad), got " +
+                         type_name_of(opt));
+  return opt.cast<optim::optimizer&>();
+}
+
+py_step_result step(py_scaler& s, py::handle opt) {
+  optim::optimizer& o = optimizer_arg(opt, "step");
   py::gil_scoped_release off;
   std::lock_guard<std::mutex> lock(*s.mu);
   py_step_result r{s.scaler.step(o), std::nullopt, s.mu};
@@ -176,12 +181,7 @@ py_step_result step(py_scaler& s, py::handle opt) {
 }
 
 void unscale_(py_scaler& s, py::handle opt) {
-  if (!py::isinstance<optim::optimizer>(opt))
-    throw py::type_error(
-        "kiln.optim.grad_scaler.unscale_: expects a kiln.optim optimizer (kiln.optim.sgd, adam, "
-        "adamw, rmsprop or adagrad), got " +
-        type_name_of(opt));
-  optim::optimizer& o = opt.cast<optim::optimizer&>();
+  optim::optimizer& o = optimizer_arg(opt, "unscale_");
   py::gil_scoped_release off;
   std::lock_guard<std::mutex> lock(*s.mu);
   s.scaler.unscale_(o);

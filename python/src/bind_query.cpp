@@ -58,6 +58,13 @@ bool runs_queued(const q::tensor_query& tq) {
   return tq.get_device().info().type != device_type::gpu && tq.size() >= cpu_queued_elements;
 }
 
+// f() with the GIL released, its result kept.
+template <class F>
+auto without_gil(F&& f) {
+  py::gil_scoped_release release;
+  return f();
+}
+
 // Waits, interruptibly, for an asynchronous query (its error rethrown by the caller's
 // async_reduce / collected).
 void wait_for(q::async_state& s) { wait_interruptibly(q::async_event(s), false); }
@@ -126,7 +133,9 @@ void bind_query(py::module_& m) {
             const scalar_type acc = tq.accumulator_type(k);
             q::reduce_result r;
             if (runs_queued(tq)) {
-              const auto s = tq.reduce_async(k);
+              // Planning may compile the kernel (seconds, uninterruptible): other Python
+              // threads run meanwhile.
+              const auto s = without_gil([&] { return tq.reduce_async(k); });
               wait_for(*s);
               py::gil_scoped_release release;
               r = q::async_reduce(*s);
@@ -141,7 +150,7 @@ void bind_query(py::module_& m) {
       .def("collect",
            [](q::tensor_query& tq) {
              if (runs_queued(tq) && tq.arity() == 1) {
-               const auto s = tq.collect_async();
+               const auto s = without_gil([&] { return tq.collect_async(); });
                wait_for(*s);
                py::gil_scoped_release release;
                return q::tensor_query::collected(*s, tq.type());

@@ -14,10 +14,11 @@ tensor as_shape(const tensor& x, const shape_t& shape) {
 }
 
 // Whether x is a parameter or a one-input view of one (w.t() in linear): its gradient
-// completes a leaf whose accumulation (and data_parallel's all-reduce) can start early.
+// completes a leaf whose accumulation (and data_parallel's all-reduce) can start early, if no
+// hook on it may write it (early_delivery_safe).
 bool feeds_parameter(const tensor& x) {
   const auto is_param = [](const tensor_impl* t) {
-    return t && t->ag && !t->ag->fn && t->ag->requires_grad;
+    return t && t->ag && !t->ag->fn && t->ag->requires_grad && early_delivery_safe(*t);
   };
   const tensor_impl* t = x.impl().get();
   if (is_param(t)) return true;
@@ -31,7 +32,9 @@ bool feeds_parameter(const tensor& x) {
 // (g^T a)^T, so the weight's gradient comes out contiguous and its accumulation reads it in
 // order instead of through a transpose.
 tensor b_gradient(const tensor& a2, const tensor& b2, const tensor& g2, const matmul_options& o) {
-  if (b2.dim() != 2) return autograd::sum_to(kiln::matmul(a2.transpose(-1, -2), g2, o), b2.shape());
+  // Zero-size operands keep the batched form: their rows cannot be flattened by reshape(-1, k).
+  if (b2.dim() != 2 || a2.numel() == 0 || g2.numel() == 0)
+    return autograd::sum_to(kiln::matmul(a2.transpose(-1, -2), g2, o), b2.shape());
   const std::int64_t k = a2.size(-1), n = g2.size(-1);
   const tensor af = a2.dim() == 2 ? a2 : a2.reshape({-1, k});
   const tensor gf = g2.dim() == 2 ? g2 : g2.reshape({-1, n});

@@ -2,6 +2,7 @@
 // after every consumer of its output has handed it a gradient; gradients meeting at a tensor
 // are summed lazily, and each node's backward builds lazy expressions, so elementwise chains
 // fuse into one kernel per fusion boundary (a product, a reduction, a gradient used twice).
+#include <exception>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -95,7 +96,17 @@ class sweep {
     if (!in) return false;
     running_->handed[k] = true;
     if (g.defined()) give(*running_->node, k, g);
-    if (--consumers_[in.get()] == 0) drain(in);
+    if (--consumers_[in.get()] == 0) {
+      try {
+        drain(in);
+      } catch (...) {
+        // Thrown by what the gradient completed (an accumulation, a hook, a later node's
+        // backward, which named itself already), not by the running node: visit() rethrows
+        // it as it is rather than as an error in the running node's gradient.
+        early_error_ = std::current_exception();
+        throw;
+      }
+    }
     return true;
   }
 
@@ -140,7 +151,7 @@ class sweep {
         // A copy: a hook may register or remove hooks.
         if (!m.post_accumulate.empty()) {
           const auto hooks = m.post_accumulate;
-          for (const auto& h : hooks) h.second(tensor(t));
+          for (const auto& h : hooks) h.fn(tensor(t));
         }
       }
       return;
@@ -157,10 +168,12 @@ class sweep {
         gi = fn->backward(g, tensor(t));
       } catch (const error& e) {
         running_ = outer;
+        if (early_error_) std::rethrow_exception(std::exchange(early_error_, nullptr));
         throw invalid_argument("kiln::tensor::backward: in the gradient of " + fn->name + ": " +
                                e.what());
       } catch (...) {
         running_ = outer;
+        early_error_ = nullptr;
         throw;
       }
       running_ = outer;
@@ -186,6 +199,7 @@ class sweep {
   std::unordered_map<tensor_impl*, tensor> pending_;
   std::vector<impl_ptr> order_;  // every tensor of the graph, discovered once
   running* running_ = nullptr;
+  std::exception_ptr early_error_;  // what deliver()'s drain threw, on its way out
 };
 
 thread_local sweep* t_sweep = nullptr;

@@ -1,6 +1,7 @@
 // Recording: grad modes, autograd::record, and the tensor members that read or mark the graph.
 #include "autograd/graph.hpp"
 
+#include <algorithm>
 #include <atomic>
 
 #include "kiln/tensor/inplace.hpp"
@@ -42,6 +43,30 @@ grad_meta& meta_of(tensor_impl& x) {
   return *x.ag;
 }
 }  // namespace
+
+std::uint64_t add_hook(const tensor& leaf, autograd::post_accumulate_hook fn, bool gradient_only) {
+  tensor_impl& x = impl_of(leaf, "register_post_accumulate_hook");
+  if (!x.ag || !x.ag->requires_grad || x.ag->fn)
+    throw invalid_argument(
+        "kiln::autograd::register_post_accumulate_hook: the tensor is not a leaf marked "
+        "requires_grad_");
+  if (!fn)
+    throw invalid_argument("kiln::autograd::register_post_accumulate_hook: the hook is empty");
+  static std::atomic<std::uint64_t> next{1};
+  const std::uint64_t id = next++;
+  x.ag->post_accumulate.push_back({id, std::move(fn), gradient_only});
+  return id;
+}
+
+std::uint64_t register_gradient_only_hook(const tensor& leaf, autograd::post_accumulate_hook fn) {
+  return add_hook(leaf, std::move(fn), true);
+}
+
+bool early_delivery_safe(const tensor_impl& leaf) {
+  if (!leaf.ag) return true;
+  return std::all_of(leaf.ag->post_accumulate.begin(), leaf.ag->post_accumulate.end(),
+                     [](const grad_meta::hook& h) { return h.gradient_only; });
+}
 
 }  // namespace detail
 
@@ -90,20 +115,12 @@ tensor sum_to(const tensor& g, const std::vector<std::int64_t>& shape) {
 }
 
 std::uint64_t register_post_accumulate_hook(const tensor& leaf, post_accumulate_hook fn) {
-  detail::tensor_impl& x = detail::impl_of(leaf, "register_post_accumulate_hook");
-  if (!x.ag || !x.ag->requires_grad || x.ag->fn)
-    throw invalid_argument(
-        "kiln::autograd::register_post_accumulate_hook: the tensor is not a leaf marked "
-        "requires_grad_");
-  static std::atomic<std::uint64_t> next{1};
-  const std::uint64_t id = next++;
-  x.ag->post_accumulate.emplace_back(id, std::move(fn));
-  return id;
+  return detail::add_hook(leaf, std::move(fn), false);
 }
 
 void remove_hook(const tensor& leaf, std::uint64_t id) {
   detail::tensor_impl& x = detail::impl_of(leaf, "remove_hook");
-  if (x.ag) std::erase_if(x.ag->post_accumulate, [&](const auto& h) { return h.first == id; });
+  if (x.ag) std::erase_if(x.ag->post_accumulate, [&](const auto& h) { return h.id == id; });
 }
 
 }  // namespace autograd

@@ -27,8 +27,13 @@ struct grad_meta {
   std::shared_ptr<grad_node> fn;  // the operation that produced it (non-leaves)
   tensor grad;                    // accumulated (leaves), or kept (retain_grad)
   bool retain = false;
-  // autograd::register_post_accumulate_hook (leaves): id and hook, run after accumulation.
-  std::vector<std::pair<std::uint64_t, autograd::post_accumulate_hook>> post_accumulate;
+  // Post-accumulate hooks (leaves), run after accumulation in registration order.
+  struct hook {
+    std::uint64_t id;
+    autograd::post_accumulate_hook fn;
+    bool gradient_only;  // reads the gradient and writes nothing the graph reads
+  };
+  std::vector<hook> post_accumulate;
 };
 
 // Whether x takes part in the graph (a marked leaf or a recorded result).
@@ -39,6 +44,17 @@ inline bool needs_grad(const tensor_impl* x) {
 bool grad_wanted(std::initializer_list<const tensor*> xs);
 // In-place writes are not recorded: kiln::invalid_argument naming fn when grad_wanted(xs).
 void refuse_in_place(const char* fn, std::initializer_list<const tensor*> xs);
+
+// Registers a post-accumulate hook on a leaf marked requires_grad_ (kiln::invalid_argument else).
+std::uint64_t add_hook(const tensor& leaf, autograd::post_accumulate_hook fn, bool gradient_only);
+// A post-accumulate hook that promises to read only the leaf's gradient (data_parallel's bucket
+// all-reduce): it never writes the leaf, so the leaf's gradient may be handed over early.
+std::uint64_t register_gradient_only_hook(const tensor& leaf, autograd::post_accumulate_hook fn);
+// Whether a leaf's gradient may be accumulated (and its hooks run) before the node that made it
+// has queued the rest of its backward: when every hook is gradient-only. A public hook may write
+// the parameter (an optimizer step in the hook), which the rest of that backward still reads, so
+// then the gradient waits for the node's end, as in PyTorch.
+bool early_delivery_safe(const tensor_impl& leaf);
 
 // Inside a node's backward: hands input k's gradient to the engine now instead of in the
 // returned vector (whose entry k is then ignored), so what it completes (a parameter's

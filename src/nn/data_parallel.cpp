@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "autograd/graph.hpp"
 #include "collective/comm_impl.hpp"
 #include "optim/flat.hpp"
 #include "optim/optim_impl.hpp"
@@ -163,7 +164,7 @@ data_parallel::data_parallel(module& model, optim::optimizer& opt, collective::c
     std::weak_ptr<impl> weak = impl_;
     for (std::size_t i = 0; i < oi.params.size(); ++i)
       d.hook_ids.push_back(
-          autograd::register_post_accumulate_hook(oi.params[i], [weak, i](const tensor&) {
+          detail::register_gradient_only_hook(oi.params[i], [weak, i](const tensor&) {
             if (auto s = weak.lock()) s->on_accumulated(i);
           }));
   }

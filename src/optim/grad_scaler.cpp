@@ -143,7 +143,8 @@ scaler_state& grad_scaler::ready_for(const optimizer& opt, const char* fn) {
       throw invalid_argument(std::string("kiln::optim::grad_scaler::") + fn +
                              ": a parameter is on " + g.dev.id() + ", the scaler's state on " +
                              s.dev.id() + " (one device per scaler)");
-  if (s.unscaled && s.unscaled != opt.impl().get())
+  const std::weak_ptr<const void> id = opt.impl();
+  if (!s.unscaled.expired() && !detail::same_owner(s.unscaled, id))
     throw invalid_argument(std::string("kiln::optim::grad_scaler::") + fn +
                            ": another optimizer was unscale_()d and not stepped yet; step() it "
                            "first (the scaler has one found-inf flag)");
@@ -172,9 +173,9 @@ void grad_scaler::unscale(optimizer& opt) {
 void grad_scaler::unscale_(optimizer& opt) {
   if (!o_.enabled) return;
   scaler_state& s = ready_for(opt, "unscale_");
-  const void* id = opt.impl().get();
-  for (const void* u : s.unscaled_since_update)
-    if (u == id)
+  const std::weak_ptr<const void> id = opt.impl();
+  for (const auto& u : s.unscaled_since_update)
+    if (detail::same_owner(u, id))
       throw invalid_argument(
           "kiln::optim::grad_scaler::unscale_: already called for this optimizer since the last "
           "update() (its gradients are unscaled)");
@@ -194,9 +195,11 @@ grad_scaler::step_result grad_scaler::step(optimizer& opt) {
   detail::optimizer_impl& o = detail::impl_of(opt.impl());
   ++s.steps;
   s.stepped_since_update = true;
-  if (!s.unscaled) unscale(opt);  // else unscale_(opt) did
-  s.unscaled = nullptr;
-  detail::step_all(o, s.mem.get());  // skipped on the device when found_inf is up
+  if (s.unscaled.expired()) unscale(opt);  // else unscale_(opt) did
+  detail::step_all(o, s.mem.get());        // skipped on the device when found_inf is up
+  // Cleared once stepped: a step that threw leaves the gradients unscaled, and a retry must not
+  // unscale them again.
+  s.unscaled.reset();
   r.state_ = state_;
   r.step_ = s.steps;
   return r;
@@ -206,7 +209,7 @@ void grad_scaler::update() {
   if (!o_.enabled || !state_ || !state_->stepped_since_update) return;
   scaler_state& s = *state_;
   s.stepped_since_update = false;
-  s.unscaled = nullptr;
+  s.unscaled.reset();
   s.unscaled_since_update.clear();
   const kernel k =
       detail::generated(s.dev, detail::update_source, "ko_scaler_update", "grad_scaler update");

@@ -20,11 +20,17 @@ struct scaler_state {
   std::uint64_t steps = 0;  // step() calls: which step_result is current
   bool stepped_since_update = false;
   // The optimizer unscale_() unscaled, whose step() is still to come (it then steps without
-  // unscaling again); null when none. Identity only: never dereferenced.
-  const void* unscaled = nullptr;
+  // unscaling again); empty when none. Identity only, by owner: an optimizer made later at a
+  // freed one's address is not mistaken for it.
+  std::weak_ptr<const void> unscaled;
   // Optimizers unscale_()d since the last update(): a second unscale_() of one is an error.
-  std::vector<const void*> unscaled_since_update;
+  std::vector<std::weak_ptr<const void>> unscaled_since_update;
 };
+
+// Whether a and b name the same object (weak_ptr identity; false for an empty one).
+inline bool same_owner(const std::weak_ptr<const void>& a, const std::weak_ptr<const void>& b) {
+  return !a.owner_before(b) && !b.owner_before(a) && !a.expired();
+}
 
 // The kernels: unscale-and-check of gradients of type t ("ko_unscale"), and the schedule
 // ("ko_scaler_update").

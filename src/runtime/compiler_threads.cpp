@@ -11,6 +11,7 @@
 #include <deque>
 #include <exception>
 #include <mutex>
+#include <system_error>
 #include <thread>
 
 namespace kiln::detail {
@@ -35,8 +36,19 @@ class compiler_pool {
       queue_.push_back(&j);
       // A thread more while every started one is busy (idle_ counts those waiting for work).
       if (idle_ < queue_.size() && started_ < limit_) {
-        ++started_;
-        std::thread([this] { serve(); }).detach();
+        try {
+          std::thread([this] { serve(); }).detach();
+          ++started_;
+        } catch (const std::system_error&) {
+          // No thread to be had (a process at its thread limit). With one running the job
+          // waits for it; with none, the caller compiles it itself rather than wait forever.
+          if (started_ == 0) {
+            std::erase(queue_, &j);
+            lock.unlock();
+            fn();
+            return;
+          }
+        }
       }
       work_.notify_one();
       done_.wait(lock, [&] { return j.done; });

@@ -7,6 +7,7 @@
 #include <kiln/tensor/linear.hpp>
 
 #include "autograd/gradcheck.hpp"
+#include "autograd/graph.hpp"
 
 namespace autograd_test {
 namespace {
@@ -163,44 +164,103 @@ TEST_P(AutogradEngineTest, PostAccumulateHooksRunBeforeBackwardEnds) {
 }
 
 // A weight's gradient is handed to the engine before the input's gradient product is queued, so
-// its accumulation and post-accumulate hook (data_parallel's all-reduce) overlap that product.
-// Seen through the queue's order: the hook zeroes the weight, which the input's product then
-// reads (it read the old weight when the hook ran after the whole matmul backward).
+// its accumulation and a gradient-only hook (data_parallel's all-reduce) overlap that product.
+// Seen through the queue's order: a hook zeroes the weight. Registered as gradient-only (a
+// promise the test breaks on purpose, to see the order), its write is read by the input's
+// product; a public hook may write its parameter (an optimizer step in the hook), so it runs
+// after the node's whole backward and the input's gradient uses the weight before the write.
 TEST_P(AutogradEngineTest, WeightGradientIsAccumulatedBeforeTheInputsProduct) {
   for (const bool conv : {false, true}) {
-    SCOPED_TRACE(conv ? "conv2d" : "linear");
-    const auto input = [&] {
-      return conv ? tensor::randn(dev(), {2, 2, 5, 5}, 3) : tensor::randn(dev(), {4, 3}, 3);
-    };
-    const auto weight = [&] {
-      return (conv ? tensor::randn(dev(), {3, 2, 3, 3}, 4) : tensor::randn(dev(), {5, 3}, 4))
-          .requires_grad_();
-    };
-    const auto apply = [conv](const tensor& x, const tensor& w) {
-      return conv ? kiln::conv2d(x, w, tensor(), {}) : kiln::linear(x, w, tensor());
-    };
-    auto x = input().requires_grad_();
-    auto w = weight();
-    int hooks = 0;
-    kiln::autograd::register_post_accumulate_hook(w, [&](const tensor& leaf) {
-      ++hooks;
-      kiln::no_grad off;
-      kiln::copy_(leaf, leaf * 0.f);
-    });
-    apply(x, w).sum().backward();
-    EXPECT_EQ(hooks, 1);
-    const std::vector<float> gx = x.grad().to_vector<float>();
-    EXPECT_TRUE(std::all_of(gx.begin(), gx.end(), [](float v) { return v == 0.f; }))
-        << "the input's product ran before the weight's hook";
-    // The weight's own gradient was complete when the hook ran: recomputed from the old weight.
-    auto w2 = weight();
-    apply(input(), w2).sum().backward();
-    const std::vector<float> got = w.grad().to_vector<float>();
-    const std::vector<float> want = w2.grad().to_vector<float>();
-    ASSERT_EQ(got.size(), want.size());
-    for (std::size_t i = 0; i < got.size(); ++i)
-      EXPECT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i]))) << i;
+    for (const bool gradient_only : {true, false}) {
+      SCOPED_TRACE(std::string(conv ? "conv2d" : "linear") +
+                   (gradient_only ? ", gradient-only hook" : ", public hook"));
+      const auto input = [&] {
+        return conv ? tensor::randn(dev(), {2, 2, 5, 5}, 3) : tensor::randn(dev(), {4, 3}, 3);
+      };
+      const auto weight = [&] {
+        return (conv ? tensor::randn(dev(), {3, 2, 3, 3}, 4) : tensor::randn(dev(), {5, 3}, 4))
+            .requires_grad_();
+      };
+      const auto apply = [conv](const tensor& x, const tensor& w) {
+        return conv ? kiln::conv2d(x, w, tensor(), {}) : kiln::linear(x, w, tensor());
+      };
+      auto x = input().requires_grad_();
+      auto w = weight();
+      int hooks = 0;
+      const auto zero = [&](const tensor& leaf) {
+        ++hooks;
+        kiln::no_grad off;
+        kiln::copy_(leaf, leaf * 0.f);
+      };
+      if (gradient_only)
+        kiln::detail::register_gradient_only_hook(w, zero);
+      else
+        kiln::autograd::register_post_accumulate_hook(w, zero);
+      apply(x, w).sum().backward();
+      EXPECT_EQ(hooks, 1);
+      // The reference: the same graph with no hook.
+      auto x2 = input().requires_grad_();
+      auto w2 = weight();
+      apply(x2, w2).sum().backward();
+      const std::vector<float> gx = x.grad().to_vector<float>();
+      const std::vector<float> gx_old = x2.grad().to_vector<float>();
+      ASSERT_EQ(gx.size(), gx_old.size());
+      if (gradient_only) {
+        EXPECT_TRUE(std::all_of(gx.begin(), gx.end(), [](float v) { return v == 0.f; }))
+            << "the input's product ran before the weight's gradient-only hook";
+      } else {
+        for (std::size_t i = 0; i < gx.size(); ++i)
+          EXPECT_NEAR(gx[i], gx_old[i], 1e-4f * (1.f + std::abs(gx_old[i])))
+              << i << ": the input's product read the weight a public hook wrote";
+      }
+      // The weight's own gradient was complete when the hook ran.
+      const std::vector<float> got = w.grad().to_vector<float>();
+      const std::vector<float> want = w2.grad().to_vector<float>();
+      ASSERT_EQ(got.size(), want.size());
+      for (std::size_t i = 0; i < got.size(); ++i)
+        EXPECT_NEAR(got[i], want[i], 1e-4f * (1.f + std::abs(want[i]))) << i;
+    }
   }
+}
+
+// An error thrown by what an early-delivered gradient completes (here a gradient-only hook)
+// reaches the caller as it was thrown, not re-labelled as an error in the matmul's gradient.
+TEST_P(AutogradEngineTest, EarlyHookErrorsKeepTheirType) {
+  auto x = tensor::randn(dev(), {4, 3}, 1).requires_grad_();
+  auto w = tensor::randn(dev(), {5, 3}, 2).requires_grad_();
+  kiln::detail::register_gradient_only_hook(
+      w, [](const tensor&) { throw kiln::out_of_memory("hook ran out of memory"); });
+  try {
+    kiln::linear(x, w, tensor()).sum().backward();
+    FAIL() << "expected the hook's error";
+  } catch (const kiln::out_of_memory& e) {
+    EXPECT_NE(std::string(e.what()).find("hook ran out of memory"), std::string::npos);
+  }
+  // A public hook's error also keeps its type.
+  auto w3 = tensor::randn(dev(), {5, 3}, 2).requires_grad_();
+  kiln::autograd::register_post_accumulate_hook(
+      w3, [](const tensor&) { throw kiln::out_of_memory("public hook"); });
+  EXPECT_THROW(kiln::linear(x, w3, tensor()).sum().backward(), kiln::out_of_memory);
+}
+
+// Zero-size batched products have (zero) weight gradients, not an error.
+TEST_P(AutogradEngineTest, ZeroSizeBatchedProductGradients) {
+  for (const std::vector<std::int64_t>& xs :
+       {std::vector<std::int64_t>{2, 0, 3}, std::vector<std::int64_t>{0, 4, 3}}) {
+    auto x = tensor::randn(dev(), xs, 1).requires_grad_();
+    auto w = tensor::randn(dev(), {5, 3}, 2).requires_grad_();
+    kiln::linear(x, w, tensor()).sum().backward();
+    const std::vector<float> gw = w.grad().to_vector<float>();
+    ASSERT_EQ(gw.size(), 15u);
+    EXPECT_TRUE(std::all_of(gw.begin(), gw.end(), [](float v) { return v == 0.f; }));
+    EXPECT_EQ(x.grad().shape(), xs);
+  }
+  // A zero inner dimension: [2, 3, 0] @ [0, 4].
+  auto a = tensor::randn(dev(), {2, 3, 0}, 1).requires_grad_();
+  auto b = tensor::randn(dev(), {0, 4}, 2).requires_grad_();
+  kiln::matmul(a, b).sum().backward();
+  EXPECT_EQ(b.grad().shape(), (std::vector<std::int64_t>{0, 4}));
+  EXPECT_EQ(a.grad().shape(), (std::vector<std::int64_t>{2, 3, 0}));
 }
 
 TEST_P(AutogradEngineTest, Errors) {

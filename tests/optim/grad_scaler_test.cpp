@@ -216,6 +216,27 @@ TEST_P(GradScalerTest, UnscaleMisuseIsAnError) {
   EXPECT_TRUE(off.step(a));
 }
 
+// An optimizer unscale_()d and then dropped unstepped leaves nothing behind: one made next
+// (likely at the dropped one's address) is not mistaken for it, so its step() unscales its own
+// gradients and matches the plain step.
+TEST_P(GradScalerTest, ADroppedUnscaledOptimizerIsNotMistakenForANewOne) {
+  grad_scaler scaler({.init_scale = 1024, .growth_interval = 100});
+  {
+    auto pa = params();
+    auto a = kiln::optim::sgd(pa, {.lr = 0.1});
+    give(pa, 1, 1024, false);
+    scaler.unscale_(a);
+  }
+  auto scaled = params(), plain = params();
+  auto opt = kiln::optim::sgd(scaled, {.lr = 0.1});
+  auto ref = kiln::optim::sgd(plain, {.lr = 0.1});
+  give(scaled, 2, 1024, false);
+  give(plain, 2, 1, false);
+  EXPECT_TRUE(scaler.step(opt));
+  ref.step();
+  EXPECT_EQ(snapshot(opt), snapshot(ref));
+}
+
 TEST_P(GradScalerTest, BadInput) {
   EXPECT_THROW(grad_scaler({.init_scale = 1e39}), kiln::invalid_argument);  // inf in f32
   EXPECT_THROW(grad_scaler({.growth_interval = 0}), kiln::invalid_argument);

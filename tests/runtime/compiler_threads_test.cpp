@@ -6,6 +6,10 @@
 #include "runtime/compiler_threads.hpp"
 
 #include <gtest/gtest.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iostream>
@@ -112,6 +116,38 @@ TEST(CompilerThreads, CompilesFromManyThreadsLeaveLittleResident) {
             << (bound >> 20) << " MiB)\n";
   EXPECT_LE(after, before + bound)
       << "resident anonymous memory grew by " << ((after - before) >> 20) << " MiB";
+}
+
+// Where no thread can be started (a process at its limit), the caller runs its job itself
+// instead of waiting for a thread that never comes. In a forked child (its own, empty pool)
+// whose address space is capped just above what it uses, so a thread's stack cannot be mapped.
+TEST(CompilerThreads, NoThreadToBeHadRunsTheJobOnTheCaller) {
+  if (sanitized) GTEST_SKIP() << "a sanitizer's shadow memory does not fit an address-space cap";
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    std::uint64_t vm = 0;
+    std::ifstream f("/proc/self/status");
+    for (std::string line; std::getline(f, line);)
+      if (line.rfind("VmSize:", 0) == 0) vm = std::stoull(line.substr(7)) << 10;
+    // New threads' stacks larger than any glibc keeps cached from the parent's exited threads
+    // (it would reuse one without a new mapping).
+    pthread_attr_t attr;
+    if (pthread_attr_init(&attr) != 0 || pthread_attr_setstacksize(&attr, 256u << 20) != 0 ||
+        pthread_setattr_default_np(&attr) != 0)
+      _exit(3);
+    const rlimit cap{vm + (2 << 20), vm + (2 << 20)};
+    if (vm == 0 || setrlimit(RLIMIT_AS, &cap) != 0) _exit(3);
+    std::thread::id ran_on;
+    kiln::detail::run_on_compiler_thread([&] { ran_on = std::this_thread::get_id(); });
+    _exit(ran_on == std::this_thread::get_id() && kiln::detail::compiler_threads_started() == 0
+              ? 0
+              : 4);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died (signal " << WTERMSIG(status) << ")";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "3: no cap set; 4: the job ran elsewhere";
 }
 
 }  // namespace
