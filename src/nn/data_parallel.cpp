@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "autograd/graph.hpp"
 #include "collective/comm_impl.hpp"
@@ -28,8 +29,9 @@ struct data_parallel::impl {
   std::vector<bucket> buckets;
   std::vector<std::size_t> bucket_of;  // per optimizer parameter
   std::vector<std::uint64_t> hook_ids;
-  std::size_t next = 0;  // the first bucket not launched in this iteration
-  bool async = false;    // the transport queues work (NCCL): buckets run on comm_queue
+  std::size_t next = 0;       // the first bucket not launched in this iteration
+  bool async = false;         // the transport queues work (NCCL): buckets run on comm_queue
+  bool synchronized = false;  // synchronize_gradients() ran since the last step()
   std::optional<queue> comm_queue;
 
   void launch(bucket& b) {
@@ -179,10 +181,14 @@ data_parallel::~data_parallel() {
 
 tensor data_parallel::forward(const tensor& x) const { return impl_->model->forward(x); }
 
-void data_parallel::synchronize_gradients() { impl_->finish_iteration(); }
+void data_parallel::synchronize_gradients() {
+  impl_->finish_iteration();
+  impl_->synchronized = true;
+}
 
 void data_parallel::step() {
-  synchronize_gradients();
+  // After synchronize_gradients() (to clip, say) the gradients are final: not all-reduced again.
+  if (!std::exchange(impl_->synchronized, false)) impl_->finish_iteration();
   impl_->opt.step();
 }
 

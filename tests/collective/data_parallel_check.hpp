@@ -60,6 +60,9 @@ inline void data_parallel_matches_one_process(const kiln::collective::communicat
     } else {
       opt.zero_grad();
       kiln::nn::mse_loss(ddp(x), y).backward();
+      // Odd steps synchronize first (as a caller clipping the gradients would): step() then
+      // steps without all-reducing again.
+      if (step % 2) ddp.synchronize_gradients();
       ddp.step();
     }
     ref_opt.zero_grad();

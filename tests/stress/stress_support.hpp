@@ -5,16 +5,21 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 namespace stress {
 
@@ -102,6 +107,51 @@ inline resident_kinds resident_by_kind() {
   }
   std::fclose(f);
   return r;
+}
+
+// Resident bytes per mapping (/proc/self/smaps, "start name" as the key, so a mapping that grew
+// keeps its key; anonymous mappings have no name), to say where the resident set grew when it grew.
+inline std::map<std::string, std::uint64_t> resident_mappings() {
+  std::map<std::string, std::uint64_t> out;
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (!f) return out;
+  char line[512];
+  std::string key;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long long kb = 0;
+    char range[64] = {}, name[400] = {};
+    if (std::sscanf(line, "Rss: %llu kB", &kb) == 1) {
+      out[key] += kb << 10;
+    } else if (std::sscanf(line, "%63[0-9a-f-] %*s %*s %*s %*s %399[^\n]", range, name) >= 1 &&
+               std::strchr(range, '-')) {
+      key = std::string(range, std::strchr(range, '-')) + " " + name;
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+// The mappings whose resident bytes grew most from `before` to `after` (new ones included),
+// largest first, and their total: "+290 MiB: +120 MiB 7f..-7f.. [anon], ...".
+inline std::string resident_growth(const std::map<std::string, std::uint64_t>& before,
+                                   const std::map<std::string, std::uint64_t>& after,
+                                   std::size_t top = 8) {
+  std::vector<std::pair<std::int64_t, std::string>> grew;
+  std::int64_t total = 0;
+  for (const auto& [key, bytes] : after) {
+    const auto it = before.find(key);
+    const std::int64_t d =
+        static_cast<std::int64_t>(bytes) - (it == before.end() ? 0 : std::int64_t(it->second));
+    total += d;
+    if (d > 0) grew.emplace_back(d, key);
+  }
+  for (const auto& [key, bytes] : before)
+    if (!after.count(key)) total -= static_cast<std::int64_t>(bytes);
+  std::sort(grew.begin(), grew.end(), std::greater<>());
+  std::string s = "resident change by mapping " + std::to_string(total >> 20) + " MiB in all:";
+  for (std::size_t i = 0; i < grew.size() && i < top; ++i)
+    s += " +" + std::to_string(grew[i].first >> 10) + " KiB " + grew[i].second + ";";
+  return s;
 }
 
 // Aborts the process, after printing `what` and report(), unless disarmed (destroyed) within

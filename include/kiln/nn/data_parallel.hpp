@@ -55,7 +55,7 @@ class data_parallel {
   tensor operator()(const tensor& x) const { return forward(x); }
   // Averages the gradients across ranks (what backward did not start yet, then waits).
   void synchronize_gradients();
-  // synchronize_gradients(), then the optimizer's step.
+  // synchronize_gradients() (unless called since the last step), then the optimizer's step.
   void step();
   const collective::communicator& communicator() const;
   std::size_t bucket_count() const;
