@@ -13,6 +13,7 @@
 #include <array>
 #include <atomic>
 #include <cmath>
+#include <map>
 #include <numeric>
 #include <random>
 #include <thread>
@@ -239,6 +240,12 @@ TEST_P(MixedWorkStressTest, ManyThreadsMixedWorkResultsCheckedMemoryFlat) {
       ASSERT_EQ(run_op(query_sync, rng, q, axpy, true, kind), "") << "query kind " << kind;
     dev().synchronize();
     set_bytes = dev().memory_usage().in_use - before;
+    // Run again in this process (--gtest_repeat), the warm-up reuses a set an earlier run made
+    // and measures nothing: the first run's measure stands.
+    static std::map<std::string, std::uint64_t> first_set_bytes;
+    std::uint64_t& known = first_set_bytes[dev().id()];
+    set_bytes = std::max(set_bytes, known);
+    known = set_bytes;
     for (int o = 0; o < op_count; ++o)
       ASSERT_EQ(run_op(o, rng, q, axpy, true), "") << op_names[std::size_t(o)];
   }
