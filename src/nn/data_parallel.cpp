@@ -35,6 +35,9 @@ struct data_parallel::impl {
   std::optional<queue> comm_queue;
 
   void launch(bucket& b) {
+    // One rank: the average is the gradient itself (NCCL would still run a kernel per bucket:
+    // ~5% of the wide MLP's step on one H200).
+    if (comm.size() == 1) return;
     const auto& g = opt.impl()->groups[b.group];
     collective::detail::call_args a;
     a.name = "all_reduce";

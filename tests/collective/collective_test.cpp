@@ -406,11 +406,12 @@ TEST(DataParallel, CapturedNcclStepsMatchOneProcess) {
 // Ranks as threads of this process, both training on the one CPU device (the same check runs
 // under mpirun in collective_mpi_test).
 TEST(DataParallel, HostRanksMatchOneProcess) {
-  for (bool overlap : {true, false}) {
-    auto comms = cpu_group(2);
-    kiln::collective::run_per_rank(
-        comms, [&](communicator& c) { data_parallel_matches_one_process(c, overlap); });
-  }
+  for (int ranks : {1, 2})  // one rank: nothing to all-reduce, the same training
+    for (bool overlap : {true, false}) {
+      auto comms = cpu_group(ranks);
+      kiln::collective::run_per_rank(
+          comms, [&](communicator& c) { data_parallel_matches_one_process(c, overlap); });
+    }
   // A step_graph of the same step: CPU ranks run it eagerly, with the same result.
   auto comms = cpu_group(2);
   kiln::collective::run_per_rank(
