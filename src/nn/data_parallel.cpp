@@ -81,11 +81,19 @@ struct data_parallel::impl {
   }
 
   void finish_iteration() {
+    // Ready for the next backward even when this throws (a failed capture is retried eagerly).
+    struct reset_buckets {
+      impl& d;
+      ~reset_buckets() {
+        d.next = 0;
+        for (bucket& b : d.buckets) b.pending = b.params.size();
+      }
+    } reset{*this};
     while (next < buckets.size()) launch(buckets[next++]);
-    if (async)
+    // With one rank nothing ran on comm_queue: no wait (inside a capture, a wait on its event,
+    // recorded outside the capture, would end the capture).
+    if (async && comm.size() > 1)
       for (const auto& g : opt.impl()->groups) g.dev.default_queue().wait(comm_queue->record());
-    next = 0;
-    for (bucket& b : buckets) b.pending = b.params.size();
   }
 };
 

@@ -403,6 +403,22 @@ TEST(DataParallel, CapturedNcclStepsMatchOneProcess) {
       comms, [&](communicator& c) { data_parallel_matches_one_process(c, true, true); });
 }
 
+// A group of one NCCL rank per CUDA device (a one-GPU machine's data_parallel): nothing to
+// all-reduce, eagerly and captured.
+TEST(DataParallel, OneNcclRankMatchesOneProcess) {
+  const auto gpus = cuda_devices();
+  if (gpus.empty()) GTEST_SKIP() << "no CUDA device";
+  for (const kiln::device& d : gpus) {
+    std::vector<communicator> one;
+    try {
+      one = communicator::create({d});
+    } catch (const kiln::unsupported& e) {
+      GTEST_SKIP() << "no NCCL: " << e.what();
+    }
+    for (bool captured : {false, true}) data_parallel_matches_one_process(one[0], true, captured);
+  }
+}
+
 // Ranks as threads of this process, both training on the one CPU device (the same check runs
 // under mpirun in collective_mpi_test).
 TEST(DataParallel, HostRanksMatchOneProcess) {
