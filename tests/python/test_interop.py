@@ -112,3 +112,71 @@ def test_cupy_both_ways():
     del t
     gc.collect()
     assert cp.asnumpy(c).tolist() == [0, 1, 2]
+
+
+class _spy:
+    """Forwards the DLPack protocol to x and records what each side asked and got."""
+
+    def __init__(self, x):
+        self.x, self.asked, self.names = x, [], []
+
+    def __dlpack_device__(self):
+        return self.x.__dlpack_device__()
+
+    def __dlpack__(self, **kw):
+        import ctypes
+        self.asked.append(kw.get("max_version"))
+        cap = self.x.__dlpack__(**kw)
+        get_name = ctypes.pythonapi.PyCapsule_GetName
+        get_name.restype, get_name.argtypes = ctypes.c_char_p, [ctypes.py_object]
+        self.names.append(get_name(cap))
+        return cap
+
+
+def _versioned_torch():
+    torch = pytest.importorskip("torch")
+    try:
+        torch.arange(2).__dlpack__(max_version=(1, 0))
+    except TypeError:
+        pytest.skip(f"torch {torch.__version__} makes 0.x capsules only")
+    return torch
+
+
+@pytest.mark.parametrize("on", ["cpu", "cuda"])
+def test_torch_versioned_capsules_both_ways(on):
+    torch = _versioned_torch()
+    if on == "cuda":
+        torch = _cuda_torch()
+        dev = _kiln_cuda()
+        tdev = f"cuda:{dev.index}"
+    else:
+        dev, tdev = kiln.device("cpu:0"), "cpu"
+    x = torch.arange(6, dtype=torch.float32, device=tdev)
+    s = _spy(x)
+    k = kiln.from_dlpack(s)  # torch makes a versioned capsule when asked
+    assert s.asked[0] == (1, 0) and s.names == [b"dltensor_versioned"]
+    assert k.data_ptr() == x.data_ptr() and k.numpy().tolist() == [0, 1, 2, 3, 4, 5]
+    t = kiln.arange(4, dtype=kiln.float32, device=dev)
+    st = _spy(t)
+    pt = torch.from_dlpack(st)  # and takes Kiln's, if it asks for one
+    assert pt.data_ptr() == t.data_ptr() and pt.tolist() == [0, 1, 2, 3]
+    if st.asked[0] is not None:
+        assert st.names == [b"dltensor_versioned"]
+
+
+def test_numpy_versioned_capsules_both_ways(cpu):
+    a = np.arange(5.0)
+    try:
+        a.__dlpack__(max_version=(1, 0))
+    except TypeError:
+        pytest.skip(f"NumPy {np.__version__} makes 0.x capsules only")
+    s = _spy(a)
+    k = kiln.from_dlpack(s)
+    assert s.names == [b"dltensor_versioned"] and k.data_ptr() == a.ctypes.data
+    ro = np.arange(3.0)
+    ro.flags.writeable = False  # exported with DLPack's read-only flag: Kiln copies
+    kr = kiln.from_dlpack(ro)
+    assert kr.data_ptr() != ro.ctypes.data and kr.numpy().tolist() == [0, 1, 2]
+    t = kiln.arange(3, dtype=kiln.float64, device=cpu)
+    e = np.from_dlpack(t)  # NumPy 2.1+ asks Kiln for a versioned capsule
+    assert e.ctypes.data == t.data_ptr() and e.tolist() == [0, 1, 2]
