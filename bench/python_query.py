@@ -5,7 +5,7 @@ tensor imported by DLPack (no copy) and with x made by Kiln, beside PyTorch eage
 where(v > 1.5, v, 0).sum().item(). bench_query_python_peer times the same query from C++.
 Median of --runs after 5 warm-up calls.
 
-    PYTHONPATH=build/python python3 bench/python_query.py [--device cuda:0] [--runs 50]
+    PYTHONPATH=build/python python3 bench/python_query.py [--device cuda:0] [--runs 50] [--breakdown]
 """
 import argparse
 import statistics
@@ -30,6 +30,8 @@ def main():
     ap.add_argument("--device", default="cuda:0")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--sizes", default="16777216,268435456")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="also time the query's parts: build, lower, terminal")
     a = ap.parse_args()
     dev = kiln.device(a.device)
     try:
@@ -57,6 +59,27 @@ def main():
             lambda: kiln.query(xk).map(kiln._1 * 2 + 1).filter(kiln._1 > 1.5).sum(), a.runs)
         print(f"n {n}  Python kiln.query over torch memory {ms_torch_in:.4f} ms  "
               f"over a Kiln tensor {ms_kiln_in:.4f} ms  torch eager {ms_eager:.4f} ms")
+        if a.breakdown:
+            print(f"n {n}  breakdown (us, medians): " + breakdown(xk, a.runs))
+
+
+def breakdown(x, runs):
+    """Where a query's Python time goes: building the stages, lowering them into the native
+    query (kiln::detail::q::tensor_query), and the terminal (the wait for earlier work, the
+    kernel, the read-back)."""
+    parts = {"build": [], "lower": [], "terminal": []}
+    for i in range(runs + 5):
+        t0 = time.perf_counter()
+        q = kiln.query(x).map(kiln._1 * 2 + 1).filter(kiln._1 > 1.5)
+        t1 = time.perf_counter()
+        tq = q._native()
+        t2 = time.perf_counter()
+        tq.reduce("sum")
+        t3 = time.perf_counter()
+        if i >= 5:
+            for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2)):
+                parts[k].append(v * 1e6)
+    return "  ".join(f"{k} {statistics.median(v):.1f}" for k, v in parts.items())
 
 
 if __name__ == "__main__":

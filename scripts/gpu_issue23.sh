@@ -244,6 +244,11 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       python3 -c 'import sys,numpy,torch; print(sys.version.split()[0], numpy.__version__, torch.__version__)' \
         2>&1 | tee -a "$OUT/summary.txt"
       python3 -c 'import cupy; print("cupy", cupy.__version__)' 2>&1 | tail -1 | tee -a "$OUT/summary.txt"
+      # The query timed from Python and from C++ first, on an idle machine.
+      step pyquery 200 python3 bench/python_query.py --device cuda:0 --runs 50 --breakdown
+      step cppquery 200 $B/bench_query_python_peer --device cuda:0 --runs 50
+      step cppquery_sync 200 env SYNC=1 $B/bench_query_python_peer --device cuda:0 --runs 50
+      grep -h "^n " "$OUT/pyquery.log" "$OUT/cppquery.log" "$OUT/cppquery_sync.log" | tee -a "$OUT/summary.txt"
       # The suite's files in $PYTEST_SHARDS (default 4) concurrent pytest runs, round-robin
       # (one run of the whole suite did not finish in 300 s on the 2xH100 host), each with
       # its 10 slowest tests.
@@ -259,9 +264,6 @@ $(wc -l < "$OUT/suite_$round.txt") binaries failed"
       for ((k = 0; k < shards; ++k)); do
         grep -E "passed|failed|error|FAILED|ERROR" "$OUT/pytest_$k.log" | tail -n 8 | tee -a "$OUT/summary.txt"
       done
-      step pyquery 200 python3 bench/python_query.py --device cuda:0 --runs 50
-      step cppquery 200 $B/bench_query_python_peer --device cuda:0 --runs 50
-      grep -h "^n " "$OUT/pyquery.log" "$OUT/cppquery.log" | tee -a "$OUT/summary.txt"
       step tour 120 python3 examples/python/tour.py cuda:0
       step overhead 120 python3 examples/python/overhead.py cuda:0
       tail -n 8 "$OUT/tour.log" "$OUT/overhead.log" | tee -a "$OUT/summary.txt"

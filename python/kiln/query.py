@@ -18,43 +18,49 @@ from . import _kiln
 
 class _expr:
     """A placeholder expression: _1 (the element, or a zip's first component), _2 ..., _i
-    (the element's index), and arithmetic, comparisons and kiln.* math over them."""
+    (the element's index), and arithmetic, comparisons and kiln.* math over them.
 
+    It is a tree of tuples (_node): ("arg", k), ("index",), ("const", value), (operator, a, b)
+    with operator one of + - * / ** < <= > >= == !=, ("neg", a), ("abs", a) and
+    ("call", name, a) for kiln.<name>. A native query lowers the tree in one call into the
+    module (_tensor_query.stage); elsewhere _eval applies it to kiln.tensor operands."""
+
+    __slots__ = ("_node",)
     __array_priority__ = 1000  # NumPy scalars on the left defer to these operators
 
-    def __init__(self, fn, text):
-        self._fn = fn
-        self._text = text
+    def __init__(self, node):
+        self._node = node
 
     def __call__(self, *components):
-        return self._fn(components)
+        return _eval(self._node, components)
+
+    def _fn(self, components):
+        return _eval(self._node, components)
 
     def __repr__(self):
-        return self._text
+        return _text(self._node)
 
-    def _bin(self, other, op, sym, reflected=False):
-        o = _lift(other)
-        if reflected:
-            return _expr(lambda c: op(o._fn(c), self._fn(c)), f"({o} {sym} {self})")
-        return _expr(lambda c: op(self._fn(c), o._fn(c)), f"({self} {sym} {o})")
+    def _bin(self, other, sym, reflected=False):
+        o = other._node if isinstance(other, _expr) else ("const", other)
+        return _expr((sym, o, self._node) if reflected else (sym, self._node, o))
 
-    def __add__(self, o): return self._bin(o, lambda a, b: a + b, "+")
-    def __radd__(self, o): return self._bin(o, lambda a, b: a + b, "+", True)
-    def __sub__(self, o): return self._bin(o, lambda a, b: a - b, "-")
-    def __rsub__(self, o): return self._bin(o, lambda a, b: a - b, "-", True)
-    def __mul__(self, o): return self._bin(o, lambda a, b: a * b, "*")
-    def __rmul__(self, o): return self._bin(o, lambda a, b: a * b, "*", True)
-    def __truediv__(self, o): return self._bin(o, lambda a, b: a / b, "/")
-    def __rtruediv__(self, o): return self._bin(o, lambda a, b: a / b, "/", True)
-    def __pow__(self, o): return self._bin(o, lambda a, b: a ** b, "**")
-    def __lt__(self, o): return self._bin(o, lambda a, b: a < b, "<")
-    def __le__(self, o): return self._bin(o, lambda a, b: a <= b, "<=")
-    def __gt__(self, o): return self._bin(o, lambda a, b: a > b, ">")
-    def __ge__(self, o): return self._bin(o, lambda a, b: a >= b, ">=")
-    def __eq__(self, o): return self._bin(o, lambda a, b: a == b, "==")  # type: ignore[override]
-    def __ne__(self, o): return self._bin(o, lambda a, b: a != b, "!=")  # type: ignore[override]
-    def __neg__(self): return _expr(lambda c: -self._fn(c), f"-{self}")
-    def __abs__(self): return _expr(lambda c: abs(self._fn(c)), f"abs({self})")
+    def __add__(self, o): return self._bin(o, "+")
+    def __radd__(self, o): return self._bin(o, "+", True)
+    def __sub__(self, o): return self._bin(o, "-")
+    def __rsub__(self, o): return self._bin(o, "-", True)
+    def __mul__(self, o): return self._bin(o, "*")
+    def __rmul__(self, o): return self._bin(o, "*", True)
+    def __truediv__(self, o): return self._bin(o, "/")
+    def __rtruediv__(self, o): return self._bin(o, "/", True)
+    def __pow__(self, o): return self._bin(o, "**")
+    def __lt__(self, o): return self._bin(o, "<")
+    def __le__(self, o): return self._bin(o, "<=")
+    def __gt__(self, o): return self._bin(o, ">")
+    def __ge__(self, o): return self._bin(o, ">=")
+    def __eq__(self, o): return self._bin(o, "==")  # type: ignore[override]
+    def __ne__(self, o): return self._bin(o, "!=")  # type: ignore[override]
+    def __neg__(self): return _expr(("neg", self._node))
+    def __abs__(self): return _expr(("abs", self._node))
     __hash__ = None
 
     def __bool__(self):
@@ -62,22 +68,54 @@ class _expr:
                         "map/filter (and & | ~ are not Kiln operators; use * for 'and')")
 
 
-def _lift(x):
-    if isinstance(x, _expr):
-        return x
-    return _expr(lambda c: x, repr(x))
+_BINARY = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b, "**": lambda a, b: a ** b, "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+}
 
 
-def _component(k):
-    def pick(c):
+def _eval(node, c):
+    """The tree applied to the components c (kiln.tensor operands, or an _element)."""
+    op = node[0]
+    if op == "arg":
+        k = node[1]
         if k >= len(c):
             raise _kiln.invalid_argument(
                 f"kiln query: _{k + 1} names component {k + 1} of elements of {len(c)}")
         return c[k]
-    return _expr(pick, f"_{k + 1}")
+    if op == "const":
+        return node[1]
+    if op == "index":
+        return _index_fn(c)
+    if op == "neg":
+        return -_eval(node[1], c)
+    if op == "abs":
+        return abs(_eval(node[1], c))
+    if op == "call":
+        return getattr(_kiln, node[1])(_eval(node[2], c))
+    return _BINARY[op](_eval(node[1], c), _eval(node[2], c))
 
 
-_1, _2, _3, _4 = (_component(k) for k in range(4))
+def _text(node):
+    op = node[0]
+    if op == "arg":
+        return f"_{node[1] + 1}"
+    if op == "const":
+        return repr(node[1])
+    if op == "index":
+        return "_i"
+    if op == "neg":
+        return f"-{_text(node[1])}"
+    if op == "abs":
+        return f"abs({_text(node[1])})"
+    if op == "call":
+        return f"{node[1]}({_text(node[2])})"
+    return f"({_text(node[1])} {op} {_text(node[2])})"
+
+
+_1, _2, _3, _4 = (_expr(("arg", k)) for k in range(4))
 
 
 def _index_fn(c):
@@ -87,7 +125,7 @@ def _index_fn(c):
     return _kiln.arange(len(first), dtype=_kiln.int64, device=first.device)
 
 
-_i = _expr(_index_fn, "_i")
+_i = _expr(("index",))
 
 
 def _math(name):
@@ -95,7 +133,7 @@ def _math(name):
 
     def apply(x):
         if isinstance(x, _expr):
-            return _expr(lambda c: f(x._fn(c)), f"{name}({x})")
+            return _expr(("call", name, x._node))
         return f(x)
     apply.__name__ = name
     apply.__doc__ = f.__doc__
@@ -103,12 +141,17 @@ def _math(name):
 
 
 class _element(tuple):
-    """The components an expression is applied to, and the tensor that stands for _i."""
+    """The components an expression is applied to, and the native query whose index tensor
+    stands for _i (fetched only where _i is used: each fetch is a call into the module)."""
 
-    def __new__(cls, components, index):
+    def __new__(cls, components, tq):
         e = super().__new__(cls, components)
-        e.index = index
+        e._tq = tq
         return e
+
+    @property
+    def index(self):
+        return self._tq.index
 
 
 class query:
@@ -121,6 +164,14 @@ class query:
     engine (a filter becomes a mask)."""
 
     def __init__(self, *inputs, device=None):
+        self._stages = ()
+        self._run = None  # the _tensor_query, or False where the tensor engine evaluates
+        if len(inputs) == 1 and device is None and type(inputs[0]) is _kiln.tensor:
+            # The common case, kept short: a query's own cost is a few Python calls.
+            if inputs[0].ndim != 1:
+                raise _kiln.shape_error("kiln.query: inputs must be 1-D")
+            self._inputs = inputs
+            return
         if not inputs:
             raise _kiln.invalid_argument("kiln.query: needs at least one input")
         dev = device if device is not None else next(
@@ -132,8 +183,6 @@ class query:
             raise _kiln.invalid_argument(f"kiln.zip: inputs differ in length {sorted(lens)}")
         if _builtins.any(x.ndim != 1 for x in self._inputs):
             raise _kiln.shape_error("kiln.query: inputs must be 1-D")
-        self._stages = ()
-        self._run = None  # the _tensor_query, or False where the tensor engine evaluates
 
     def _with(self, stage):
         q = object.__new__(query)
@@ -209,21 +258,31 @@ class query:
             except _kiln.unsupported:  # f16/bf16 inputs: the tensor engine's path
                 tq = None
             if tq is not None:
-                element = _element(self._inputs, tq.index)
+                element = None  # the query's current components, fetched where a stage needs them
                 for kind, f, extra in self._stages:
                     if kind in _BARRIERS:
-                        ok = _barrier(tq, kind, f, extra, element)
+                        ok = _barrier(tq, kind, f, extra, element or _components(tq))
                         if ok is None:
                             break
-                        element = _element(tuple(tq.components), tq.index)
+                        element = None
                         continue
+                    if isinstance(f, _expr):
+                        # The tree lowered in one call; None where a constant is not a Python
+                        # number (NumPy scalars, arrays): the tensor operators below take those.
+                        ok = tq.stage(kind, f._node, extra)
+                        if ok is not None:
+                            if not ok:
+                                break
+                            element = None if kind == "map" else element
+                            continue
+                    element = element or _components(tq)
                     out = _apply(f, element)
                     ok = (tq.map(out) if kind == "map" else tq.filter(out) if kind == "filter"
                           else tq.order_by(out, extra))
                     if not ok:
                         break
                     if kind == "map":
-                        element = _element((out,), tq.index)
+                        element = _element((out,), tq)
                 else:
                     self._run = tq
         return self._run or None
@@ -410,10 +469,14 @@ def _barrier(tq, kind, f, extra, element):
         if otq is None:
             raise _kiln.unsupported("kiln.query.join: the other query must run as kiln::query "
                                     "(elementwise stages, inputs not 16-bit)")
-        okey = _apply(other_key, _element(tuple(otq.components), otq.index))
+        okey = _apply(other_key, _element(tuple(otq.components), otq))
         if not tq.join(otq, _apply(f, element), okey, left):
             return None
     return True
+
+
+def _components(tq):
+    return _element(tuple(tq.components), tq)
 
 
 def _apply(f, components):

@@ -11,6 +11,7 @@
 #include "dtype.hpp"
 #include "kiln/query/tensor_query.hpp"
 #include "kiln/query/terminals.hpp"
+#include "placeholders.hpp"
 #include "wait.hpp"
 
 namespace kiln::python {
@@ -125,6 +126,21 @@ void bind_query(py::module_& m) {
       .def("map", &q::tensor_query::map, py::arg("value"))
       .def("filter", &q::tensor_query::filter, py::arg("predicate"))
       .def("order_by", &q::tensor_query::order_by, py::arg("key"), py::arg("descending") = false)
+      .def(
+          "stage",
+          [](q::tensor_query& tq, const std::string& kind, py::handle node,
+             py::handle descending) -> py::object {
+            const std::optional<tensor> v = placeholder_value(node, tq.components(), tq.index());
+            if (!v) return py::none();  // Python applies this tree (query.py, _apply)
+            if (kind == "map") return py::bool_(tq.map(*v));
+            if (kind == "filter") return py::bool_(tq.filter(*v));
+            if (kind == "order_by") return py::bool_(tq.order_by(*v, descending.cast<bool>()));
+            throw invalid_argument("kiln.query: no elementwise stage named '" + kind + "'");
+          },
+          py::arg("kind"), py::arg("node"), py::arg("descending"),
+          "map / filter / order_by by a placeholder expression's tree, lowered in one call; "
+          "None where the tree needs Python (a constant that is not a Python number), else "
+          "as map's: False where the query cannot run it")
       .def("sort", &q::tensor_query::sort, py::arg("descending") = false)
       .def(
           "reduce",

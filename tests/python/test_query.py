@@ -209,3 +209,44 @@ def test_join_and_left_join_against_the_nested_loop(dev):
     np.testing.assert_array_equal(matched, want)
     with pytest.raises(kiln.invalid_argument):
         kiln.query(a, device=dev).group_by(_1).aggregate("sum")
+
+
+@pytest.mark.parametrize("dtype", ["float32", "int32"])
+def test_placeholder_trees_lowered_in_one_call_match_the_python_operators(dev, dtype):
+    # Every node kind of a placeholder tree (query.py, _expr._node) lowered by the module in one
+    # call (_tensor_query.stage), against the same expression applied through kiln.tensor's
+    # Python operators (a function stage) and NumPy: the same values and dtypes.
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal(777) * 20).astype(dtype)
+    b = (rng.standard_normal(777) * 20).astype(dtype)
+    exprs = [
+        2 - _1 * 3 + 0.5,                  # reflected arithmetic, a float beside ints
+        -abs(_1) / 4 + _2 ** 2,            # neg, abs, true division, power
+        kiln.sqrt(kiln.abs(_1) + 1) * kiln._i,  # kiln math, the index
+        (_1 > 3) * 1 + (2 < _2) + (_1 == _1) - (_2 != 7),  # comparisons, the number on the left
+        (_1 >= -2) * (_2 <= 5) * True,     # bool constants
+    ]
+    for e in exprs:
+        tree = kiln.zip(a, b, device=dev).map(e)
+        python_path = kiln.zip(a, b, device=dev).map(lambda x, y, e=e: e(x, y))
+        assert tree._native() is not None  # (the function form of _i is the tensor engine's)
+        got, want = tree.to_numpy(), python_path.to_numpy()
+        assert got.dtype == want.dtype, repr(e)
+        np.testing.assert_allclose(got, want, rtol=1e-5, err_msg=repr(e))
+    # NumPy scalars keep their Python path (the module takes Python numbers only): same result.
+    q = kiln.query(a, device=dev).map(_1 * np.float32(2)).filter(_1 > np.int64(0))
+    expect = a.astype(np.float32) * 2
+    np.testing.assert_allclose(q.to_numpy(), expect[expect > 0], rtol=1e-6)
+    with pytest.raises(kiln.invalid_argument, match="_3 names component 3"):
+        kiln.zip(a, b, device=dev).map(_1 + kiln._3).sum()
+
+
+def test_a_query_stage_is_one_call_into_the_module(cpu, monkeypatch):
+    # White box: a placeholder stage reaches the module once, without kiln.tensor operators.
+    calls = []
+    real = kiln.tensor.__mul__
+    monkeypatch.setattr(kiln.tensor, "__mul__", lambda *a: calls.append(a) or real(*a))
+    x = kiln.arange(10, dtype=kiln.float32, device=cpu)
+    assert kiln.query(x).map(_1 * 2 + 1).filter(_1 > 5).sum() == pytest.approx(
+        sum(v * 2 + 1 for v in range(10) if v * 2 + 1 > 5))
+    assert calls == []
