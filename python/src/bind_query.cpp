@@ -130,7 +130,8 @@ void bind_query(py::module_& m) {
           "stage",
           [](q::tensor_query& tq, const std::string& kind, py::handle node,
              py::handle descending) -> py::object {
-            const std::optional<tensor> v = placeholder_value(node, tq.components(), tq.index());
+            const std::optional<tensor> v =
+                placeholder_value(node, tq.components(), [&tq] { return tq.index(); });
             if (!v) return py::none();  // Python applies this tree (query.py, _apply)
             if (kind == "map") return py::bool_(tq.map(*v));
             if (kind == "filter") return py::bool_(tq.filter(*v));

@@ -17,9 +17,11 @@ struct operand {
   py::handle number;
 };
 
-operand value_of(py::handle node, const std::vector<tensor>& comps, const tensor& index);
+operand value_of(py::handle node, const std::vector<tensor>& comps,
+                 const std::function<tensor()>& index);
 
-tensor tensor_of(py::handle node, const std::vector<tensor>& comps, const tensor& index) {
+tensor tensor_of(py::handle node, const std::vector<tensor>& comps,
+                 const std::function<tensor()>& index) {
   operand o = value_of(node, comps, index);
   if (!o.t) throw not_native{};
   return std::move(*o.t);
@@ -75,7 +77,8 @@ tensor math(std::string_view name, const tensor& x) {
   throw not_native{};
 }
 
-operand value_of(py::handle node, const std::vector<tensor>& comps, const tensor& index) {
+operand value_of(py::handle node, const std::vector<tensor>& comps,
+                 const std::function<tensor()>& index) {
   if (!PyTuple_Check(node.ptr()) || PyTuple_GET_SIZE(node.ptr()) < 1) throw not_native{};
   const auto item = [&](Py_ssize_t i) -> py::handle {
     if (i >= PyTuple_GET_SIZE(node.ptr())) throw not_native{};
@@ -102,7 +105,7 @@ operand value_of(py::handle node, const std::vector<tensor>& comps, const tensor
       throw not_native{};
     return {std::nullopt, v};
   }
-  if (op == "index") return {index, {}};
+  if (op == "index") return {index(), {}};
   if (op == "neg") return {-tensor_of(item(1), comps, index), {}};
   if (op == "abs") return {kiln::abs(tensor_of(item(1), comps, index)), {}};
   if (op == "call") {
@@ -116,7 +119,7 @@ operand value_of(py::handle node, const std::vector<tensor>& comps, const tensor
 }  // namespace
 
 std::optional<tensor> placeholder_value(py::handle node, const std::vector<tensor>& components,
-                                        const tensor& index) {
+                                        const std::function<tensor()>& index) {
   try {
     operand o = value_of(node, components, index);
     if (!o.t) return std::nullopt;

@@ -7,6 +7,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -14,11 +15,12 @@
 
 namespace kiln::python {
 
-// The tree over the element's components (and index, for _i), with kiln.tensor's Python
-// operator rules for numbers beside tensors. nullopt where only Python can apply it: a
+// The tree over the element's components (and index(), called only for an _i), with kiln.tensor's
+// Python operator rules for numbers beside tensors. nullopt where only Python can apply it: a
 // constant that is not a Python int, float or bool, or a tree that is a constant. Errors as
 // the Python operators': an _k past the element's components is kiln.invalid_argument.
 std::optional<tensor> placeholder_value(pybind11::handle node,
-                                        const std::vector<tensor>& components, const tensor& index);
+                                        const std::vector<tensor>& components,
+                                        const std::function<tensor()>& index);
 
 }  // namespace kiln::python

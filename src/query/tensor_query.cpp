@@ -94,10 +94,17 @@ tensor_query::tensor_query(const std::vector<tensor>& inputs) {
     leaves_[inputs[k].impl().get()] = var;
     components_.push_back(inputs[k]);
   }
+}
+
+const tensor& tensor_query::index() const {
   // A stride-0 view of one uninitialised element: a stored [n] leaf (so that casts of it stay
-  // nodes over it, unlike a scalar's) that costs neither memory nor a fill. Never read.
-  index_ = tensor(allocate_tensor(d_.dev, {1}, scalar_type::i64))
-               .expand({static_cast<std::int64_t>(d_.n)});
+  // nodes over it, unlike a scalar's) that costs neither memory nor a fill. Never read. Made
+  // on first use: a device allocation is a pool call (on CUDA it was most of what a run-time
+  // query cost beyond a C++ one), and most queries have no _i.
+  if (!index_.impl())
+    index_ = tensor(allocate_tensor(d_.dev, {1}, scalar_type::i64))
+                 .expand({static_cast<std::int64_t>(d_.n)});
+  return index_;
 }
 
 ir::node_id tensor_query::lower_expr(const tensor& expr, const char* what, bool to_bool,

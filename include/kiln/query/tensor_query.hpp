@@ -31,7 +31,7 @@ class tensor_query {
 
   // A tensor standing for the element's position (int64): an expression may use it as a
   // leaf (Python's kiln._i). Its values are meaningless outside this query.
-  const tensor& index() const { return index_; }
+  const tensor& index() const;
 
   // The element becomes `value` (a map), or only elements where `predicate` holds are kept.
   // False, and the query unchanged, when the expression is not one a query can run: a leaf
@@ -97,7 +97,7 @@ class tensor_query {
   void require_single(const char* what) const;
 
   query_desc d_;
-  tensor index_;
+  mutable tensor index_;      // made by index(), on first use
   std::vector<tensor> keep_;  // inputs and stage values: their impls key leaves_ below
   std::unordered_map<const tensor_impl*, int> leaves_;  // stored or lazy tensor -> value number
   std::vector<tensor> components_;
