@@ -79,6 +79,12 @@ def breakdown(x, runs):
         if i >= 5:
             for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2)):
                 parts[k].append(v * 1e6)
+    waits = []
+    for i in range(runs):
+        t0 = time.perf_counter()
+        kiln._kiln._wait_before_query(x.device)
+        waits.append((time.perf_counter() - t0) * 1e6)
+    parts["(of which the wait for earlier work)"] = waits
     return "  ".join(f"{k} {statistics.median(v):.1f}" for k, v in parts.items())
 
 

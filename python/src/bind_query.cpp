@@ -107,6 +107,9 @@ py::object reduction_value(const q::reduce_result& r, q::reduce_kind k, scalar_t
 
 void bind_query(py::module_& m) {
   m.def(
+      "_wait_before_query", [](const device& dev) { before_query(dev); }, py::arg("device"),
+      "What a GPU query waits for before it runs (bench/python_query.py --breakdown times it).");
+  m.def(
       "_last_query_stats",
       [] {
         const query_stats s = last_query_stats();
