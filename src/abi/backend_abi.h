@@ -288,7 +288,12 @@ typedef struct kiln_extension_header {
   /* ---- Interop (optional). ---- */                                                              \
   /* The driver's own handle of the queue, for libraries that take one (a CUstream, a              \
    * cl_command_queue); KILN_ERR_UNSUPPORTED where the backend has none (the CPU). */              \
-  X(kiln_status, queue_native, (kiln_queue_h queue, void** out))
+  X(kiln_status, queue_native, (kiln_queue_h queue, void** out))                                   \
+  /* ---- Polling (optional). ---- */                                                              \
+  /* KILN_OK when everything queued on `queue` so far has finished, KILN_ERR_NOT_FOUND while some  \
+   * of it is pending or running (as event_query), KILN_ERR_UNSUPPORTED where the backend cannot   \
+   * tell without an event (the core then records one). Never waits. */                           \
+  X(kiln_status, queue_idle, (kiln_queue_h queue))
 
 #define KILN_BACKEND_MEMBER_(ret, name, params) ret(*name) params;
 

@@ -1,4 +1,5 @@
 #include "kiln/native_handle.hpp"
+#include "kiln/queue_poll.hpp"
 #include "runtime/runtime.hpp"
 
 namespace kiln {
@@ -70,6 +71,21 @@ void queue::finish() {
   impl_->dev->check_alive(impl_->gen, "finishing a queue");
   const kiln_backend& api = *impl_->dev->api;
   detail::check(api, api.queue_finish(impl_->handle), "finishing a queue");
+}
+
+bool idle(const queue& q) {
+  const auto& impl = q.impl();
+  live(impl, "kiln::idle");
+  impl->dev->check_alive(impl->gen, "polling a queue");
+  const kiln_backend& api = *impl->dev->api;
+  if (KILN_BACKEND_HAS(&api, queue_idle)) {
+    const kiln_status st = api.queue_idle(impl->handle);
+    if (st == KILN_OK) return true;
+    if (st == KILN_ERR_NOT_FOUND) return false;
+    if (st != KILN_ERR_UNSUPPORTED) detail::check(api, st, "polling a queue");
+  }
+  queue handle = q;  // recording is not const: a second handle to the same queue records
+  return handle.record().done();  // a backend that tells only through an event
 }
 
 void* native_handle(const queue& q) {

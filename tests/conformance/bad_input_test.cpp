@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "conformance/backends.hpp"
+#include "kiln/queue_poll.hpp"
 
 namespace conformance {
 namespace {
@@ -134,6 +135,7 @@ TEST_P(BadInputTest, MovedFromQueue) {
   EXPECT_TRUE(throws<kiln::invalid_argument>([&] { q.copy(host, b); }, {"moved-from"}));
   EXPECT_TRUE(throws<kiln::invalid_argument>([&] { q.fill(b, 2.0f); }, {"moved-from"}));
   EXPECT_TRUE(throws<kiln::invalid_argument>([&] { kiln::queue(nullptr).finish(); }, {"queue"}));
+  EXPECT_TRUE(throws<kiln::invalid_argument>([&] { (void)kiln::idle(q); }, {"moved-from"}));
   EXPECT_NO_THROW(taken.finish());
 }
 

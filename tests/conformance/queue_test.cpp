@@ -2,6 +2,7 @@
 // overlapping work on two queues, event timing, device-wide synchronisation.
 #include "conformance/backends.hpp"
 #include "kiln/native_handle.hpp"
+#include "kiln/queue_poll.hpp"
 
 namespace conformance {
 namespace {
@@ -161,6 +162,38 @@ TEST_P(QueueTest, EventDoneAfterWait) {
   const kiln::event idle = q.record();
   q.finish();
   EXPECT_TRUE(idle.done());
+}
+
+// kiln::idle(q) polls without waiting: false while work queued on the queue cannot have run
+// (it waits for an event that is still pending after the poll), true once the queue finished.
+TEST_P(QueueTest, IdleIsFalseWhileWorkIsPendingAndTrueAfterFinish) {
+  kiln::queue producer(dev()), q(dev());
+  // OpenCL can tell only through a marker event, which PoCL completes after the call returns:
+  // there false means "maybe busy" (include/kiln/queue_poll.hpp), and only false is checked.
+  const bool exact = dev().backend() != "opencl";
+  if (exact) {
+    EXPECT_TRUE(kiln::idle(q)) << "a new queue has nothing queued";
+  }
+  kiln::buffer<std::uint32_t> a(dev(), n()), b(dev(), n());
+  produce().launch(producer, kiln::range(n()), a, 6u, rounds() * 5);
+  const kiln::event gate = producer.record();
+  q.wait(gate);
+  consume().launch(q, kiln::range(n()), b, a, 9u);
+  const bool was_idle = kiln::idle(q);
+  if (gate.done()) {
+    q.finish();
+    GTEST_SKIP() << "the producer finished before the poll could see q's work pending";
+  }
+  EXPECT_FALSE(was_idle) << "q's kernel waits for an event that was still pending after the poll";
+  q.finish();
+  if (exact) {
+    EXPECT_TRUE(kiln::idle(q));
+  }
+  EXPECT_TRUE(elements_equal(b.to_vector(), produced(n(), 6u, rounds() * 5, 9u)));
+  producer.finish();
+  if (exact) {
+    EXPECT_TRUE(kiln::idle(producer));
+  }
 }
 
 // After device.synchronize(), everything queued on any of its queues has finished: events

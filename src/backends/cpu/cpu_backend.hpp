@@ -47,7 +47,8 @@ class work_queue {
   work_queue();
   ~work_queue();
   void push(std::function<void()> task);
-  void finish();  // blocks until every task pushed so far has run
+  void finish();      // blocks until every task pushed so far has run
+  bool idle() const;  // every task pushed so far has run (no wait)
   // Runs task now when nothing is queued or running, else queues it.
   void run_or_push(std::function<void()> task);
 
@@ -178,6 +179,7 @@ kiln_status queue_create(kiln_device_h, kiln_queue_h* out);
 void queue_destroy(kiln_queue_h q);
 kiln_status queue_finish(kiln_queue_h q);
 kiln_status queue_native(kiln_queue_h q, void** out);
+kiln_status queue_idle(kiln_queue_h q);
 kiln_status queue_wait_event(kiln_queue_h q, kiln_event_h e);
 kiln_status event_create(kiln_device_h, kiln_event_h* out);
 void event_destroy(kiln_event_h e);

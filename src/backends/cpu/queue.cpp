@@ -84,6 +84,11 @@ void work_queue::finish() {
   if (more) cv_.notify_one();  // tasks pushed after the call: the queue thread's again
 }
 
+bool work_queue::idle() const {
+  const std::uint64_t target = pushed_.load(std::memory_order_acquire);
+  return done_.load(std::memory_order_acquire) >= target;
+}
+
 void work_queue::loop() {
   for (;;) {
     std::unique_lock lock(mu_);
@@ -114,6 +119,10 @@ kiln_status queue_finish(kiln_queue_h q) {
 // Kiln's own worker threads: no driver object another library could take.
 kiln_status queue_native(kiln_queue_h, void**) {
   return fail(KILN_ERR_UNSUPPORTED, "cpu queues have no native handle (they are Kiln's threads)");
+}
+
+kiln_status queue_idle(kiln_queue_h q) {
+  return q->q.idle() ? KILN_OK : fail(KILN_ERR_NOT_FOUND, "queue busy");
 }
 
 kiln_status queue_wait_event(kiln_queue_h q, kiln_event_h e) {

@@ -49,6 +49,7 @@ namespace kiln_cuda {
   X(cuStreamCreate)                   \
   X(cuStreamDestroy)                  \
   X(cuStreamSynchronize)              \
+  X(cuStreamQuery)                    \
   X(cuStreamWaitEvent)                \
   X(cuEventCreate)                    \
   X(cuEventDestroy)                   \

@@ -113,6 +113,7 @@ kiln_status queue_create(kiln_device_h dev, kiln_queue_h* out);
 void queue_destroy(kiln_queue_h queue);
 kiln_status queue_finish(kiln_queue_h queue);
 kiln_status queue_native(kiln_queue_h queue, void** out);
+kiln_status queue_idle(kiln_queue_h queue);
 kiln_status queue_wait_event(kiln_queue_h queue, kiln_event_h event);
 kiln_status event_create(kiln_device_h dev, kiln_event_h* out);
 void event_destroy(kiln_event_h event);

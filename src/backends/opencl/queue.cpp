@@ -52,6 +52,12 @@ kiln_status queue_native(kiln_queue_h queue, void** out) {
   return KILN_OK;
 }
 
+// An OpenCL queue says nothing of its commands' state: a marker event would be what the core's
+// own fallback (record, then query) does.
+kiln_status queue_idle(kiln_queue_h) {
+  return set_error(KILN_ERR_UNSUPPORTED, "queue_idle: OpenCL queues are polled through an event");
+}
+
 kiln_status queue_wait_event(kiln_queue_h queue, kiln_event_h event) {
   if (!queue || !event)
     return set_error(KILN_ERR_INVALID_ARGUMENT, "queue_wait_event: NULL argument");
