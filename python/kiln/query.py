@@ -34,9 +34,6 @@ class _expr:
     def __call__(self, *components):
         return _eval(self._node, components)
 
-    def _fn(self, components):
-        return _eval(self._node, components)
-
     def __repr__(self):
         return _text(self._node)
 
@@ -481,7 +478,7 @@ def _components(tq):
 
 def _apply(f, components):
     # A placeholder expression sees the element itself (its _i is the element's index tensor).
-    out = f._fn(components) if isinstance(f, _expr) else f(*components)
+    out = _eval(f._node, components) if isinstance(f, _expr) else f(*components)
     if not isinstance(out, _kiln.tensor):
         out = _kiln.full(list(components[0].shape), out, device=components[0].device)
     return out

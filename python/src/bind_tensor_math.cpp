@@ -49,7 +49,24 @@ void reduction(py::module_& m, tensor_class& cls, const char* name, reduce_fn f,
   m.def(name, call, py::arg("x"), py::arg("axis") = py::none(), py::arg("keepdim") = false, doc);
 }
 
+using unary_entry = std::pair<const char*, unary_fn>;
+constexpr unary_entry unary[] = {
+    {"neg", &kiln::neg},       {"abs", &kiln::abs},
+    {"sqrt", &kiln::sqrt},     {"exp", &kiln::exp},
+    {"log", &kiln::log},       {"sin", &kiln::sin},
+    {"cos", &kiln::cos},       {"tanh", &kiln::tanh},
+    {"relu", &kiln::relu},     {"sigmoid", &kiln::sigmoid},
+    {"tan", &kiln::tan},       {"rsqrt", &kiln::rsqrt},
+    {"square", &kiln::square}, {"floor", &kiln::floor},
+    {"ceil", &kiln::ceil},     {"transpose_copy", &kiln::transpose_copy}};
+
 }  // namespace
+
+unary_fn unary_function(std::string_view name) {
+  for (const auto& [n, f] : unary)
+    if (name == n) return f;
+  return nullptr;
+}
 
 void bind_tensor_math(py::module_& m, tensor_class& cls) {
   binary(cls, "__add__", "__radd__", KILN_PY_OP(x + y));
@@ -74,16 +91,6 @@ void bind_tensor_math(py::module_& m, tensor_class& cls) {
           py::is_operator());
 
   // Elementwise functions, as methods and module functions (kiln.exp(x), x.exp()).
-  using unary_fn = tensor (*)(const tensor&);
-  const std::pair<const char*, unary_fn> unary[] = {
-      {"neg", &kiln::neg},       {"abs", &kiln::abs},
-      {"sqrt", &kiln::sqrt},     {"exp", &kiln::exp},
-      {"log", &kiln::log},       {"sin", &kiln::sin},
-      {"cos", &kiln::cos},       {"tanh", &kiln::tanh},
-      {"relu", &kiln::relu},     {"sigmoid", &kiln::sigmoid},
-      {"tan", &kiln::tan},       {"rsqrt", &kiln::rsqrt},
-      {"square", &kiln::square}, {"floor", &kiln::floor},
-      {"ceil", &kiln::ceil},     {"transpose_copy", &kiln::transpose_copy}};
   for (const auto& [name, f] : unary) {
     cls.def(name, f);
     m.def(name, f, py::arg("x"));

@@ -63,17 +63,9 @@ tensor binary(std::string_view op, const operand& a, const operand& b) {
 
 #undef KILN_PY_OP
 
-// kiln.<name> of the placeholder math functions (python/kiln/query.py, _math).
+// kiln.<name>(x), the function Python's getattr(kiln, name) would call.
 tensor math(std::string_view name, const tensor& x) {
-  using unary_fn = tensor (*)(const tensor&);
-  static const std::pair<std::string_view, unary_fn> table[] = {
-      {"sqrt", &kiln::sqrt},     {"exp", &kiln::exp},     {"log", &kiln::log},
-      {"sin", &kiln::sin},       {"cos", &kiln::cos},     {"tanh", &kiln::tanh},
-      {"abs", &kiln::abs},       {"relu", &kiln::relu},   {"sigmoid", &kiln::sigmoid},
-      {"square", &kiln::square}, {"floor", &kiln::floor}, {"ceil", &kiln::ceil},
-      {"rsqrt", &kiln::rsqrt},   {"tan", &kiln::tan}};
-  for (const auto& [n, f] : table)
-    if (n == name) return f(x);
+  if (const unary_fn f = unary_function(name)) return f(x);
   throw not_native{};
 }
 

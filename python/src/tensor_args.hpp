@@ -5,6 +5,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string_view>
+
 #include "dtype.hpp"
 #include "kiln/tensor.hpp"
 
@@ -13,6 +15,10 @@ namespace py = pybind11;
 
 // A new tensor from anything numpy.asarray accepts (copied to dev; dtype None keeps NumPy's).
 tensor tensor_from_data(py::handle data, py::handle dtype, const device& dev);
+// The elementwise functions bound as kiln.<name>(x) and x.<name>() (bind_tensor_math.cpp), by
+// name; nullptr for another name. Placeholder trees (placeholders.cpp) call them too.
+using unary_fn = tensor (*)(const tensor&);
+unary_fn unary_function(std::string_view name);
 // f(a, b) with b a tensor or a typed scalar; Reflected: f(b, a).
 template <bool Reflected, class F>
 tensor with_operand(const tensor& a, py::handle b, F&& f);
