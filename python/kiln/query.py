@@ -10,6 +10,7 @@ evaluation (a filter becomes a mask: kiln.where for reductions, a count of the m
 """
 
 import builtins as _builtins
+from math import copysign as _copysign
 
 import numpy as _np
 
@@ -20,10 +21,13 @@ class _expr:
     """A placeholder expression: _1 (the element, or a zip's first component), _2 ..., _i
     (the element's index), and arithmetic, comparisons and kiln.* math over them.
 
-    It is a tree of tuples (_node): ("arg", k), ("index",), ("const", value), (operator, a, b)
+    It is a tree of tuples (_node): ("arg", k), ("index",), ("const", value, type(value)[, sign
+    of a float]), (operator, a, b)
     with operator one of + - * / ** < <= > >= == !=, ("neg", a), ("abs", a) and
     ("call", name, a) for kiln.<name>. A native query lowers the tree in one call into the
-    module (_tensor_query.stage); elsewhere _eval applies it to kiln.tensor operands."""
+    module (_tensor_query.stage); elsewhere _eval applies it to kiln.tensor operands. Equal trees
+    give the same kernel over inputs of the same types (constants carry their type, and a float
+    its sign, which 0.0 == -0.0 hides): kiln.query keys its cache of lowered chains by them."""
 
     __slots__ = ("_node",)
     __array_priority__ = 1000  # NumPy scalars on the left defer to these operators
@@ -37,25 +41,22 @@ class _expr:
     def __repr__(self):
         return _text(self._node)
 
-    def _bin(self, other, sym, reflected=False):
-        o = other._node if isinstance(other, _expr) else ("const", other)
-        return _expr((sym, o, self._node) if reflected else (sym, self._node, o))
+    # One closure per operator: the query's own cost is mostly Python calls like these.
+    def _op(sym, reflected=False):
+        def op(self, other):
+            o = other._node if type(other) is _expr else _const(other)
+            return _expr((sym, o, self._node) if reflected else (sym, self._node, o))
+        return op
 
-    def __add__(self, o): return self._bin(o, "+")
-    def __radd__(self, o): return self._bin(o, "+", True)
-    def __sub__(self, o): return self._bin(o, "-")
-    def __rsub__(self, o): return self._bin(o, "-", True)
-    def __mul__(self, o): return self._bin(o, "*")
-    def __rmul__(self, o): return self._bin(o, "*", True)
-    def __truediv__(self, o): return self._bin(o, "/")
-    def __rtruediv__(self, o): return self._bin(o, "/", True)
-    def __pow__(self, o): return self._bin(o, "**")
-    def __lt__(self, o): return self._bin(o, "<")
-    def __le__(self, o): return self._bin(o, "<=")
-    def __gt__(self, o): return self._bin(o, ">")
-    def __ge__(self, o): return self._bin(o, ">=")
-    def __eq__(self, o): return self._bin(o, "==")  # type: ignore[override]
-    def __ne__(self, o): return self._bin(o, "!=")  # type: ignore[override]
+    __add__, __radd__ = _op("+"), _op("+", True)
+    __sub__, __rsub__ = _op("-"), _op("-", True)
+    __mul__, __rmul__ = _op("*"), _op("*", True)
+    __truediv__, __rtruediv__ = _op("/"), _op("/", True)
+    __pow__ = _op("**")
+    __lt__, __le__, __gt__, __ge__ = _op("<"), _op("<="), _op(">"), _op(">=")
+    __eq__, __ne__ = _op("=="), _op("!=")  # type: ignore[assignment]
+    del _op
+
     def __neg__(self): return _expr(("neg", self._node))
     def __abs__(self): return _expr(("abs", self._node))
     __hash__ = None
@@ -63,6 +64,16 @@ class _expr:
     def __bool__(self):
         raise TypeError("a kiln placeholder expression has no truth value: use it in "
                         "map/filter (and & | ~ are not Kiln operators; use * for 'and')")
+
+
+_FLOATS = frozenset((float, _np.float16, _np.float32, _np.float64, _np.longdouble))
+
+
+def _const(v):
+    t = type(v)
+    if t in _FLOATS:
+        return ("const", v, t, _copysign(1.0, v))
+    return ("const", v, t)
 
 
 _BINARY = {
@@ -163,6 +174,7 @@ class query:
     def __init__(self, *inputs, device=None):
         self._stages = ()
         self._run = None  # the _tensor_query, or False where the tensor engine evaluates
+        self._key = ()  # the stages' key in _prepared; None where they are not kept
         if len(inputs) == 1 and device is None and type(inputs[0]) is _kiln.tensor:
             # The common case, kept short: a query's own cost is a few Python calls.
             if inputs[0].ndim != 1:
@@ -184,6 +196,10 @@ class query:
     def _with(self, stage):
         q = object.__new__(query)
         q._inputs, q._stages, q._run = self._inputs, self._stages + (stage,), None
+        key, f = self._key, stage[1]
+        q._key = (key + ((stage[0], f._node if f is not None else None, stage[2]),)
+                  if key is not None and stage[0] in _KEPT and (f is None or type(f) is _expr)
+                  else None)
         return q
 
     def map(self, f):
@@ -250,6 +266,15 @@ class query:
         """The chain as kiln::query runs it, or None where a stage is not elementwise."""
         if self._run is None:
             self._run = False
+            key = self._key
+            if key:  # stages of placeholder trees: lowered once per key and input types
+                try:
+                    kept = _prepared.get(key)
+                except TypeError:  # a constant that is not hashable (a NumPy array)
+                    key = kept = None
+                if kept is not None and (tq := kept.over(self._inputs)) is not None:
+                    self._run = tq
+                    return tq
             try:
                 tq = _kiln._tensor_query(self._inputs)
             except _kiln.unsupported:  # f16/bf16 inputs: the tensor engine's path
@@ -282,6 +307,10 @@ class query:
                         element = _element((out,), tq)
                 else:
                     self._run = tq
+                    if key:
+                        if len(_prepared) >= _PREPARED_MAX:
+                            _prepared.clear()
+                        _prepared[key] = tq.unbound()
         return self._run or None
 
     def _evaluated(self):
@@ -442,6 +471,13 @@ def _as_query(x):
 
 
 _BARRIERS = ("sort", "group", "first_by", "distinct", "top_k", "join")
+
+# Chains of these stages (by placeholder trees) are kept lowered, without their inputs, keyed by
+# the stages: a query run again over new inputs of the same types skips lowering (the module
+# calls that build lazy tensors for each stage: half of a small query's Python cost).
+_KEPT = frozenset(("map", "filter", "order_by", "sort"))
+_PREPARED_MAX = 256
+_prepared = {}
 
 
 def _barrier(tq, kind, f, extra, element):

@@ -150,6 +150,11 @@ void bind_query(py::module_& m) {
           "None where the tree needs Python (a constant that is not a Python number), else "
           "as map's: False where the query cannot run it")
       .def("sort", &q::tensor_query::sort, py::arg("descending") = false)
+      .def("unbound", &q::tensor_query::unbound,
+           "The lowered stages without the inputs' memory (kiln.query's cache keeps these)")
+      .def("over", &q::tensor_query::over, py::arg("inputs"),
+           "These stages over other inputs of the same types and device, not lowered again; "
+           "None where the inputs differ in count, type or device")
       .def(
           "reduce",
           [](q::tensor_query& tq, const std::string& kind) {

@@ -61,39 +61,69 @@ tensor_query::tensor_query(const std::vector<tensor>& inputs) {
   if (inputs.empty()) throw invalid_argument("kiln::query: needs at least one input");
   if (inputs.size() > 8) throw invalid_argument("kiln::zip: takes 1 to 8 inputs");
   for (std::size_t k = 0; k < inputs.size(); ++k) {
-    const tensor_impl& in = impl_of(inputs[k], "kiln::query");
-    if (in.shape.size() != 1)
-      throw shape_error("kiln::query: inputs must be 1-D (input " + std::to_string(k) + " has " +
-                        std::to_string(in.shape.size()) + " dimensions)");
-    if (!queryable(in.dtype))
-      throw unsupported(std::string("kiln::query: ") + type_name(in.dtype) +
-                        " elements are not supported yet; convert them to float first");
-    const device& dev = inputs[k].get_device();
-    const auto len = static_cast<std::uint64_t>(in.shape[0]);
-    if (k == 0) {
-      d_.dev = dev;
-      d_.n = len;
-    } else if (len != d_.n) {
-      throw invalid_argument("kiln::zip: inputs differ in length (" + std::to_string(d_.n) +
-                             " and " + std::to_string(len) + " elements)");
-    } else if (!(dev == d_.dev)) {
-      throw invalid_argument("kiln::zip: inputs live on different devices (" + d_.dev.id() +
-                             " and " + dev.id() + ")");
-    }
-    // The leaf stays the caller's tensor (stage expressions refer to it); the data read is its
-    // contiguous form, the same tensor when it already is.
-    const tensor data = contiguous_of(inputs[k]);
-    const tensor_impl& s = *data.impl();
-    d_.inputs.push_back(
-        input{s.mem, static_cast<std::uint64_t>(s.offset), nullptr, false, s.dtype});
+    bind_input(inputs, k);
     const int var = d_.new_var();
     d_.vars.push_back(var);
-    d_.types.push_back(s.dtype);
-    keep_.push_back(inputs[k]);
-    keep_.push_back(data);
+    d_.types.push_back(d_.inputs.back().type);
     leaves_[inputs[k].impl().get()] = var;
     components_.push_back(inputs[k]);
   }
+}
+
+void tensor_query::bind_input(const std::vector<tensor>& inputs, std::size_t k) {
+  const tensor_impl& in = impl_of(inputs[k], "kiln::query");
+  if (in.shape.size() != 1)
+    throw shape_error("kiln::query: inputs must be 1-D (input " + std::to_string(k) + " has " +
+                      std::to_string(in.shape.size()) + " dimensions)");
+  if (!queryable(in.dtype))
+    throw unsupported(std::string("kiln::query: ") + type_name(in.dtype) +
+                      " elements are not supported yet; convert them to float first");
+  const device& dev = inputs[k].get_device();
+  const auto len = static_cast<std::uint64_t>(in.shape[0]);
+  if (k == 0) {
+    d_.dev = dev;
+    d_.n = len;
+  } else if (len != d_.n) {
+    throw invalid_argument("kiln::zip: inputs differ in length (" + std::to_string(d_.n) + " and " +
+                           std::to_string(len) + " elements)");
+  } else if (!(dev == d_.dev)) {
+    throw invalid_argument("kiln::zip: inputs live on different devices (" + d_.dev.id() + " and " +
+                           dev.id() + ")");
+  }
+  // The leaf stays the caller's tensor (stage expressions refer to it); the data read is its
+  // contiguous form, the same tensor when it already is.
+  const tensor data = contiguous_of(inputs[k]);
+  const tensor_impl& s = *data.impl();
+  d_.inputs.push_back(input{s.mem, static_cast<std::uint64_t>(s.offset), nullptr, false, s.dtype});
+  keep_.push_back(inputs[k]);
+  keep_.push_back(data);
+}
+
+tensor_query tensor_query::unbound() const {
+  for (const stage& s : d_.stages)
+    if (s.other) throw invalid_argument("kiln::query: a join's query cannot be kept unbound");
+  tensor_query u(prepared{}, false);
+  u.d_ = d_;
+  for (input& in : u.d_.inputs) in.mem = nullptr;  // the types stay: over() checks them
+  return u;
+}
+
+std::optional<tensor_query> tensor_query::over(const std::vector<tensor>& inputs) const {
+  if (inputs.size() != d_.inputs.size()) return std::nullopt;
+  for (const stage& s : d_.stages)
+    if (s.other) return std::nullopt;
+  for (std::size_t k = 0; k < inputs.size(); ++k) {
+    const tensor_impl& in = impl_of(inputs[k], "kiln::query");
+    if (in.dtype != d_.inputs[k].type || !(inputs[k].get_device() == d_.dev)) return std::nullopt;
+  }
+  tensor_query b(prepared{}, true);
+  b.d_.graph = d_.graph;
+  b.d_.stages = d_.stages;
+  b.d_.vars = d_.vars;
+  b.d_.types = d_.types;
+  b.d_.next_var = d_.next_var;
+  for (std::size_t k = 0; k < inputs.size(); ++k) b.bind_input(inputs, k);
+  return b;
 }
 
 const tensor& tensor_query::index() const {
@@ -129,6 +159,7 @@ ir::node_id tensor_query::lower_expr(const tensor& expr, const char* what, bool 
 }
 
 bool tensor_query::lower_stage(const tensor& expr, stage_kind kind, bool descending) {
+  require_stages("a stage");
   const bool is_map = kind == stage_kind::map;
   bool uses_index = false;
   const ir::node_id x = lower_expr(expr,
@@ -186,6 +217,7 @@ void tensor_query::replace_element(const std::vector<int>& vars,
 }
 
 bool tensor_query::group(const tensor& key, const std::vector<aggregate_spec>& aggs, bool sorted) {
+  require_stages("group_by");
   for (const aggregate_spec& a : aggs)
     if (a.kind != aggregate_kind::count && !a.value.defined())
       throw invalid_argument("kiln::query group_by: an aggregate other than count needs a value");
@@ -235,6 +267,7 @@ bool tensor_query::group(const tensor& key, const std::vector<aggregate_spec>& a
 }
 
 bool tensor_query::first_by(const tensor& key, bool sorted) {
+  require_stages("distinct_by");
   bool uses_index = false;
   const ir::node_id k =
       lower_expr(key, "kiln::query distinct_by/unique_by_key", false, &uses_index);
@@ -255,6 +288,7 @@ bool tensor_query::first_by(const tensor& key, bool sorted) {
 }
 
 void tensor_query::distinct() {
+  require_stages("distinct");
   require_single("distinct");
   stage s = make_stage(stage_kind::group, d_.vars[0], -1, d_.types[0]);
   s.sorted = true;
@@ -262,12 +296,15 @@ void tensor_query::distinct() {
 }
 
 void tensor_query::top_k(std::uint64_t k) {
+  require_stages("top_k");
   require_single("top_k");
   d_.stages.push_back(make_stage(stage_kind::top_k, -1, -1, type(), k));
 }
 
 bool tensor_query::join(const tensor_query& other, const tensor& key, const tensor& other_key,
                         bool left) {
+  require_stages("join");
+  other.require_bound();
   if (!(other.d_.dev == d_.dev))
     throw invalid_argument("kiln::query join: the sides live on different devices (" + d_.dev.id() +
                            " and " + other.d_.dev.id() + ")");
@@ -317,6 +354,7 @@ bool tensor_query::order_by(const tensor& key, bool descending) {
   return lower_stage(key, stage_kind::sort, descending);
 }
 void tensor_query::sort(bool descending) {
+  require_stages("sort");
   require_single("sort");
   stage s = make_stage(stage_kind::sort, -1, -1, type());
   s.descending = descending;
@@ -324,6 +362,17 @@ void tensor_query::sort(bool descending) {
 }
 
 scalar_type tensor_query::type() const { return d_.types.at(0); }
+
+void tensor_query::require_stages(const char* what) const {
+  if (prepared_)
+    throw invalid_argument(std::string("kiln::query: ") + what +
+                           " cannot be added to a query made by unbound() or over()");
+}
+
+void tensor_query::require_bound() const {
+  if (!bound_)
+    throw invalid_argument("kiln::query: an unbound() query has no inputs; run over(inputs)");
+}
 
 void tensor_query::require_single(const char* what) const {
   if (d_.vars.size() != 1)
@@ -348,6 +397,7 @@ scalar_type tensor_query::accumulator_type(reduce_kind k) const {
 }
 
 std::shared_ptr<async_state> tensor_query::reduce_async(reduce_kind k) {
+  require_bound();
   if (k == reduce_kind::custom)
     throw invalid_argument("kiln::query: a custom reduction needs C++'s kiln::reduce");
   if (k != reduce_kind::count) require_single("this reduction");
@@ -356,6 +406,7 @@ std::shared_ptr<async_state> tensor_query::reduce_async(reduce_kind k) {
 }
 
 reduce_result tensor_query::reduce(reduce_kind k) {
+  require_bound();
   if (k == reduce_kind::custom)
     throw invalid_argument("kiln::query: a custom reduction needs C++'s kiln::reduce");
   if (k != reduce_kind::count) require_single("this reduction");
@@ -364,6 +415,7 @@ reduce_result tensor_query::reduce(reduce_kind k) {
 }
 
 std::shared_ptr<async_state> tensor_query::collect_async() {
+  require_bound();
   require_single("collecting");
   query_desc d = d_;
   return q::collect_async(d, nullptr);
@@ -387,12 +439,14 @@ tensor tensor_query::collected(async_state& s, scalar_type t) {
 }
 
 tensor tensor_query::collect() {
+  require_bound();
   require_single("collecting");
   query_desc d = d_;
   return as_tensor(q::collect(d), type());
 }
 
 std::vector<tensor> tensor_query::collect_all() {
+  require_bound();
   query_desc d = d_;
   collect_result r = q::collect(d);
   std::vector<tensor> out;

@@ -1,3 +1,5 @@
+import sys
+
 import numpy as np
 import pytest
 
@@ -250,3 +252,61 @@ def test_a_query_stage_is_one_call_into_the_module(cpu, monkeypatch):
     assert kiln.query(x).map(_1 * 2 + 1).filter(_1 > 5).sum() == pytest.approx(
         sum(v * 2 + 1 for v in range(10) if v * 2 + 1 > 5))
     assert calls == []
+
+
+def test_a_chain_run_again_reuses_its_lowered_stages_over_new_inputs(dev, monkeypatch):
+    # kiln.query keeps a chain of placeholder stages lowered, without its inputs, keyed by the
+    # stages (query.py, _prepared): run again over other inputs, it must give what a fresh
+    # lowering gives, and keep neither the old inputs nor results of another chain.
+    kq = sys.modules["kiln.query"]
+    monkeypatch.setattr(kq, "_prepared", {})
+    rng = np.random.default_rng(11)
+
+    def chain(x, c=1.5):
+        return kiln.query(x).map(_1 * 2 + 1).filter(_1 > c).filter(kiln._i >= 3)
+
+    for n in (1000, 4097, 0, 33):
+        a = rng.standard_normal(n).astype(np.float32)
+        m = a * 2 + 1
+        kept = m[m > 1.5][3:]  # _i after a filter: the position among the survivors
+        x = kiln.tensor(a, device=dev)
+        assert chain(x).sum() == pytest.approx(float(kept.sum(dtype=np.float64)), rel=1e-4,
+                                               abs=1e-3)
+        np.testing.assert_array_equal(chain(x).to_numpy(), kept)
+    assert len(kq._prepared) == 1  # one chain, lowered once
+    # Another constant, or the same value of another type, is another chain.
+    x = kiln.tensor(np.arange(-5, 5, dtype=np.int32), device=dev)
+    assert kiln.query(x).map(_1 + 1).to_numpy().dtype == np.int32
+    assert kiln.query(x).map(_1 + 1.0).to_numpy().dtype == (x + 1.0).dtype.numpy
+    assert kiln.query(x).map(_1 + True).to_numpy().dtype == np.int32
+    assert chain(x, 2).count() == int((np.arange(-5, 5) * 2 + 1 > 2).sum()) - 3
+    # 0.0 == -0.0 and they hash alike, but x * -0.0 is not x * 0.0.
+    f = kiln.tensor(np.array([1.0, -2.0, 3.0], np.float32), device=dev)
+    assert not np.signbit(kiln.query(f).map(_1 * 0.0).to_numpy()[0])
+    assert np.signbit(kiln.query(f).map(_1 * -0.0).to_numpy()[0])
+    assert not np.signbit(kiln.query(f).map(_1 * 0.0).to_numpy()[0])
+    # Inputs of another type take their own lowering: int32 keys after float32 ones.
+    assert chain(x).to_numpy().dtype == np.int32
+    assert chain(kiln.tensor(np.ones(8, np.float32), device=dev)).to_numpy().dtype == np.float32
+    # A NumPy array as a constant is not hashable: the chain runs, unkept.
+    before = len(kq._prepared)
+    assert kiln.query(f).map(_1 * np.ones(3, np.float32)).sum() == pytest.approx(2.0)
+    assert len(kq._prepared) == before
+
+
+def test_kept_chains_hold_no_input_memory(cpu, monkeypatch):
+    # A kept chain has no inputs: memory shared with NumPy is released when its last Kiln
+    # tensor goes (the DLPack deleter drops Kiln's reference to the array).
+    import gc
+    kq = sys.modules["kiln.query"]
+    monkeypatch.setattr(kq, "_prepared", {})
+    a = np.arange(1 << 16, dtype=np.float32)
+    base = sys.getrefcount(a)
+    x = kiln.from_dlpack(a)
+    assert x.data_ptr() == a.ctypes.data and sys.getrefcount(a) > base
+    for _ in range(2):  # lowered, then run from the kept chain
+        assert kiln.query(x).map(_1 * 2).filter(_1 > 3).count() == (1 << 16) - 2
+    assert len(kq._prepared) == 1
+    del x
+    gc.collect()
+    assert sys.getrefcount(a) == base

@@ -5,6 +5,7 @@
 
 #include <bit>
 #include <cstring>
+#include <optional>
 
 #include "kiln/query/sort.hpp"
 #include "query/query_fixture.hpp"
@@ -120,6 +121,55 @@ TEST_P(TensorQueryTest, SortAndOrderByMatchTheTypedQuery) {
       kiln::order_by(kiln::abs(_1)) | kiln::transform(_1 * _2) | kiln::to_vector();
   EXPECT_TRUE(elements_equal(o.collect().to_vector<float>(), by));
   EXPECT_THROW(q::tensor_query({x, y}).sort(), kiln::invalid_argument);
+}
+
+TEST_P(TensorQueryTest, UnboundStagesRunOverOtherInputsAsIfLoweredAgain) {
+  const auto a = data<float>(1000, 31), b = data<float>(70001, 32);
+  const kiln::tensor x = tensor_of(a);
+  const kiln::tensor i = kiln::tensor::from(dev(), std::vector<std::int32_t>(a.size(), 3));
+  q::tensor_query tq({x, i});
+  ASSERT_TRUE(tq.filter(tq.index() >= std::int64_t{10}));
+  ASSERT_TRUE(tq.map(x * i + 1.f));
+  ASSERT_TRUE(tq.filter(tq.components()[0] > 0.5f));
+  const q::tensor_query kept = tq.unbound();
+  // Unbound: no inputs, no stages.
+  EXPECT_THROW(kept.unbound().reduce(q::reduce_kind::sum), kiln::invalid_argument);
+  q::tensor_query no_stages = kept;
+  EXPECT_THROW(no_stages.map(x), kiln::invalid_argument);
+  EXPECT_THROW(no_stages.sort(), kiln::invalid_argument);
+  // Over other inputs of another length (a strided one is read through its contiguous form).
+  const kiln::tensor y2 = kiln::tensor::from(dev(), b);
+  const kiln::tensor j2 = kiln::tensor::from(dev(), std::vector<std::int32_t>(2 * b.size(), 5))
+                              .slice(0, 0, 2 * b.size(), 2);
+  for (auto* in : {&x, &y2}) {
+    const bool second = in == &y2;
+    const auto& v = second ? b : a;
+    const std::int32_t m = second ? 5 : 3;
+    std::optional<q::tensor_query> run = kept.over({*in, second ? j2 : i});
+    ASSERT_TRUE(run.has_value());
+    double ref = 0;
+    std::uint64_t count = 0;
+    for (std::size_t k = 0; k < v.size(); ++k)
+      if (const float e = v[k] * float(m) + 1.f; k >= 10 && e > 0.5f) {
+        ref += e;
+        ++count;
+      }
+    EXPECT_NEAR(value_of<float>(run->reduce(q::reduce_kind::sum)), ref, 1e-3 * (1 + std::abs(ref)));
+    EXPECT_EQ(run->reduce(q::reduce_kind::count).count, count);
+    EXPECT_EQ(run->collect().numel(), static_cast<std::int64_t>(count));
+    EXPECT_THROW(run->filter(*in > 0.f), kiln::invalid_argument);
+  }
+  // Other types, another count of inputs, another device: not these stages.
+  EXPECT_FALSE(kept.over({x, x}).has_value());
+  EXPECT_FALSE(kept.over({x}).has_value());
+  if (dev() != kiln::device::host()) {
+    const auto h = kiln::device::host();
+    EXPECT_FALSE(kept.over({kiln::tensor::from(h, a),
+                            kiln::tensor::from(h, std::vector<std::int32_t>(a.size(), 3))})
+                     .has_value());
+  }
+  EXPECT_THROW(kept.over({x, kiln::tensor::from(dev(), std::vector<std::int32_t>{1, 2})}),
+               kiln::invalid_argument);  // lengths differ
 }
 
 TEST_P(TensorQueryTest, BadInputIsAClearError) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -62,6 +63,17 @@ class tensor_query {
   // After it the element is this side's components, the other's, then (left) matched.
   bool join(const tensor_query& other, const tensor& key, const tensor& other_key, bool left);
 
+  // The lowered stages without the inputs' memory: what a cache of queries keeps (Python's
+  // kiln.query keys one by its stages' placeholder trees), so that a query run again over
+  // other inputs is not lowered again (about half of a small query's cost from Python).
+  // Terminals refuse it until over() binds inputs; neither takes stages (kiln::invalid_argument).
+  tensor_query unbound() const;
+  // These stages over other inputs: as many, of the same types, on the same device, 1-D and of
+  // one length (any). nullopt where they differ in count, type or device, or a join's other
+  // side is bound to its own inputs; shape and length errors as the constructor's. Inputs are
+  // taken as the constructor takes them (a lazy one evaluated, a strided one made contiguous).
+  std::optional<tensor_query> over(const std::vector<tensor>& inputs) const;
+
   // The tensors standing for the element's components in stage expressions: the inputs, a
   // map's value, or new leaves after a group or a join.
   const std::vector<tensor>& components() const { return components_; }
@@ -90,17 +102,27 @@ class tensor_query {
   static tensor collected(async_state& s, scalar_type t);
 
  private:
+  // unbound() and over() fill it (two parameters: tensor_query({}) stays the inputs' form).
+  struct prepared {};
+  tensor_query(prepared, bool bound) : prepared_(true), bound_(bound) {}
   bool lower_stage(const tensor& expr, stage_kind kind, bool descending);
   ir::node_id lower_expr(const tensor& expr, const char* what, bool to_bool, bool* uses_index);
   tensor new_leaf(int var, scalar_type t);
   void replace_element(const std::vector<int>& vars, const std::vector<scalar_type>& types);
   void require_single(const char* what) const;
+  void require_stages(const char* what) const;  // not unbound() / over()'s
+  void require_bound() const;                   // not unbound()'s
+  // The constructor's checks of inputs[k] against the first input's length and device; their
+  // contiguous form is appended to d_.inputs.
+  void bind_input(const std::vector<tensor>& inputs, std::size_t k);
 
   query_desc d_;
   mutable tensor index_;      // made by index(), on first use
   std::vector<tensor> keep_;  // inputs and stage values: their impls key leaves_ below
   std::unordered_map<const tensor_impl*, int> leaves_;  // stored or lazy tensor -> value number
   std::vector<tensor> components_;
+  bool prepared_ = false;  // made by unbound() or over(): takes no stages
+  bool bound_ = true;      // false for unbound()'s
 };
 
 }  // namespace kiln::detail::q
