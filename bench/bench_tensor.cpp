@@ -150,6 +150,13 @@ void run_elementwise(const kiln::device& dev, const options& o) {
     tensor_case(q, o, "relu(a * b + c) bf16", 8 * nb, [&] { return kiln::relu(a16 * b16 + c16); });
   }
   tensor_case(q, o, "softmax rows " + rows, 8 * nb, [&] { return x.softmax(1); });
+  {  // short rows (attention's probabilities over 256 keys) and bf16 rows (2 bytes each way)
+    const kiln::tensor xs = (uniform(dev, {n / 256, 256}, 7) * 4.f - 2.f).eval();
+    tensor_case(q, o, "softmax rows [" + std::to_string(n / 256) + ", 256]", 8 * nb,
+                [&] { return xs.softmax(1); });
+    const kiln::tensor xh = x.to(kiln::scalar_type::bf16).eval();
+    tensor_case(q, o, "softmax rows " + rows + " bf16", 4 * nb, [&] { return xh.softmax(1); });
+  }
   tensor_case(q, o, "(x - mean) / sqrt(var + eps) rows", 8 * nb,
               [&] { return (x - x.mean(1, true)) / kiln::sqrt(x.var(1, 0, true) + 1e-5f); });
   tensor_case(q, o, "sum rows " + rows + " -> [" + std::to_string(rows_n) + "]", 4 * nb,

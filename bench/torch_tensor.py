@@ -132,6 +132,13 @@ def elementwise(b, dev):
         b.case("elementwise", "relu(a * b + c) bf16", "GB/s", 8.0 * n, torch.compile(chain16), dev,
                "compile")
     b.case("elementwise", f"softmax rows {rows}", "GB/s", 8.0 * n, lambda: torch.softmax(x, 1), dev)
+    # Short rows (attention's probabilities over 256 keys) and bf16 rows (2 bytes each way).
+    xs = rand((n // 256, 256), dev, g) * 4 - 2
+    b.case("elementwise", f"softmax rows [{n // 256}, 256]", "GB/s", 8.0 * n,
+           lambda: torch.softmax(xs, 1), dev)
+    xh = x.to(torch.bfloat16)
+    b.case("elementwise", f"softmax rows {rows} bf16", "GB/s", 4.0 * n,
+           lambda: torch.softmax(xh, 1), dev)
     name = "(x - mean) / sqrt(var + eps) rows"
     b.case("elementwise", name, "GB/s", 8.0 * n, norm, dev)
     if not a.no_compile and b.wants(name):

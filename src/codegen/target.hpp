@@ -48,7 +48,8 @@ struct tile_policy {
 void apply_tile_policy(tile_policy& p, std::string_view spec);
 
 // Warp-level primitives for generated kernels. `definitions` defines, for a full warp:
-//   kiln__warp_shfl_up(x, d), kiln__warp_shfl_down(x, d)  (32- and 64-bit scalars)
+//   kiln__warp_shfl_up(x, d), kiln__warp_shfl_down(x, d), kiln__warp_shfl_xor(x, lane_mask)
+//     (32- and 64-bit scalars)
 //   kiln__warp_ballot(pred) -> uint32_t mask, kiln__warp_ffs(mask) -> 1-based lowest set bit
 //   kiln__warp_popc(mask) -> set bits, kiln__warp_sync() (orders the warp's local memory)
 //   kiln__backoff(ns): sleep about ns nanoseconds in a polling loop (spares the memory system)

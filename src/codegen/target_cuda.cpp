@@ -112,6 +112,7 @@ __device__ __forceinline__ T* kiln__ck(T* p, uint64_t i, uint64_t n, uint64_t* e
 const warp_ops warp = {32, R"KILN(
 #define kiln__warp_shfl_up(x, d) __shfl_up_sync(0xffffffffu, (x), (d))
 #define kiln__warp_shfl_down(x, d) __shfl_down_sync(0xffffffffu, (x), (d))
+#define kiln__warp_shfl_xor(x, m) __shfl_xor_sync(0xffffffffu, (x), (m))
 #define kiln__warp_ballot(p) ((uint32_t)__ballot_sync(0xffffffffu, (p)))
 #define kiln__warp_ffs(m) ((uint32_t)__ffs((int)(m)))
 #define kiln__warp_popc(m) ((uint32_t)__popc((unsigned)(m)))

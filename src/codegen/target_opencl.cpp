@@ -229,14 +229,21 @@ static inline uint kiln__shfl_down_u32(uint x, uint d) {
   uint r; __asm__ volatile("shfl.sync.down.b32 %0, %1, %2, 31, 0xffffffff;" : "=r"(r) : "r"(x), "r"(d));
   return r;
 }
+static inline uint kiln__shfl_xor_u32(uint x, uint m) {
+  uint r; __asm__ volatile("shfl.sync.bfly.b32 %0, %1, %2, 31, 0xffffffff;" : "=r"(r) : "r"(x), "r"(m));
+  return r;
+}
 #define KILN__SHFL32(T, TO, FROM) \
   KILN_OVL T kiln__warp_shfl_up(T x, uint d) { return FROM(kiln__shfl_up_u32(TO(x), d)); } \
-  KILN_OVL T kiln__warp_shfl_down(T x, uint d) { return FROM(kiln__shfl_down_u32(TO(x), d)); }
+  KILN_OVL T kiln__warp_shfl_down(T x, uint d) { return FROM(kiln__shfl_down_u32(TO(x), d)); } \
+  KILN_OVL T kiln__warp_shfl_xor(T x, uint m) { return FROM(kiln__shfl_xor_u32(TO(x), m)); }
 #define KILN__SHFL64(T, TO, FROM) \
   KILN_OVL T kiln__warp_shfl_up(T x, uint d) { \
     uint2 h = TO(x); h.x = kiln__shfl_up_u32(h.x, d); h.y = kiln__shfl_up_u32(h.y, d); return FROM(h); } \
   KILN_OVL T kiln__warp_shfl_down(T x, uint d) { \
-    uint2 h = TO(x); h.x = kiln__shfl_down_u32(h.x, d); h.y = kiln__shfl_down_u32(h.y, d); return FROM(h); }
+    uint2 h = TO(x); h.x = kiln__shfl_down_u32(h.x, d); h.y = kiln__shfl_down_u32(h.y, d); return FROM(h); } \
+  KILN_OVL T kiln__warp_shfl_xor(T x, uint m) { \
+    uint2 h = TO(x); h.x = kiln__shfl_xor_u32(h.x, m); h.y = kiln__shfl_xor_u32(h.y, m); return FROM(h); }
 KILN__SHFL32(uint, (uint), (uint))
 KILN__SHFL32(int, as_uint, as_int)
 KILN__SHFL32(float, as_uint, as_float)

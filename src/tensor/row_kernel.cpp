@@ -6,11 +6,13 @@
 #include <unordered_set>
 
 #include "codegen/expr_render.hpp"
+#include "codegen/target.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "ir/layout.hpp"
 #include "ir/print.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "runtime/runtime.hpp"
 #include "tensor/index_code.hpp"
 #include "tensor/kernel_args.hpp"
 
@@ -65,9 +67,12 @@ struct row_lowering {
 struct renderer {
   const row_lowered& r;
   std::uint32_t lanes;
+  std::uint32_t items;  // > 0: the warp form, `items` elements per lane in registers
+  const char* warp_definitions;
   const ir::graph& g = r.l.g;
   const std::size_t K = r.l.kept.size(), M = r.l.reduced.size();
-  const bool group = lanes > 1;
+  const bool warp = items > 0;
+  const bool group = lanes > 1 && !warp;
 
   std::size_t red_index(ir::node_id x) const {
     return std::size_t(std::find(r.reds.begin(), r.reds.end(), x) - r.reds.begin());
@@ -100,26 +105,65 @@ struct renderer {
     return out;
   }
 
-  // Row element kt_r: its coordinates, then the loads and nodes `root` needs.
+  // Input k's value at row element kt_r (its coordinates kt_y<j> computed).
+  std::string load(std::size_t k) const {
+    std::string at = cat("kt_b", num(k));
+    if (const std::string o = input_offset(g, k, K, K + M, "kt_y"); !o.empty()) at += cat(" + ", o);
+    return codegen::load_value(g.inputs[k].type, cat("kt_in", num(k), "[", at, "]"));
+  }
+
+  // Row element kt_r: its coordinates, then the loads and nodes `root` needs. The warp form
+  // reads the loads from the lane's registers, element kt_e.
   std::string element(ir::node_id root) const {
     std::string s;
-    s += row_coords(M);
+    if (!warp) s += row_coords(M);
     for (ir::node_id x : needed(root)) {
       const ir::node& n = g[x];
       if (n.o == ir::op::load) {
         const auto k = static_cast<std::size_t>(n.slot);
-        std::string at = cat("kt_b", num(k));
-        if (const std::string r = input_offset(g, k, K, K + M, "kt_y"); !r.empty())
-          at += cat(" + ", r);
         s += cat("    const ", codegen::value_type(g.inputs[k].type), " ",
-                 codegen::load_name(n.slot), " = ",
-                 codegen::load_value(g.inputs[k].type, cat("kt_in", num(k), "[", at, "]")), ";\n");
+                 codegen::load_name(n.slot), " = ", warp ? cat("kt_L", num(k), "[kt_e]") : load(k),
+                 ";\n");
       } else if (ir::info(n.o).cls != ir::op_class::leaf) {
         s += cat("    const ", codegen::value_type(n.dtype), " ", name(x), " = ",
                  codegen::render_node(g, x, [&](ir::node_id y) { return name(y); }), ";\n");
       }
     }
     return s;
+  }
+
+  // Warp form: body for each of the lane's elements kt_r = lane + 32 * kt_e inside the row,
+  // unrolled so that the register arrays stay registers.
+  std::string each_item(const std::string& body) const {
+    return cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items),
+               "; ++kt_e) {\n    const int64_t kt_r = (int64_t)kt_lane + 32 * (int64_t)kt_e;\n",
+               "    if (kt_r < kt_rn) {\n", body, "    }\n  }\n");
+  }
+
+  // Warp form: every input's elements of the row read once, all loads issued before any use.
+  std::string preload() const {
+    std::string s, body = row_coords(M);
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      s += cat("  ", codegen::value_type(g.inputs[k].type), " kt_L", num(k), "[", num(items),
+               "];\n");
+      body += cat("    kt_L", num(k), "[kt_e] = ", load(k), ";\n");
+    }
+    return s + each_item(body);
+  }
+
+  // Warp form of pass j: the lane's elements folded in registers, then a butterfly over the
+  // warp's shuffles. Each step folds (lower lane's, higher lane's) on both lanes, so every lane
+  // ends with the same bits (max of +0 and -0, a NaN's payload).
+  std::string warp_pass(std::size_t j) const {
+    const std::string A = acc_type(j), J = num(j), f = cat("kt_fold", J);
+    const std::string a = cat("kt_a", J);
+    std::string s = cat("  ", A, " ", a, " = kt_init", J, ";\n");
+    s += each_item(element(g[r.reds[j]].operands[0]) +
+                   cat("    ", a, " = ", f, "(", a, ", ", name(g[r.reds[j]].operands[0]), ");\n"));
+    s += cat("  for (uint32_t kt_h = 16; kt_h > 0; kt_h >>= 1) {\n    const ", A,
+             " kt_sx = kiln__warp_shfl_xor(", a, ", kt_h);\n    ", a, " = (kt_lane & kt_h) ? ", f,
+             "(kt_sx, ", a, ") : ", f, "(", a, ", kt_sx);\n  }\n");
+    return s + cat("  const ", A, " kt_red", J, " = ", a, ";\n");
   }
 
   std::string fold_helper(std::size_t j) const {
@@ -162,7 +206,7 @@ struct renderer {
   std::string render() const {
     const ir::node_id root = g.roots.at(0);
     const std::string G = num(reduce_policy::group);
-    std::string s;
+    std::string s = warp ? warp_definitions : "";
     for (const codegen::helper& h : codegen::helpers_in(g)) s += codegen::helper_def(h);
     for (std::size_t j = 0; j < r.reds.size(); ++j) s += fold_helper(j);
     s += cat("KILN_KERNEL void kt_rows(KILN_GLOBAL ", type_name(g[root].dtype),
@@ -178,6 +222,20 @@ struct renderer {
     s += ", int64_t kt_rn, int64_t kt_nw";
     s += stride_params(g, K + M);
     s += ") {\n";
+    if (warp) {
+      // A warp per row, no barriers: a warp past the last row leaves as a whole.
+      s += cat("  const uint32_t kt_t = (uint32_t)kiln_local_id(0), kt_lane = kt_t & 31u;\n",
+               "  const int64_t kt_oi = (int64_t)kiln_group_id(0) * ",
+               num(reduce_policy::group / 32),
+               " + (int64_t)(kt_t >> 5);\n  if (kt_oi >= kt_nw) return;\n");
+      s += output_position(g, K) + preload();
+      for (std::size_t j = 0; j < r.reds.size(); ++j) s += warp_pass(j);
+      return s +
+             each_item(element(root) + cat("    kt_out[kt_oi * kt_rn + kt_r] = ",
+                                           codegen::store_value(g[root].dtype, name(root)),
+                                           ";\n")) +
+             "}\n";
+    }
     if (group) {
       for (std::size_t j = 0; j < r.reds.size(); ++j)
         s += cat("  KILN_LOCAL ", acc_type(j), " kt_sh", num(j), "[", G, "];\n");
@@ -230,7 +288,36 @@ row_lowered lower_rows(const tensor_impl& t) {
 }
 
 std::string render_rows(const row_lowered& r, std::uint32_t lanes) {
-  return renderer{r, lanes}.render();
+  return renderer{r, lanes, 0, nullptr}.render();
+}
+
+std::string render_warp_rows(const row_lowered& r, std::uint32_t items,
+                             const char* warp_definitions) {
+  return renderer{r, 32, items, warp_definitions}.render();
+}
+
+std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64_t len) {
+  if (len < row_warp_policy::min_len || len > row_warp_policy::max_len ||
+      !dev.supports(feature::warp32))
+    return 0;
+  const codegen::target& t = codegen::target_for(dev.impl()->api->dialect);
+  if (!t.warp || t.warp->lanes != 32) return 0;
+  for (ir::node_id j : r.reds)  // accumulators the targets' shuffles move
+    switch (r.l.g[j].dtype) {
+      case scalar_type::f32:
+      case scalar_type::f64:
+      case scalar_type::i32:
+      case scalar_type::u32:
+      case scalar_type::i64:
+      case scalar_type::u64:
+      case scalar_type::f16:
+      case scalar_type::bf16: break;
+      default: return 0;
+    }
+  std::uint32_t items = 1;
+  while (32 * std::int64_t{items} < len) items *= 2;
+  if (items * r.l.g.inputs.size() > row_warp_policy::max_registers) return 0;
+  return items;
 }
 
 std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
@@ -238,18 +325,25 @@ std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
   auto out = allocate_tensor(t.dev, t.shape, t.dtype);
   const std::int64_t rows = r.l.outputs(), len = r.l.rows();
   if (rows == 0 || len == 0) return out;
-  std::uint32_t lanes = 1;
-  if (t.dev.supports(feature::barrier) && len >= reduce_policy::group_min_rows) {
+  const std::uint32_t items = warp_row_items(t.dev, r, len);
+  std::uint32_t lanes = items ? 32 : 1;
+  if (!items && t.dev.supports(feature::barrier) && len >= reduce_policy::group_min_rows) {
     lanes = reduce_policy::min_lanes;
     while (lanes < reduce_policy::group && lanes * 2 * reduce_policy::elems_per_lane <= len)
       lanes *= 2;
   }
   ir::hasher h;
-  h.add("tensor rows v1").add(r.l.kept.size()).add(r.l.reduced.size()).add(std::uint64_t{lanes});
+  h.add("tensor rows v2").add(r.l.kept.size()).add(r.l.reduced.size()).add(std::uint64_t{lanes});
+  h.add(std::uint64_t{items});
   for (const ir::input& in : r.l.g.inputs) h.add_input(in);
   h.add_nodes(r.l.g);
   generated_kernels k = get_generated(t.dev, "tensor_rows", h.value(), [&] {
-    return generated_program{render_rows(r, lanes), {"kt_rows"}, ir::print(r.l.g)};
+    return generated_program{
+        items ? render_warp_rows(r, items,
+                                 codegen::target_for(t.dev.impl()->api->dialect).warp->definitions)
+              : render_rows(r, lanes),
+        {"kt_rows"},
+        ir::print(r.l.g)};
   });
   if (k.compiled) stats_now().programs_compiled++;
 

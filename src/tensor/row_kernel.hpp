@@ -5,9 +5,13 @@
 // last pass writes the row. The passes re-read the row, from cache on a GPU (a group owns a
 // few rows), so the expression costs about one read and one write of S.
 //
-// Strategies as reduce_kernel.hpp's: `lanes` work-items of a group per row through local
-// memory (devices with barriers, rows >= reduce_policy::group_min_rows), or one work-item
-// per row.
+// Strategies: on devices with 32-lane warp shuffles (feature::warp32), rows of 32 to 1024
+// elements take the warp form: a warp per row, which reads the row's inputs into registers
+// once (every load in flight before any use), folds each reduction there and across the warp
+// by shuffles, and writes the row from registers: no barriers, no local memory, one read of
+// the inputs. Elsewhere, as reduce_kernel.hpp's: `lanes` work-items of a group per row through
+// local memory (devices with barriers, rows >= reduce_policy::group_min_rows), or one
+// work-item per row.
 #pragma once
 
 #include <vector>
@@ -30,5 +34,20 @@ struct row_lowered {
 row_lowered lower_rows(const tensor_impl& t);
 // lanes: items per row (1: the one-item-per-row form, no barriers).
 std::string render_rows(const row_lowered& r, std::uint32_t lanes);
+
+// The warp form's limits (policy shared by the renderer and the launcher).
+struct row_warp_policy {
+  static constexpr std::int64_t min_len = 32;       // shorter rows: an item per row
+  static constexpr std::int64_t max_len = 1024;     // 32 elements per lane at most
+  static constexpr std::size_t max_registers = 64;  // items per lane x inputs
+};
+// Elements per lane (a power of two) of the warp form for rows of len on dev; 0 where it does
+// not apply (no warp shuffles, a length outside the policy, too many inputs, an accumulator type
+// a shuffle does not move).
+std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64_t len);
+// The warp form (groups of reduce_policy::group items, a row per warp); warp_definitions: the
+// target's (codegen::target::warp).
+std::string render_warp_rows(const row_lowered& r, std::uint32_t items,
+                             const char* warp_definitions);
 
 }  // namespace kiln::detail

@@ -1,6 +1,9 @@
 // Reductions fuse: the elementwise work before a reduction (its prologue) and after it (its
 // epilogue) run in the reduction's one kernel; launch counts prove it, and the CUDA dialect
 // of every reduction strategy compiles.
+#include <tuple>
+
+#include "codegen/target.hpp"
 #include "tensor/reduce_fixture.hpp"
 #include "tensor/reduce_kernel.hpp"
 #include "tensor/row_kernel.hpp"
@@ -98,6 +101,69 @@ TEST_P(ReduceFusionTest, RowFusionAndBroadcastReductions) {
   EXPECT_TRUE(near_rows(read_doubles(norm), want, std::vector<double>(want.size(), 1.0), 1e-5));
 }
 
+TEST_P(ReduceFusionTest, RowKernelsOfEveryLengthMatchADoubleReference) {
+  // Row lengths around each form's edges (a work-item per row below 32; the warp form's 1, 2,
+  // 4 and 32 elements per lane on GPUs with warp shuffles; groups of lanes above 1024), row
+  // counts that leave a group part-full, three inputs and two dependent reductions (a layer
+  // norm with a broadcast weight), bf16 storage, and a NaN row.
+  for (const std::int64_t len :
+       {std::int64_t{31}, std::int64_t{32}, std::int64_t{33}, std::int64_t{100}, std::int64_t{256},
+        std::int64_t{1000}, std::int64_t{1024}, std::int64_t{1025}}) {
+    const std::int64_t rows = len == 1000 ? 9 : 13;
+    SCOPED_TRACE("rows " + std::to_string(rows) + " x " + std::to_string(len));
+    host<float> hx = random_host<float>({rows, len}, 40 + std::uint64_t(len));
+    hx.v[std::size_t(2 * len + 5)] = std::nanf("");  // row 2
+    const host<float> hw = random_host<float>({len}, 41), hb = random_host<float>({len}, 42);
+    const kiln::tensor x = upload(dev(), hx), w = upload(dev(), hw), b = upload(dev(), hb);
+    const kiln::tensor xm = x - x.mean(-1, true);
+    const kiln::tensor norm = xm / kiln::sqrt((xm * xm).mean(-1, true) + 1e-5f) * w + b;
+    const kiln::tensor soft = x.softmax(-1), lsm = x.to(kiln::scalar_type::bf16).log_softmax(-1);
+    std::vector<double> want_soft, want_lsm, want_norm;
+    for (std::int64_t i = 0; i < rows; ++i) {
+      const float* r = hx.v.data() + i * len;
+      double mx = -INFINITY, sum = 0, mean = 0, var = 0, bmx = -INFINITY, bsum = 0;
+      std::vector<double> bf(static_cast<std::size_t>(len));
+      for (std::int64_t j = 0; j < len; ++j) {
+        mx = std::isnan(r[j]) || std::isnan(mx) ? NAN : std::max(mx, double(r[j]));
+        bf[std::size_t(j)] = double(float(kiln::bfloat16(r[j])));
+        bmx = std::isnan(bf[std::size_t(j)]) || std::isnan(bmx) ? NAN
+                                                                : std::max(bmx, bf[std::size_t(j)]);
+        mean += r[j];
+      }
+      mean /= double(len);
+      for (std::int64_t j = 0; j < len; ++j) {
+        sum += std::exp(r[j] - mx);
+        bsum += std::exp(bf[std::size_t(j)] - bmx);
+        var += (r[j] - mean) * (r[j] - mean);
+      }
+      var /= double(len);
+      for (std::int64_t j = 0; j < len; ++j) {
+        want_soft.push_back(std::exp(r[j] - mx) / sum);
+        want_lsm.push_back(bf[std::size_t(j)] - bmx - std::log(bsum));
+        want_norm.push_back((r[j] - mean) / std::sqrt(var + 1e-5) * hw.v[std::size_t(j)] +
+                            hb.v[std::size_t(j)]);
+      }
+    }
+    for (const auto& [got, want, tol] :
+         {std::tuple{&soft, &want_soft, 1e-5}, std::tuple{&lsm, &want_lsm, 1e-2},
+          std::tuple{&norm, &want_norm, 1e-4}}) {
+      const std::vector<double> g = read_doubles(*got);
+      ASSERT_EQ(g.size(), want->size());
+      std::vector<double> gf, wf, scale;  // finite rows compared; the NaN row is NaN throughout
+      for (std::size_t k = 0; k < g.size(); ++k) {
+        if (std::int64_t(k) / len == 2) {
+          EXPECT_TRUE(std::isnan(g[k])) << "element " << k;
+          continue;
+        }
+        gf.push_back(g[k]);
+        wf.push_back((*want)[k]);
+        scale.push_back(std::max(1.0, std::fabs((*want)[k])));
+      }
+      EXPECT_TRUE(near_rows(gf, wf, scale, tol));
+    }
+  }
+}
+
 TEST(TensorCodegen, ReductionKernelsCompileForCuda) {
   if (!conformance::cuda_compile_only())
     GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
@@ -137,6 +203,11 @@ TEST(TensorCodegen, RowKernelsCompileForCuda) {
     const auto r = kiln::detail::lower_rows(*e.impl());
     for (std::uint32_t lanes : {1u, 32u, 256u}) {
       const std::string src = kiln::detail::render_rows(r, lanes);
+      EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+    }
+    for (std::uint32_t items : {1u, 4u, 32u}) {  // the warp form, with the target's shuffles
+      const std::string src = kiln::detail::render_warp_rows(
+          r, items, kiln::codegen::target_for("cuda").warp->definitions);
       EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
     }
   }
