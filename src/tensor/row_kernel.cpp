@@ -64,15 +64,50 @@ struct row_lowering {
   }
 };
 
+bool reads(const ir::graph& g, ir::node_id root, ir::node_id x) {
+  std::vector<bool> in(g.nodes.size());
+  std::vector<ir::node_id> stack{root};
+  while (!stack.empty()) {
+    const ir::node_id y = stack.back();
+    stack.pop_back();
+    if (y == x) return true;
+    if (in[std::size_t(y)]) continue;
+    in[std::size_t(y)] = true;
+    if (ir::info(g[y].o).cls == ir::op_class::reduce) continue;  // a row value by then
+    for (int k = 0; k < ir::info(g[y].o).arity; ++k) stack.push_back(g[y].operands[k]);
+  }
+  return false;
+}
+
+// Per reduction: whether the value it folds (not a leaf or a load: those are in registers
+// already) is read again by a later pass or by the output.
+std::vector<bool> kept_values(const row_lowered& r) {
+  const ir::graph& g = r.l.g;
+  std::vector<bool> keep(r.reds.size());
+  for (std::size_t j = 0; j < r.reds.size(); ++j) {
+    const ir::node_id o = g[r.reds[j]].operands[0];
+    if (ir::info(g[o].o).cls == ir::op_class::leaf || g[o].o == ir::op::load) continue;
+    bool later = reads(g, g.roots.at(0), o);
+    for (std::size_t k = j + 1; k < r.reds.size() && !later; ++k)
+      later = reads(g, g[r.reds[k]].operands[0], o);
+    keep[j] = later;
+  }
+  return keep;
+}
+
 struct renderer {
   const row_lowered& r;
   std::uint32_t lanes;
   std::uint32_t items;  // > 0: the warp form, `items` elements per lane in registers
+  bool full;            // warp form: rows of exactly 32 * items elements (no bounds checks)
   const char* warp_definitions;
   const ir::graph& g = r.l.g;
   const std::size_t K = r.l.kept.size(), M = r.l.reduced.size();
   const bool warp = items > 0;
   const bool group = lanes > 1 && !warp;
+  // Warp form: which passes keep their folded value in registers (kt_V<j>), for later passes
+  // or the output to read instead of computing it again (softmax's exp(x - max)).
+  const std::vector<bool> keep = warp ? kept_values(r) : std::vector<bool>{};
 
   std::size_t red_index(ir::node_id x) const {
     return std::size_t(std::find(r.reds.begin(), r.reds.end(), x) - r.reds.begin());
@@ -87,8 +122,9 @@ struct renderer {
     return ir::info(g[x].o).cls == ir::op_class::leaf ? codegen::render_expr(g, x)
                                                       : cat("kt_n", num(std::size_t(x)));
   }
-  // The nodes `root` needs, in node order, stopping at reductions (row values by then).
-  std::vector<ir::node_id> needed(ir::node_id root) const {
+  // The nodes `root` needs, in node order, stopping at reductions (row values by then) and,
+  // in the warp form, at values kept in registers by passes before `upto`.
+  std::vector<ir::node_id> needed(ir::node_id root, std::size_t upto = 0) const {
     std::vector<bool> in(g.nodes.size());
     std::vector<ir::node_id> stack{root};
     while (!stack.empty()) {
@@ -96,13 +132,20 @@ struct renderer {
       stack.pop_back();
       if (in[std::size_t(x)]) continue;
       in[std::size_t(x)] = true;
-      if (is_red(x)) continue;
+      if (is_red(x) || kept_by(x, upto) >= 0) continue;
       for (int k = 0; k < ir::info(g[x].o).arity; ++k) stack.push_back(g[x].operands[k]);
     }
     std::vector<ir::node_id> out;
     for (std::size_t i = 0; i < in.size(); ++i)
       if (in[i] && !is_red(ir::node_id(i))) out.push_back(ir::node_id(i));
     return out;
+  }
+
+  // Warp form: the pass (< upto) whose folded value x is, kept in registers kt_V<pass>; -1.
+  int kept_by(ir::node_id x, std::size_t upto) const {
+    for (std::size_t j = 0; j < upto && j < keep.size(); ++j)
+      if (keep[j] && g[r.reds[j]].operands[0] == x) return int(j);
+    return -1;
   }
 
   // Input k's value at row element kt_r (its coordinates kt_y<j> computed).
@@ -113,17 +156,20 @@ struct renderer {
   }
 
   // Row element kt_r: its coordinates, then the loads and nodes `root` needs. The warp form
-  // reads the loads from the lane's registers, element kt_e.
-  std::string element(ir::node_id root) const {
+  // reads the loads, and the values passes before `upto` kept, from the lane's registers,
+  // element kt_e.
+  std::string element(ir::node_id root, std::size_t upto = 0) const {
     std::string s;
     if (!warp) s += row_coords(M);
-    for (ir::node_id x : needed(root)) {
+    for (ir::node_id x : needed(root, upto)) {
       const ir::node& n = g[x];
-      if (n.o == ir::op::load) {
+      if (const int j = kept_by(x, upto); j >= 0) {
+        s += cat("    const ", codegen::value_type(n.dtype), " ", name(x), " = kt_V", num(j),
+                 "[kt_e];\n");
+      } else if (n.o == ir::op::load) {
         const auto k = static_cast<std::size_t>(n.slot);
         s += cat("    const ", codegen::value_type(g.inputs[k].type), " ",
-                 codegen::load_name(n.slot), " = ", warp ? cat("kt_L", num(k), "[kt_e]") : load(k),
-                 ";\n");
+                 codegen::load_name(n.slot), " = ", warp ? lane_value(k) : load(k), ";\n");
       } else if (ir::info(n.o).cls != ir::op_class::leaf) {
         s += cat("    const ", codegen::value_type(n.dtype), " ", name(x), " = ",
                  codegen::render_node(g, x, [&](ir::node_id y) { return name(y); }), ";\n");
@@ -132,23 +178,59 @@ struct renderer {
     return s;
   }
 
+  // Warp form, how input k is read along the row: contiguous (a pointer and constant offsets),
+  // the same for the whole row (read once), or strided (coordinates per element).
+  enum class along { contiguous, row_constant, strided };
+  along how(std::size_t k) const {
+    const std::string o = input_offset(g, k, K, K + M, "kt_y");
+    if (o.empty()) return along::row_constant;
+    return M == 1 && o == "kt_y0" ? along::contiguous : along::strided;
+  }
+  std::string lane_value(std::size_t k) const {
+    return how(k) == along::row_constant ? cat("kt_C", num(k)) : cat("kt_L", num(k), "[kt_e]");
+  }
+
   // Warp form: body for each of the lane's elements kt_r = lane + 32 * kt_e inside the row,
   // unrolled so that the register arrays stay registers.
   std::string each_item(const std::string& body) const {
     return cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items),
                "; ++kt_e) {\n    const int64_t kt_r = (int64_t)kt_lane + 32 * (int64_t)kt_e;\n",
-               "    if (kt_r < kt_rn) {\n", body, "    }\n  }\n");
+               full ? "    {\n" : "    if (kt_e < kt_ne) {\n", body, "    }\n  }\n");
   }
 
-  // Warp form: every input's elements of the row read once, all loads issued before any use.
+  // Warp form: every input's elements of the row read once, all loads issued before any use
+  // (contiguous rows through a pointer at constant offsets, as a hand-written kernel would).
   std::string preload() const {
-    std::string s, body = row_coords(M);
+    std::string s, body;
+    bool coords = false;
     for (std::size_t k = 0; k < g.inputs.size(); ++k) {
-      s += cat("  ", codegen::value_type(g.inputs[k].type), " kt_L", num(k), "[", num(items),
-               "];\n");
-      body += cat("    kt_L", num(k), "[kt_e] = ", load(k), ";\n");
+      const std::string K_ = num(k), T = codegen::value_type(g.inputs[k].type);
+      switch (how(k)) {
+        case along::row_constant:
+          s +=
+              cat("  const ", T, " kt_C", K_, " = ",
+                  codegen::load_value(g.inputs[k].type, cat("kt_in", K_, "[kt_b", K_, "]")), ";\n");
+          break;
+        case along::contiguous:
+          s += cat("  ", T, " kt_L", K_, "[", num(items), "];\n  KILN_GLOBAL const ",
+                   type_name(g.inputs[k].type), "* kt_p", K_, " = kt_in", K_, " + kt_b", K_,
+                   " + kt_lane;\n");
+          body += cat("    kt_L", K_, "[kt_e] = ", full ? "" : "kt_e < kt_ne ? ",
+                      codegen::load_value(g.inputs[k].type, cat("kt_p", K_, "[32 * kt_e]")),
+                      full ? "" : cat(" : (", T, ")0"), ";\n");
+          break;
+        case along::strided:
+          s += cat("  ", T, " kt_L", K_, "[", num(items), "];\n");
+          body += cat("    if (kt_e < kt_ne) {\n", coords ? "" : row_coords(M), "    kt_L", K_,
+                      "[kt_e] = ", load(k), ";\n    }\n");
+          coords = true;
+          break;
+      }
     }
-    return s + each_item(body);
+    if (body.empty()) return s;
+    return s + cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items),
+                   "; ++kt_e) {\n    const int64_t kt_r = (int64_t)kt_lane + 32 * kt_e;\n", body,
+                   "  }\n");
   }
 
   // Warp form of pass j: the lane's elements folded in registers, then a butterfly over the
@@ -157,9 +239,14 @@ struct renderer {
   std::string warp_pass(std::size_t j) const {
     const std::string A = acc_type(j), J = num(j), f = cat("kt_fold", J);
     const std::string a = cat("kt_a", J);
+    const ir::node_id o = g[r.reds[j]].operands[0];
     std::string s = cat("  ", A, " ", a, " = kt_init", J, ";\n");
-    s += each_item(element(g[r.reds[j]].operands[0]) +
-                   cat("    ", a, " = ", f, "(", a, ", ", name(g[r.reds[j]].operands[0]), ");\n"));
+    std::string body = element(o, j) + cat("    ", a, " = ", f, "(", a, ", ", name(o), ");\n");
+    if (keep[j]) {
+      s += cat("  ", codegen::value_type(g[o].dtype), " kt_V", J, "[", num(items), "];\n");
+      body += cat("    kt_V", J, "[kt_e] = ", name(o), ";\n");
+    }
+    s += each_item(body);
     s += cat("  for (uint32_t kt_h = 16; kt_h > 0; kt_h >>= 1) {\n    const ", A,
              " kt_sx = kiln__warp_shfl_xor(", a, ", kt_h);\n    ", a, " = (kt_lane & kt_h) ? ", f,
              "(kt_sx, ", a, ") : ", f, "(", a, ", kt_sx);\n  }\n");
@@ -224,16 +311,19 @@ struct renderer {
     s += ") {\n";
     if (warp) {
       // A warp per row, no barriers: a warp past the last row leaves as a whole.
-      s += cat("  const uint32_t kt_t = (uint32_t)kiln_local_id(0), kt_lane = kt_t & 31u;\n",
-               "  const int64_t kt_oi = (int64_t)kiln_group_id(0) * ",
-               num(reduce_policy::group / 32),
-               " + (int64_t)(kt_t >> 5);\n  if (kt_oi >= kt_nw) return;\n");
+      s += cat(
+          "  const uint32_t kt_t = (uint32_t)kiln_local_id(0), kt_lane = kt_t & 31u;\n",
+          "  const int64_t kt_oi = (int64_t)kiln_group_id(0) * ", num(reduce_policy::group / 32),
+          " + (int64_t)(kt_t >> 5);\n  if (kt_oi >= kt_nw) return;\n",
+          "  const int kt_ne = (int)((kt_rn - (int64_t)kt_lane + 31) / 32);  // this lane's\n");
       s += output_position(g, K) + preload();
       for (std::size_t j = 0; j < r.reds.size(); ++j) s += warp_pass(j);
+      s += cat("  KILN_GLOBAL ", type_name(g[root].dtype),
+               "* kt_q = kt_out + kt_oi * kt_rn + kt_lane;\n");
       return s +
-             each_item(element(root) + cat("    kt_out[kt_oi * kt_rn + kt_r] = ",
-                                           codegen::store_value(g[root].dtype, name(root)),
-                                           ";\n")) +
+             each_item(element(root, r.reds.size()) +
+                       cat("    kt_q[32 * kt_e] = ",
+                           codegen::store_value(g[root].dtype, name(root)), ";\n")) +
              "}\n";
     }
     if (group) {
@@ -288,12 +378,12 @@ row_lowered lower_rows(const tensor_impl& t) {
 }
 
 std::string render_rows(const row_lowered& r, std::uint32_t lanes) {
-  return renderer{r, lanes, 0, nullptr}.render();
+  return renderer{r, lanes, 0, false, nullptr}.render();
 }
 
-std::string render_warp_rows(const row_lowered& r, std::uint32_t items,
+std::string render_warp_rows(const row_lowered& r, std::uint32_t items, bool full,
                              const char* warp_definitions) {
-  return renderer{r, 32, items, warp_definitions}.render();
+  return renderer{r, 32, items, full, warp_definitions}.render();
 }
 
 std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64_t len) {
@@ -314,9 +404,17 @@ std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64
       case scalar_type::bf16: break;
       default: return 0;
     }
+  // Elements per lane: powers of two to 8, then multiples of 4 (few programs per expression,
+  // few idle registers).
   std::uint32_t items = 1;
-  while (32 * std::int64_t{items} < len) items *= 2;
-  if (items * r.l.g.inputs.size() > row_warp_policy::max_registers) return 0;
+  while (items < 8 && 32 * std::int64_t{items} < len) items *= 2;
+  while (32 * std::int64_t{items} < len) items += 4;
+  std::size_t arrays = 0;
+  for (std::size_t k = 0; k < r.l.g.inputs.size(); ++k)
+    arrays +=
+        !input_offset(r.l.g, k, r.l.kept.size(), r.l.kept.size() + r.l.reduced.size(), "y").empty();
+  for (bool kept : kept_values(r)) arrays += kept;
+  if (items * arrays > row_warp_policy::max_registers) return 0;
   return items;
 }
 
@@ -334,12 +432,13 @@ std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
   }
   ir::hasher h;
   h.add("tensor rows v2").add(r.l.kept.size()).add(r.l.reduced.size()).add(std::uint64_t{lanes});
-  h.add(std::uint64_t{items});
+  const bool full = items && len == 32 * std::int64_t{items};
+  h.add(std::uint64_t{items}).add(std::uint64_t{full});
   for (const ir::input& in : r.l.g.inputs) h.add_input(in);
   h.add_nodes(r.l.g);
   generated_kernels k = get_generated(t.dev, "tensor_rows", h.value(), [&] {
     return generated_program{
-        items ? render_warp_rows(r, items,
+        items ? render_warp_rows(r, items, full,
                                  codegen::target_for(t.dev.impl()->api->dialect).warp->definitions)
               : render_rows(r, lanes),
         {"kt_rows"},

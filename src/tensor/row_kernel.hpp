@@ -37,17 +37,18 @@ std::string render_rows(const row_lowered& r, std::uint32_t lanes);
 
 // The warp form's limits (policy shared by the renderer and the launcher).
 struct row_warp_policy {
-  static constexpr std::int64_t min_len = 32;       // shorter rows: an item per row
-  static constexpr std::int64_t max_len = 1024;     // 32 elements per lane at most
-  static constexpr std::size_t max_registers = 64;  // items per lane x inputs
+  static constexpr std::int64_t min_len = 32;    // shorter rows: an item per row
+  static constexpr std::int64_t max_len = 1024;  // 32 elements per lane at most
+  // items per lane x the row's register arrays (inputs that vary along the row, values kept)
+  static constexpr std::size_t max_registers = 96;
 };
 // Elements per lane (a power of two) of the warp form for rows of len on dev; 0 where it does
 // not apply (no warp shuffles, a length outside the policy, too many inputs, an accumulator type
 // a shuffle does not move).
 std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64_t len);
-// The warp form (groups of reduce_policy::group items, a row per warp); warp_definitions: the
-// target's (codegen::target::warp).
-std::string render_warp_rows(const row_lowered& r, std::uint32_t items,
+// The warp form (groups of reduce_policy::group items, a row per warp); full: rows of exactly
+// 32 * items elements (no bounds checks); warp_definitions: the target's (codegen::target::warp).
+std::string render_warp_rows(const row_lowered& r, std::uint32_t items, bool full,
                              const char* warp_definitions);
 
 }  // namespace kiln::detail

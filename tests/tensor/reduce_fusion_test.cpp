@@ -205,11 +205,12 @@ TEST(TensorCodegen, RowKernelsCompileForCuda) {
       const std::string src = kiln::detail::render_rows(r, lanes);
       EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
     }
-    for (std::uint32_t items : {1u, 4u, 32u}) {  // the warp form, with the target's shuffles
-      const std::string src = kiln::detail::render_warp_rows(
-          r, items, kiln::codegen::target_for("cuda").warp->definitions);
-      EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
-    }
+    for (std::uint32_t items : {1u, 4u, 12u, 32u})  // the warp form, with the target's shuffles
+      for (bool full : {false, true}) {
+        const std::string src = kiln::detail::render_warp_rows(
+            r, items, full, kiln::codegen::target_for("cuda").warp->definitions);
+        EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+      }
   }
 }
 
