@@ -25,6 +25,15 @@ tensor as(const tensor& x, scalar_type t) {
 
 tensor erf(const tensor& x) { return tensor(node(ir::op::erf, x.dtype(), x.shape(), {x.impl()})); }
 
+// Which operands want a gradient, fixed when the op is recorded. A gradient nobody takes is
+// not even built: summing one back to a broadcast operand's shape evaluates the sum (a reshape
+// of it), which for a constant beside attention's scores was a full pass over them per layer.
+struct wanted {
+  bool a, b;
+  wanted(const tensor& x, const tensor& y)
+      : a(needs_grad(x.impl().get())), b(needs_grad(y.impl().get())) {}
+};
+
 }  // namespace
 
 tensor lit(const tensor& like, double v) {
@@ -38,14 +47,19 @@ tensor binary(binary_op o, const tensor& a, const tensor& b, const tensor& out) 
   const scalar_type t = out.dtype();
   const shape_t sa = a.shape(), sb = b.shape();
   const tensor ca = as(a, t), cb = as(b, t);
+  const wanted w{a, b};
   return autograd::record(
       names[static_cast<int>(o)], out, {a, b},
-      [o, sa, sb, ca, cb](const tensor& g, const tensor& y) -> std::vector<tensor> {
+      [o, sa, sb, ca, cb, w](const tensor& g, const tensor& y) -> std::vector<tensor> {
         switch (o) {
-          case binary_op::add: return {sum_to(g, sa), sum_to(g, sb)};
-          case binary_op::sub: return {sum_to(g, sa), sum_to(-g, sb)};
-          case binary_op::mul: return {sum_to(g * cb, sa), sum_to(g * ca, sb)};
-          default: return {sum_to(g / cb, sa), sum_to(-g * y / cb, sb)};
+          case binary_op::add:
+            return {w.a ? sum_to(g, sa) : tensor(), w.b ? sum_to(g, sb) : tensor()};
+          case binary_op::sub:
+            return {w.a ? sum_to(g, sa) : tensor(), w.b ? sum_to(-g, sb) : tensor()};
+          case binary_op::mul:
+            return {w.a ? sum_to(g * cb, sa) : tensor(), w.b ? sum_to(g * ca, sb) : tensor()};
+          default:
+            return {w.a ? sum_to(g / cb, sa) : tensor(), w.b ? sum_to(-g * y / cb, sb) : tensor()};
         }
       });
 }
@@ -103,20 +117,21 @@ tensor math2(const std::string& name, const tensor& a, const tensor& b, const te
   const scalar_type t = out.dtype();
   const shape_t sa = a.shape(), sb = b.shape();
   const tensor ca = as(a, t), cb = as(b, t);
+  const wanted w{a, b};
   return autograd::record(
-      name, out, {a, b}, [name, sa, sb, ca, cb](const tensor& g, const tensor& y) {
+      name, out, {a, b}, [name, sa, sb, ca, cb, w](const tensor& g, const tensor& y) {
         std::vector<tensor> r(2);
         const scalar_type dt = g.dtype();
         if (name == "pow") {
-          r[0] = sum_to(g * cb * pow(ca, cb - lit(g, 1)), sa);
+          if (w.a) r[0] = sum_to(g * cb * pow(ca, cb - lit(g, 1)), sa);
           // d/db a^b = a^b log a; 0 where a == 0 (the limit for b > 0, PyTorch's choice)
-          r[1] = sum_to(where(ca == lit(g, 0), lit(g, 0), g * y * log(ca)), sb);
+          if (w.b) r[1] = sum_to(where(ca == lit(g, 0), lit(g, 0), g * y * log(ca)), sb);
         } else {  // minimum / maximum: the chosen operand gets it, ties split evenly
           const bool mx = name == "maximum";
           const tensor win_a = (mx ? ca > cb : ca < cb).to(dt), tie = (ca == cb).to(dt);
           const tensor share_a = win_a + tie * lit(g, 0.5);
-          r[0] = sum_to(g * share_a, sa);
-          r[1] = sum_to(g * (lit(g, 1) - share_a), sb);
+          if (w.a) r[0] = sum_to(g * share_a, sa);
+          if (w.b) r[1] = sum_to(g * (lit(g, 1) - share_a), sb);
         }
         return r;
       });
@@ -124,12 +139,13 @@ tensor math2(const std::string& name, const tensor& a, const tensor& b, const te
 
 tensor where(const tensor& cond, const tensor& a, const tensor& b, const tensor& out) {
   const shape_t sa = a.shape(), sb = b.shape();
-  return autograd::record(
-      "where", out, {cond, a, b},
-      [cond, sa, sb](const tensor& g, const tensor&) -> std::vector<tensor> {
-        const tensor z = lit(g, 0);
-        return {tensor(), sum_to(kiln::where(cond, g, z), sa), sum_to(kiln::where(cond, z, g), sb)};
-      });
+  const wanted w{a, b};
+  return autograd::record("where", out, {cond, a, b},
+                          [cond, sa, sb, w](const tensor& g, const tensor&) -> std::vector<tensor> {
+                            const tensor z = lit(g, 0);
+                            return {tensor(), w.a ? sum_to(kiln::where(cond, g, z), sa) : tensor(),
+                                    w.b ? sum_to(kiln::where(cond, z, g), sb) : tensor()};
+                          });
 }
 
 tensor clamp(const tensor& x, const tensor& out) {

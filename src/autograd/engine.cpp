@@ -9,6 +9,7 @@
 
 #include "autograd/graph.hpp"
 #include "kiln/tensor/inplace.hpp"
+#include "runtime/log.hpp"
 #include "tensor/shape.hpp"
 
 namespace kiln {
@@ -158,6 +159,8 @@ class sweep {
     }
     running self{fn.get(), std::vector<bool>(fn->inputs.size(), false)};
     if (g.defined()) {
+      if (log_enabled(log_level::trace))  // the arguments cost even when not logged
+        logf(log_level::trace, "backward {} {}", fn->name, to_string(g.shape()));
       std::size_t readers = 0;
       for (const impl_ptr& in : fn->inputs) readers += in != nullptr;
       g = settle(g, readers);

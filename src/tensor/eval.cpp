@@ -7,6 +7,7 @@
 #include "ir/print.hpp"
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "runtime/log.hpp"
 #include "runtime/nvtx.hpp"
 #include "tensor/fallback.hpp"
 #include "tensor/kernel.hpp"
@@ -126,6 +127,10 @@ void materialise(tensor_impl& t) {
       return generated_program{render_kernel(l, items), {"kt_eval"}, ir::print(l.g)};
     });
     if (g.compiled) stats_now().programs_compiled++;
+    if (log_enabled(log_level::trace))  // the arguments cost even when not logged
+      logf(log_level::trace, "tensor {} {} {} on {}: elementwise kernel, {} nodes over {} inputs",
+           ir::info(t.o).name, to_string(t.shape), type_name(t.dtype), t.dev.id(), l.g.nodes.size(),
+           l.g.inputs.size());
     std::vector<arg_binding> a = arguments(l, *out->mem);
     if (items > 1) a.push_back(bind_arg(n));
     queue& q = t.dev.default_queue();

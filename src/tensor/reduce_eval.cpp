@@ -4,6 +4,7 @@
 #include "ir/print.hpp"
 #include "kiln/kernel.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "runtime/log.hpp"
 #include "tensor/kernel_args.hpp"
 #include "tensor/promote.hpp"
 #include "tensor/reduce_kernel.hpp"
@@ -22,6 +23,13 @@ std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_im
     return generated_program{render_reduce(l, p), names, ir::print(l.g)};
   });
   if (k.compiled) stats_now().programs_compiled++;
+  if (log_enabled(log_level::trace))  // the arguments cost even when not logged
+    logf(log_level::trace,
+         "tensor {} of {} {} -> {} on {}: {} outputs x {} elements, {} strategy, {} chunks, {} "
+         "lanes",
+         ir::info(red.o).name, to_string(red.args.at(0)->shape), type_name(red.args.at(0)->dtype),
+         to_string(root.shape), root.dev.id(), outs, l.rows(),
+         p.strategy == reduce_strategy::group ? "group" : "thread", p.chunks, p.lanes);
 
   const ir::node& R = l.g[l.red];
   const scalar_type acc = compute_type(l.g[R.operands[0]].dtype);  // f16, bf16: f32

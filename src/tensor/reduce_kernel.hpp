@@ -29,6 +29,10 @@ struct reduce_policy {
   static constexpr std::int64_t group_min_rows = 64;       // shorter reduced ranges: thread
   static constexpr std::int64_t split_group_elems = 8192;  // at least per split group
   static constexpr std::int64_t split_item_elems = 256;    // at least per split work-item
+  // ... on devices with barriers (GPUs): a work-item per output walks its rows one dependent
+  // load group at a time, so few outputs over a few hundred rows are latency-bound (layer norm's
+  // weight gradient, 384 outputs over 503 partial rows, took 40 us unsplit on an H200).
+  static constexpr std::int64_t gpu_split_item_elems = 32;
   static constexpr std::uint32_t min_lanes = 32;           // items folding one work, at least
   static constexpr std::int64_t elems_per_lane = 16;       // ... and at most rows / this
   static constexpr std::int64_t gpu_groups_per_unit = 8;

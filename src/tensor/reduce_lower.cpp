@@ -154,7 +154,9 @@ reduce_plan plan_reduce(const reduce_lowered& l, const device& dev) {
   const std::int64_t want = group     ? units * P::gpu_groups_per_unit
                             : barrier ? units * P::gpu_items_per_unit
                                       : units * P::cpu_items_per_unit;
-  const std::int64_t per = group ? P::split_group_elems : P::split_item_elems;
+  const std::int64_t per = group     ? P::split_group_elems
+                           : barrier ? P::gpu_split_item_elems
+                                     : P::split_item_elems;
   if (outs > 0 && outs < want && rows >= 2 * per) {
     p.chunks = std::min((want + outs - 1) / outs, rows / per);
     p.chunk_len = (rows + p.chunks - 1) / p.chunks;

@@ -12,6 +12,7 @@
 #include "ir/layout.hpp"
 #include "ir/print.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "runtime/log.hpp"
 #include "runtime/runtime.hpp"
 #include "tensor/index_code.hpp"
 #include "tensor/kernel_args.hpp"
@@ -445,6 +446,10 @@ std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
         ir::print(r.l.g)};
   });
   if (k.compiled) stats_now().programs_compiled++;
+  if (log_enabled(log_level::trace))  // the arguments cost even when not logged
+    logf(log_level::trace, "tensor rows {} {} on {}: {} rows of {}, {}", to_string(t.shape),
+         type_name(t.dtype), t.dev.id(), rows, len,
+         items ? fmt::format("warp form, {} per lane", items) : fmt::format("{} lanes", lanes));
 
   std::vector<arg_binding> a;
   add_mem(a, *out->mem, 0, t.dtype);

@@ -2,9 +2,12 @@
 // fusion of backward chains, and the errors.
 #include <algorithm>
 #include <cmath>
+#include <kiln/log.hpp>
 #include <kiln/tensor/conv.hpp>
+#include <kiln/tensor/indexing.hpp>
 #include <kiln/tensor/inplace.hpp>
 #include <kiln/tensor/linear.hpp>
+#include <limits>
 
 #include "autograd/gradcheck.hpp"
 #include "autograd/graph.hpp"
@@ -99,6 +102,65 @@ TEST_P(AutogradEngineTest, RetainGradKeepsANonLeafsGradient) {
   (y * y).sum().backward();
   EXPECT_EQ(y.grad().to_vector<float>(), (std::vector<float>{6, 12}));
   EXPECT_EQ(x.grad().to_vector<float>(), (std::vector<float>{18, 36}));
+}
+
+// The tensor-engine kernels `f` launches, counted through the trace log (one line each).
+template <class F>
+std::vector<std::string> kernels_of(F&& f) {
+  std::vector<std::string> lines;
+  const kiln::log_level before = kiln::get_log_level();
+  kiln::set_log_level(kiln::log_level::trace);
+  kiln::set_log_sink([&](kiln::log_level, std::string_view m) {
+    if (m.starts_with("tensor ")) lines.emplace_back(m);
+  });
+  struct restore {
+    kiln::log_level level;
+    ~restore() {
+      kiln::set_log_sink({});
+      kiln::set_log_level(level);
+    }
+  } guard{before};
+  f();
+  return lines;
+}
+
+TEST_P(AutogradEngineTest, AConstantOperandsGradientIsNotComputed) {
+  // A constant beside a leaf (a scale, masked_fill's value): its gradient would be a sum over
+  // the whole result, which backward summed to the constant's shape and evaluated, once per
+  // attention layer of a GPT. Nobody takes it: backward runs one kernel, the leaf's gradient.
+  std::vector<float> v(2 * 3 * 8 * 8);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.25f + float(i % 7) * 0.5f;
+  const tensor seed = tensor::ones(dev(), {2, 3, 8, 8}, kiln::scalar_type::f32).eval();
+  const tensor upper =
+      kiln::triu(tensor::ones(dev(), {8, 8}, kiln::scalar_type::boolean), 1).eval();
+  const float inf = std::numeric_limits<float>::infinity();
+  const auto make = [&](int op, const tensor& x) {
+    switch (op) {
+      case 0: return x * 0.5f;
+      case 1: return x + 2.f;
+      case 2: return 2.f - x;
+      case 3: return x / 4.f;
+      case 4: return kiln::masked_fill(x, upper, -inf);
+      case 5: return kiln::pow(x, 2.f);
+      default: return kiln::where(x > 1.f, x, 0.f);
+    }
+  };
+  const float slope[] = {0.5f, 1.f, -1.f, 0.25f, 1.f, 2.f * v[0], v[0] > 1.f ? 1.f : 0.f};
+  for (int op = 0; op < 7; ++op) {
+    SCOPED_TRACE("op " + std::to_string(op));
+    auto x = tensor::from(dev(), v, {2, 3, 8, 8}).requires_grad_();
+    const tensor y = make(op, x);
+    const auto launched = kernels_of([&] { y.backward(seed * 1.f); });  // a lazy seed
+    EXPECT_EQ(launched.size(), 1u) << ::testing::PrintToString(launched);
+    EXPECT_NEAR(x.grad().to_vector<float>()[0], slope[op], 1e-6);
+  }
+  // A constant that wants a gradient gets the sum over the broadcast.
+  auto x = tensor::from(dev(), v, {2, 3, 8, 8}).requires_grad_();
+  auto c = tensor::from(dev(), std::vector<float>{2}, {1}).requires_grad_();
+  (x * c).backward(seed);
+  double sum = 0;
+  for (float e : v) sum += e;
+  EXPECT_NEAR(c.grad().to_vector<float>()[0], sum, 1e-4 * sum);
 }
 
 TEST_P(AutogradEngineTest, ABackwardChainOfElementwiseGradientsIsOneKernel) {
