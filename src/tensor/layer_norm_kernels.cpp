@@ -4,12 +4,10 @@
 #include <algorithm>
 
 #include "codegen/expr_render.hpp"
-#include "codegen/target.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "kiln/queue.hpp"
 #include "runtime/generated_kernels.hpp"
-#include "runtime/runtime.hpp"
 #include "tensor/reduce_kernel.hpp"
 
 namespace kiln::detail {
@@ -82,12 +80,6 @@ struct text {
   // private kt_tot<j>. tot(j) names the total.
   std::string reduce(std::size_t first, std::size_t count) const {
     std::string s;
-    if (k.warp) {  // every lane ends with the row's total (adds commute: the same bits)
-      s += "  for (uint32_t kt_h = 16; kt_h > 0; kt_h >>= 1) {\n";
-      for (std::size_t j = first; j < first + count; ++j)
-        s += cat("    kt_p", num(j), " += kiln__warp_shfl_xor(kt_p", num(j), ", kt_h);\n");
-      return s + "  }\n";
-    }
     if (!grouped) {
       for (std::size_t j = first; j < first + count; ++j)
         s += cat("  const ", A, " kt_tot", num(j), " = kt_p", num(j), ";\n");
@@ -102,12 +94,10 @@ struct text {
     return s + "    }\n    kiln_barrier();\n  }\n";
   }
   std::string tot(std::size_t j) const {
-    if (k.warp) return cat("kt_p", num(j));
     return grouped ? cat("kt_sh", num(j), "[kt_t - (uint32_t)kt_lane]") : cat("kt_tot", num(j));
   }
   std::string locals(std::size_t count) const {
     std::string s;
-    if (k.warp) return s;
     for (std::size_t j = 0; j < count; ++j)
       s += cat("  KILN_LOCAL ", A, " kt_sh", num(j), "[", num(group), "];\n");
     return s;
@@ -191,34 +181,27 @@ struct text {
     if (k.has_w) s += in(W, "kt_w");
     if (k.has_b) s += in(W, "kt_b");
     s += cat(", int64_t kt_n, int64_t kt_rows, ", A, " kt_eps) {\n");
-    if (!k.warp)
-      s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
+    s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
     s += prologue();
     s +=
         each(cat("  const int64_t kt_iT_ = kt_lane + T_ * ", L, ";\n  const ", A,
                  " kt_cT_ = kt_iT_ < kt_end ? ", lx("kt_x[kt_base + kt_iT_]"), " : (", A, ")0;\n"));
     std::string mean = "0";
     if (!k.rms) {
-      s += cat("  ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
+      s += cat("  const ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
       mean = cat("(", tot(0), " / (", A, ")kt_n)");
     }
     s +=
         each(cat("  const ", A, " kt_dT_ = kt_iT_ < kt_end ? kt_cT_ - ", mean, " : (", A, ")0;\n"));
-    s += cat("  ", A, " kt_p1 = ", tree("kt_dT_ * kt_dT_"), ";\n") + reduce(1, 1);
-    if (k.warp) {  // every lane has the totals: no exchange through local memory
-      s += cat("  const ", A, " kt_mu = ", mean, ", kt_r = rsqrt(", tot(1), " / (", A,
-               ")kt_n + kt_eps);\n  if (kt_lane == 0 && kt_row < kt_rows) {\n",
-               k.rms ? "" : "    kt_mean[kt_row] = kt_mu;\n", "    kt_rstd[kt_row] = kt_r;\n  }\n");
-    } else {
-      s += cat("  if (kt_lane == 0) {\n    kt_st[2 * (kt_t / ", L, ")] = ", mean, ";\n",
-               "    kt_st[2 * (kt_t / ", L, ") + 1] = rsqrt(", tot(1), " / (", A,
-               ")kt_n + kt_eps);\n    if (kt_row < kt_rows) {\n",
-               k.rms ? "" : cat("      kt_mean[kt_row] = kt_st[2 * (kt_t / ", L, ")];\n"),
-               "      kt_rstd[kt_row] = kt_st[2 * (kt_t / ", L, ") + 1];\n    }\n  }\n",
-               "  kiln_barrier();\n");
-      s += cat("  const ", A, " kt_mu = kt_st[2 * (kt_t / ", L, ")], kt_r = kt_st[2 * (kt_t / ", L,
-               ") + 1];\n");
-    }
+    s += cat("  const ", A, " kt_p1 = ", tree("kt_dT_ * kt_dT_"), ";\n") + reduce(1, 1);
+    s += cat("  if (kt_lane == 0) {\n    kt_st[2 * (kt_t / ", L, ")] = ", mean, ";\n",
+             "    kt_st[2 * (kt_t / ", L, ") + 1] = rsqrt(", tot(1), " / (", A,
+             ")kt_n + kt_eps);\n    if (kt_row < kt_rows) {\n",
+             k.rms ? "" : cat("      kt_mean[kt_row] = kt_st[2 * (kt_t / ", L, ")];\n"),
+             "      kt_rstd[kt_row] = kt_st[2 * (kt_t / ", L, ") + 1];\n    }\n  }\n",
+             "  kiln_barrier();\n");
+    s += cat("  const ", A, " kt_mu = kt_st[2 * (kt_t / ", L, ")], kt_r = kt_st[2 * (kt_t / ", L,
+             ") + 1];\n");
     std::string v = "(kt_cT_ - kt_mu) * kt_r";
     if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_iT_]"));
     if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_iT_]"));
@@ -246,8 +229,8 @@ struct text {
                   " kt_gT_ = kt_iT_ < kt_end ? ", g, " : (", A, ")0;\n  const ", A,
                   " kt_hT_ = kt_iT_ < kt_end ? (", lx("kt_x[kt_base + kt_iT_]"),
                   k.rms ? "" : " - kt_mean[kt_rc]", ") * kt_rstd[kt_rc] : (", A, ")0;\n"));
-    s += cat("  ", A, " kt_p0 = ", tree("kt_gT_ * kt_hT_"), ";\n");
-    if (!k.rms) s += cat("  ", A, " kt_p1 = ", tree("kt_gT_"), ";\n");
+    s += cat("  const ", A, " kt_p0 = ", tree("kt_gT_ * kt_hT_"), ";\n");
+    if (!k.rms) s += cat("  const ", A, " kt_p1 = ", tree("kt_gT_"), ";\n");
     s += reduce(0, k.rms ? 1 : 2);
     const std::string inner =
         k.rms ? cat("kt_hT_ * ", tot(0)) : cat("(", tot(1), " + kt_hT_ * ", tot(0), ")");
@@ -386,30 +369,23 @@ std::string norm_source(const norm_kernel_key& k) {
   return {};
 }
 
-void launch_norm(const device& dev, const norm_kernel_key& key, std::vector<arg_binding> args,
+void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_binding> args,
                  std::int64_t rows_or_items) {
   if (rows_or_items <= 0) return;
-  // A warp per row where the row fits one warp's registers and the device has shuffles.
-  norm_kernel_key k = key;
-  const codegen::target& target = codegen::target_for(dev.impl()->api->dialect);
-  k.warp = k.kind != norm_kernel_kind::params && k.lanes == 32 && k.cap > 0 &&
-           dev.supports(feature::warp32) && target.warp && target.warp->lanes == 32;
   ir::hasher h;
-  h.add("tensor layer_norm v2")
+  h.add("tensor layer_norm v1")
       .add(std::uint64_t(k.kind))
       .add(std::uint64_t(k.x))
       .add(std::uint64_t(k.w))
       .add(std::uint64_t(k.rms) | std::uint64_t(k.has_w) << 1 | std::uint64_t(k.has_b) << 2)
       .add(std::uint64_t(k.lanes))
-      .add(std::uint64_t(k.cap))
-      .add(std::uint64_t(k.warp));
+      .add(std::uint64_t(k.cap));
   const generated_kernels g = get_generated(dev, "tensor_layer_norm", h.value(), [&] {
     return generated_program{
-        (k.warp ? std::string(target.warp->definitions) : std::string()) + norm_source(k),
+        norm_source(k),
         {"kt_ln"},
         cat(k.rms ? "rms_norm " : "layer_norm ", kind_name(k.kind), " of ", type_name(k.x), ", ",
-            num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string(),
-            k.warp ? ", warp shuffles" : "")};
+            num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string())};
   });
   if (g.compiled) stats_now().programs_compiled++;
   queue& q = dev.default_queue();

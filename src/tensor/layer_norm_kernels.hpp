@@ -13,8 +13,7 @@
 //             chunk walking its rows in order (sequential, vectorisable on the CPU).
 //
 // Rows are folded by `lanes` work-items of a 256-item group through local memory on devices
-// with barriers (rows of 64 elements or more), by a warp's shuffles where the lanes are one
-// warp of a device that has them (norm_kernel_key::warp), else by one work-item per row.
+// with barriers (rows of 64 elements or more), else by one work-item per row.
 #pragma once
 
 #include <cstdint>
@@ -39,9 +38,6 @@ struct norm_kernel_key {
   // forward, backward with lanes > 1: elements per lane kept in registers (the row read once
   // from memory), 0: re-read for each pass (from cache)
   std::uint32_t cap = 0;
-  // Set by launch_norm: lanes 32 with cap on a device with warp shuffles (feature::warp32), a
-  // warp per row folding by shuffles: no local memory, no barriers.
-  bool warp = false;
 };
 
 // The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.
