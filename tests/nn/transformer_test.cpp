@@ -108,6 +108,36 @@ TEST_P(TransformerTest, LossStartsNearLogVocabAndTheModelLearnsASmallCorpus) {
   EXPECT_LT(last, 0.5 * first) << "from " << first;
 }
 
+TEST_P(TransformerTest, MicroBatchGradientsAccumulateToTheBatchsGradient) {
+  // Gradient accumulation (kiln train gpt --grad-accum): a batch of 4 run as two micro-batches
+  // of 2, each loss scaled by 1/2, leaves the same gradients (into the optimizer's flat buffer)
+  // as the batch in one backward.
+  nn::gpt m(dev(), tiny());
+  const std::vector<kiln::tensor> params = m.parameters();
+  kiln::optim::optimizer opt = kiln::optim::adamw(params, {.lr = 1e-3});
+  std::vector<std::int64_t> ids(4 * 9);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int64_t((i * 7 + i / 3) % 11);
+  const kiln::tensor all = kiln::tensor::from(dev(), ids, {4, 9});
+  const kiln::tensor x = all.slice(1, 0, 8).contiguous(), y = all.slice(1, 1, 9).contiguous();
+  opt.zero_grad();
+  m.loss(x, y).backward();
+  std::vector<std::vector<float>> whole;
+  for (const kiln::tensor& p : params) whole.push_back(host(p.grad()));
+  opt.zero_grad();
+  for (std::int64_t k = 0; k < 2; ++k)
+    (m.loss(x.slice(0, 2 * k, 2 * k + 2), y.slice(0, 2 * k, 2 * k + 2)) / 2.f).backward();
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const std::vector<float> g = host(params[i].grad());
+    ASSERT_EQ(g.size(), whole[i].size());
+    double scale = 0, worst = 0;
+    for (std::size_t j = 0; j < g.size(); ++j) {
+      scale = std::max(scale, double(std::fabs(whole[i][j])));
+      worst = std::max(worst, double(std::fabs(g[j] - whole[i][j])));
+    }
+    EXPECT_LE(worst, 1e-5 * (1 + scale)) << "parameter " << i;
+  }
+}
+
 TEST_P(TransformerTest, GenerationIsSeededAndStaysInTheVocabulary) {
   nn::gpt m(dev(), tiny());
   const auto a = m.generate({1, 2, 3}, 12, {.temperature = 0.9, .top_k = 4, .seed = 7});

@@ -1,6 +1,7 @@
 // `kiln train gpt` on the CPU: a tiny model on synthetic fortune files learns past the unigram
 // baseline, reports validation losses, samples text and saves a checkpoint PyTorch-style
-// names; a directory without fortunes and data-parallel requests are refused clearly.
+// names (with gradient accumulation); a directory without fortunes, a batch that micro-batches
+// do not divide and data-parallel requests are refused clearly.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -42,11 +43,12 @@ TEST(ToolTrainGpt, LearnsPastTheUnigramBaselineAndSaves) {
   fs::create_directories(save);
   const auto r =
       run("train gpt --device cpu:0 --context 16 --layers 1 --heads 2 --width 32 "
-          "--steps 40 --batch 8 --eval-every 20 --sample 40 --lr 3e-3 --data " +
+          "--steps 40 --batch 8 --grad-accum 2 --eval-every 20 --sample 40 --lr 3e-3 --data " +
           dir.string() + " --save " + save.string());
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("fortunes: 400 documents"));
   EXPECT_THAT(r.output, HasSubstr("(1 layers, 2 heads, width 32, context 16)"));
+  EXPECT_THAT(r.output, HasSubstr("batch 8 (2 micro-batches of 4)"));
   static const std::regex val(R"(val loss ([0-9.]+))");
   std::vector<double> losses;
   for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), val);
@@ -71,6 +73,12 @@ TEST(ToolTrainGpt, RefusesMissingDataAndDataParallel) {
   auto r = run("train gpt --device cpu:0 --steps 1 --data " + empty.string());
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.output, HasSubstr("no fortune files"));
+  const fs::path fortunes = synthetic_fortunes("kiln-gpt-accum");
+  r = run("train gpt --device cpu:0 --batch 8 --grad-accum 3 --steps 1 --data " +
+          fortunes.string());
+  EXPECT_EQ(r.status, 2);
+  EXPECT_THAT(r.output, HasSubstr("--grad-accum 3 must divide the batch (8)"));
+  fs::remove_all(fortunes);
   r = run("train gpt --devices cpu:0,cpu:0 --steps 1 --data " + empty.string());
   EXPECT_EQ(r.status, 2);
   EXPECT_THAT(r.output, HasSubstr("--devices is not supported"));

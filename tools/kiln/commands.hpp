@@ -39,6 +39,7 @@ struct gpt_options {
   double dropout = 0;
   std::int64_t eval_every = 0;      // steps between validation reports (0: five reports)
   std::int64_t sample_chars = 300;  // the sampled paragraph's length
+  std::int64_t grad_accum = 1;      // micro-batches per optimizer step (the batch split evenly)
 };
 
 struct train_options {

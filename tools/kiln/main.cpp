@@ -196,6 +196,12 @@ int main(int argc, char** argv) {
   tr->add_option("--eval-every", to.gpt.eval_every, "gpt: steps between validation reports")
       ->check(positive)
       ->type_name("N");
+  tr->add_option("--grad-accum", to.gpt.grad_accum,
+                 "gpt: micro-batches per optimizer step: the batch is split into N equal parts, "
+                 "each one's gradient accumulated (the memory of batch / N)")
+      ->check(positive)
+      ->type_name("N")
+      ->capture_default_str();
   tr->add_option("--sample", to.gpt.sample_chars, "gpt: characters to sample at the end")
       ->check(CLI::Range(std::int64_t{0}, INT64_MAX).description(""))
       ->type_name("N")

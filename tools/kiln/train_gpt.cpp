@@ -2,7 +2,10 @@
 // fortunes package (kiln::data::load_fortunes), nanoGPT's recipe: AdamW (no decay on biases and
 // norms), warm-up then cosine learning rate, gradients clipped to norm 1. Prints the training
 // and validation loss every --eval-every steps beside the unigram baseline, then a sampled
-// paragraph; --save writes a safetensors checkpoint (weights and optimizer state).
+// paragraph; --save writes a safetensors checkpoint (weights and optimizer state). With
+// --grad-accum N each step's batch runs as N micro-batches whose gradients accumulate (each
+// loss scaled by 1/N), then one clipped optimizer step: the same update, a smaller activation
+// footprint.
 // GPUs get nanoGPT's shakespeare-char size (6 layers, 6 heads, width 384, context 256); the
 // CPU a smaller one (4 layers, 4 heads, width 128, context 64), unless given.
 #include <unistd.h>
@@ -82,7 +85,15 @@ int train_gpt(const train_options& o) {
   cfg.dropout = o.gpt.dropout;
   cfg.seed = o.seed + 1;
   const std::int64_t steps = o.max_steps > 0 ? o.max_steps : (gpu ? 2000 : 300);
-  const std::int64_t batch = o.batch, block = cfg.block_size;
+  const std::int64_t batch = o.batch, block = cfg.block_size, accum = o.gpt.grad_accum;
+  if (accum < 1 || batch % accum != 0) {
+    std::fprintf(stderr,
+                 "kiln train gpt: --grad-accum %lld must divide the batch (%lld) into equal "
+                 "micro-batches\n",
+                 (long long)accum, (long long)batch);
+    return 2;
+  }
+  const std::int64_t micro = batch / accum;
   const std::int64_t eval_every =
       o.gpt.eval_every > 0 ? o.gpt.eval_every : std::max<std::int64_t>(1, steps / 5);
   if (std::int64_t(corpus.val.size()) <= block || std::int64_t(corpus.train.size()) <= block) {
@@ -104,12 +115,15 @@ int train_gpt(const train_options& o) {
       "unigram baseline %.4f\n",
       (long long)corpus.documents, dir.c_str(), corpus.train.size(), corpus.val.size(),
       (long long)cfg.vocab_size, baseline);
+  const std::string split =
+      accum > 1 ? " (" + std::to_string(accum) + " micro-batches of " + std::to_string(micro) + ")"
+                : "";
   std::printf(
       "gpt: %lld parameters (%lld layers, %lld heads, width %lld, context %lld), AdamW lr %g, "
-      "batch %lld, %lld steps, on %s, precision %s\n",
+      "batch %lld%s, %lld steps, on %s, precision %s\n",
       (long long)model.parameter_count(), (long long)cfg.n_layer, (long long)cfg.n_head,
-      (long long)cfg.n_embd, (long long)block, o.lr, (long long)batch, (long long)steps,
-      dev.id().c_str(), o.precision.c_str());
+      (long long)cfg.n_embd, (long long)block, o.lr, (long long)batch, split.c_str(),
+      (long long)steps, dev.id().c_str(), o.precision.c_str());
   std::fflush(stdout);
 
   const std::int64_t chunk_steps = 50;
@@ -122,16 +136,21 @@ int train_gpt(const train_options& o) {
     if (step == 0 || step >= chunk.first + chunk.steps)
       chunk =
           next_chunk(corpus, step, std::min(chunk_steps, steps - step), batch, block, o.seed, dev);
-    const std::int64_t row = (step - chunk.first) * batch;
-    const tensor x = chunk.x.slice(0, row, row + batch), y = chunk.y.slice(0, row, row + batch);
-    tensor loss;
-    {
-      std::optional<kiln::autocast> mixed;
-      if (o.precision == "bf16" || o.precision == "f16")
-        mixed.emplace(o.precision == "f16" ? scalar_type::f16 : scalar_type::bf16);
-      loss = model.loss(x, y);
+    tensor loss;  // the step's mean loss: the micro-batches' scaled losses summed
+    for (std::int64_t m = 0; m < accum; ++m) {
+      const std::int64_t row = (step - chunk.first) * batch + m * micro;
+      const tensor x = chunk.x.slice(0, row, row + micro), y = chunk.y.slice(0, row, row + micro);
+      tensor part;
+      {
+        std::optional<kiln::autocast> mixed;
+        if (o.precision == "bf16" || o.precision == "f16")
+          mixed.emplace(o.precision == "f16" ? scalar_type::f16 : scalar_type::bf16);
+        part = model.loss(x, y);
+      }
+      if (accum > 1) part = part / float(accum);
+      part.backward();  // accumulates into the optimizer's gradient buffer
+      loss = m == 0 ? part.detach() : loss + part.detach();
     }
-    loss.backward();
     optim::clip_grad_norm_(opt, 1.0);
     opt.step();
     schedule.step();
