@@ -11,6 +11,7 @@
 #include "ir/hash.hpp"
 #include "ir/layout.hpp"
 #include "ir/print.hpp"
+#include "kiln/error.hpp"
 #include "runtime/generated_kernels.hpp"
 #include "runtime/log.hpp"
 #include "runtime/runtime.hpp"
@@ -64,6 +65,21 @@ struct row_lowering {
     return id;
   }
 };
+
+// How the warp form reads input k along a row of the reduced dims [K, K + M): contiguous (a
+// pointer at constant offsets), the same for the whole row (read once), or otherwise (then the
+// warp form does not apply: rows keep the group form).
+enum class along { contiguous, row_constant, other };
+along along_row(const ir::graph& g, std::size_t k, std::size_t K, std::size_t M) {
+  const ir::layout& L = g.inputs[k].l;
+  bool constant = true;
+  for (std::size_t d = K; d < K + M; ++d)
+    constant = constant && ir::classify(L.dims[d], L.strides[d]) == ir::stride_class::zero;
+  if (constant) return along::row_constant;
+  return M == 1 && ir::classify(L.dims[K], L.strides[K]) == ir::stride_class::one
+             ? along::contiguous
+             : along::other;
+}
 
 bool reads(const ir::graph& g, ir::node_id root, ir::node_id x) {
   std::vector<bool> in(g.nodes.size());
@@ -179,23 +195,15 @@ struct renderer {
     return s;
   }
 
-  // Warp form, how input k is read along the row: contiguous (a pointer and constant offsets),
-  // the same for the whole row (read once), or strided (coordinates per element).
-  enum class along { contiguous, row_constant, strided };
-  along how(std::size_t k) const {
-    const std::string o = input_offset(g, k, K, K + M, "kt_y");
-    if (o.empty()) return along::row_constant;
-    return M == 1 && o == "kt_y0" ? along::contiguous : along::strided;
-  }
   std::string lane_value(std::size_t k) const {
-    return how(k) == along::row_constant ? cat("kt_C", num(k)) : cat("kt_L", num(k), "[kt_e]");
+    return along_row(g, k, K, M) == along::row_constant ? cat("kt_C", num(k))
+                                                        : cat("kt_L", num(k), "[kt_e]");
   }
 
   // Warp form: body for each of the lane's elements kt_r = lane + 32 * kt_e inside the row,
   // unrolled so that the register arrays stay registers.
   std::string each_item(const std::string& body) const {
-    return cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items),
-               "; ++kt_e) {\n    const int64_t kt_r = (int64_t)kt_lane + 32 * (int64_t)kt_e;\n",
+    return cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items), "; ++kt_e) {\n",
                full ? "    {\n" : "    if (kt_e < kt_ne) {\n", body, "    }\n  }\n");
   }
 
@@ -203,35 +211,23 @@ struct renderer {
   // (contiguous rows through a pointer at constant offsets, as a hand-written kernel would).
   std::string preload() const {
     std::string s, body;
-    bool coords = false;
     for (std::size_t k = 0; k < g.inputs.size(); ++k) {
       const std::string K_ = num(k), T = codegen::value_type(g.inputs[k].type);
-      switch (how(k)) {
-        case along::row_constant:
-          s +=
-              cat("  const ", T, " kt_C", K_, " = ",
-                  codegen::load_value(g.inputs[k].type, cat("kt_in", K_, "[kt_b", K_, "]")), ";\n");
-          break;
-        case along::contiguous:
-          s += cat("  ", T, " kt_L", K_, "[", num(items), "];\n  KILN_GLOBAL const ",
-                   type_name(g.inputs[k].type), "* kt_p", K_, " = kt_in", K_, " + kt_b", K_,
-                   " + kt_lane;\n");
-          body += cat("    kt_L", K_, "[kt_e] = ", full ? "" : "kt_e < kt_ne ? ",
-                      codegen::load_value(g.inputs[k].type, cat("kt_p", K_, "[32 * kt_e]")),
-                      full ? "" : cat(" : (", T, ")0"), ";\n");
-          break;
-        case along::strided:
-          s += cat("  ", T, " kt_L", K_, "[", num(items), "];\n");
-          body += cat("    if (kt_e < kt_ne) {\n", coords ? "" : row_coords(M), "    kt_L", K_,
-                      "[kt_e] = ", load(k), ";\n    }\n");
-          coords = true;
-          break;
+      if (along_row(g, k, K, M) == along::row_constant) {
+        s += cat("  const ", T, " kt_C", K_, " = ",
+                 codegen::load_value(g.inputs[k].type, cat("kt_in", K_, "[kt_b", K_, "]")), ";\n");
+        continue;
       }
+      s += cat("  ", T, " kt_L", K_, "[", num(items), "];\n  KILN_GLOBAL const ",
+               type_name(g.inputs[k].type), "* kt_p", K_, " = kt_in", K_, " + kt_b", K_,
+               " + kt_lane;\n");
+      body += cat("    kt_L", K_, "[kt_e] = ", full ? "" : "kt_e < kt_ne ? ",
+                  codegen::load_value(g.inputs[k].type, cat("kt_p", K_, "[32 * kt_e]")),
+                  full ? "" : cat(" : (", T, ")0"), ";\n");
     }
     if (body.empty()) return s;
-    return s + cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items),
-                   "; ++kt_e) {\n    const int64_t kt_r = (int64_t)kt_lane + 32 * kt_e;\n", body,
-                   "  }\n");
+    return s + cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items), "; ++kt_e) {\n",
+                   body, "  }\n");
   }
 
   // Warp form of pass j: the lane's elements folded in registers, then a butterfly over the
@@ -384,6 +380,9 @@ std::string render_rows(const row_lowered& r, std::uint32_t lanes) {
 
 std::string render_warp_rows(const row_lowered& r, std::uint32_t items, bool full,
                              const char* warp_definitions) {
+  for (std::size_t k = 0; k < r.l.g.inputs.size(); ++k)
+    if (along_row(r.l.g, k, r.l.kept.size(), r.l.reduced.size()) == along::other)
+      throw invalid_argument("kiln: the warp form of a row kernel needs contiguous rows");
   return renderer{r, 32, items, full, warp_definitions}.render();
 }
 
@@ -412,8 +411,11 @@ std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64
   while (32 * std::int64_t{items} < len) items += 4;
   std::size_t arrays = 0;
   for (std::size_t k = 0; k < r.l.g.inputs.size(); ++k)
-    arrays +=
-        !input_offset(r.l.g, k, r.l.kept.size(), r.l.kept.size() + r.l.reduced.size(), "y").empty();
+    switch (along_row(r.l.g, k, r.l.kept.size(), r.l.reduced.size())) {
+      case along::contiguous: ++arrays; break;
+      case along::row_constant: break;
+      case along::other: return 0;  // strided or several reduced dims: the group form
+    }
   for (bool kept : kept_values(r)) arrays += kept;
   if (items * arrays > row_warp_policy::max_registers) return 0;
   return items;

@@ -6,7 +6,8 @@
 // few rows), so the expression costs about one read and one write of S.
 //
 // Strategies: on devices with 32-lane warp shuffles (feature::warp32), rows of 32 to 1024
-// elements take the warp form: a warp per row, which reads the row's inputs into registers
+// contiguous elements (one reduced dim of unit stride; inputs constant along the row are read
+// once) take the warp form: a warp per row, which reads the row's inputs into registers
 // once (every load in flight before any use), folds each reduction there and across the warp
 // by shuffles, and writes the row from registers: no barriers, no local memory, one read of
 // the inputs. Elsewhere, as reduce_kernel.hpp's: `lanes` work-items of a group per row through
@@ -42,12 +43,13 @@ struct row_warp_policy {
   // items per lane x the row's register arrays (inputs that vary along the row, values kept)
   static constexpr std::size_t max_registers = 96;
 };
-// Elements per lane (a power of two) of the warp form for rows of len on dev; 0 where it does
-// not apply (no warp shuffles, a length outside the policy, too many inputs, an accumulator type
-// a shuffle does not move).
+// Elements per lane of the warp form for rows of len on dev; 0 where it does not apply (no warp
+// shuffles, a length outside the policy, an input strided along the row or several reduced
+// dims, too many register arrays, an accumulator type a shuffle does not move).
 std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64_t len);
 // The warp form (groups of reduce_policy::group items, a row per warp); full: rows of exactly
 // 32 * items elements (no bounds checks); warp_definitions: the target's (codegen::target::warp).
+// r's inputs must be contiguous or constant along the row (kiln::invalid_argument otherwise).
 std::string render_warp_rows(const row_lowered& r, std::uint32_t items, bool full,
                              const char* warp_definitions);
 

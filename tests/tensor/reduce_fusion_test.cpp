@@ -196,14 +196,21 @@ TEST(TensorCodegen, RowKernelsCompileForCuda) {
                     "run the CUDA kernels";
   const kiln::device cpu = kiln::device::get("cpu");
   const kiln::tensor x = kiln::tensor::from(cpu, std::vector<double>(24, 1.0), {2, 3, 4});
+  // A weight along the row, a value constant along it, two reductions.
+  const kiln::tensor w = kiln::tensor::from(cpu, std::vector<double>(4, 2.0), {4});
+  const kiln::tensor c = kiln::tensor::from(cpu, std::vector<double>(6, 0.5), {2, 3, 1});
   for (const kiln::tensor& e :
-       {x.softmax(-1), x.log_softmax(2),
+       {x.softmax(-1), x.log_softmax(2), (x - x.mean(-1, true)) * w + c + x.max(-1, true),
         (x - x.mean({1, 2}, true)) / kiln::sqrt(x.var({1, 2}, 0, true) + 1e-5)}) {
     ASSERT_FALSE(kiln::detail::row_fusable(*e.impl()).empty());
     const auto r = kiln::detail::lower_rows(*e.impl());
     for (std::uint32_t lanes : {1u, 32u, 256u}) {
       const std::string src = kiln::detail::render_rows(r, lanes);
       EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+    }
+    if (r.l.reduced.size() > 1) {  // several reduced dims: the group form only
+      EXPECT_THROW(kiln::detail::render_warp_rows(r, 4, false, ""), kiln::invalid_argument);
+      continue;
     }
     for (std::uint32_t items : {1u, 4u, 12u, 32u})  // the warp form, with the target's shuffles
       for (bool full : {false, true}) {
