@@ -81,19 +81,25 @@ along along_row(const ir::graph& g, std::size_t k, std::size_t K, std::size_t M)
              : along::other;
 }
 
-bool reads(const ir::graph& g, ir::node_id root, ir::node_id x) {
+// The nodes root reads, as a mark per node: the walk goes through operands and stops at
+// reductions (row values by then) and wherever `stop` says (values kept in registers).
+template <class Stop>
+std::vector<bool> reached(const ir::graph& g, ir::node_id root, Stop stop) {
   std::vector<bool> in(g.nodes.size());
   std::vector<ir::node_id> stack{root};
   while (!stack.empty()) {
     const ir::node_id y = stack.back();
     stack.pop_back();
-    if (y == x) return true;
     if (in[std::size_t(y)]) continue;
     in[std::size_t(y)] = true;
-    if (ir::info(g[y].o).cls == ir::op_class::reduce) continue;  // a row value by then
+    if (ir::info(g[y].o).cls == ir::op_class::reduce || stop(y)) continue;
     for (int k = 0; k < ir::info(g[y].o).arity; ++k) stack.push_back(g[y].operands[k]);
   }
-  return false;
+  return in;
+}
+
+bool reads(const ir::graph& g, ir::node_id root, ir::node_id x) {
+  return reached(g, root, [](ir::node_id) { return false; })[std::size_t(x)];
 }
 
 // Per reduction: whether the value it folds (not a leaf or a load: those are in registers
@@ -142,16 +148,8 @@ struct renderer {
   // The nodes `root` needs, in node order, stopping at reductions (row values by then) and,
   // in the warp form, at values kept in registers by passes before `upto`.
   std::vector<ir::node_id> needed(ir::node_id root, std::size_t upto = 0) const {
-    std::vector<bool> in(g.nodes.size());
-    std::vector<ir::node_id> stack{root};
-    while (!stack.empty()) {
-      const ir::node_id x = stack.back();
-      stack.pop_back();
-      if (in[std::size_t(x)]) continue;
-      in[std::size_t(x)] = true;
-      if (is_red(x) || kept_by(x, upto) >= 0) continue;
-      for (int k = 0; k < ir::info(g[x].o).arity; ++k) stack.push_back(g[x].operands[k]);
-    }
+    const std::vector<bool> in =
+        reached(g, root, [&](ir::node_id x) { return kept_by(x, upto) >= 0; });
     std::vector<ir::node_id> out;
     for (std::size_t i = 0; i < in.size(); ++i)
       if (in[i] && !is_red(ir::node_id(i))) out.push_back(ir::node_id(i));
