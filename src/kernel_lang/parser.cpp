@@ -37,6 +37,15 @@ std::vector<std::size_t> find_word(std::string_view text, std::string_view word)
   return out;
 }
 
+// Whether offset p lies on a preprocessor line (its first non-blank character is '#'): a
+// `#define KILN_KERNEL ...` of native source names no kernel.
+bool in_directive(std::string_view t, std::size_t p) {
+  std::size_t b = t.rfind('\n', p);
+  b = b == std::string_view::npos ? 0 : b + 1;
+  while (b < p && (t[b] == ' ' || t[b] == '\t')) ++b;
+  return b < p && t[b] == '#';
+}
+
 std::size_t skip_space(std::string_view t, std::size_t p) {
   while (p < t.size() && std::isspace(static_cast<unsigned char>(t[p]))) ++p;
   return p;
@@ -222,6 +231,7 @@ parsed_source parse(std::string_view source) {
   parsed_source out;
   std::set<std::string> names;
   for (std::size_t kw : find_word(text, "KILN_KERNEL")) {
+    if (in_directive(text, kw)) continue;
     kernel_decl k;
     std::size_t p = skip_space(text, kw + 11);
     if (text.compare(p, 4, "void") != 0 || (p + 4 < text.size() && ident_char(text[p + 4])))

@@ -134,6 +134,94 @@ program_impl::~program_impl() {
 
 }  // namespace detail
 
+namespace detail {
+namespace {
+
+// Appended to the options of native programs' cache keys (never passed to a compiler).
+constexpr std::string_view native_key_suffix = "\n#kiln-native";
+
+// The disk cache, the backend compiler and the driver for a program whose dialect text is
+// `rendered`; the program joins the device's memory cache under (source, key_options).
+program build_and_load(const device& dev, std::uint32_t gen, std::shared_ptr<program_impl> p,
+                       std::string_view source, std::string_view key_options,
+                       const std::string& rendered, std::string_view options,
+                       std::chrono::steady_clock::time_point t0) {
+  device_impl& d = *dev.impl();
+  const kiln_backend& api = *d.api;
+  const std::string opts(options);
+  const disk_cache* disk = the_disk_cache();
+  // The device's identity joins the compiler's: OpenCL binaries belong to one platform,
+  // device and driver version (the plugin's compiler id names every platform's version).
+  const cache_key key = make_cache_key(
+      d.info.backend, d.info.arch,
+      d.compiler_id() + '|' + d.info.vendor + '|' + d.info.name + '|' + d.info.driver_version,
+      std::string(key_options), rendered);
+  std::optional<std::vector<std::byte>> bytes;
+  if (disk) bytes = disk->load(key);
+  bool from_disk = bytes.has_value();
+  if (const kiln_status f = maybe_fault(d, testing::fault::compile); f != KILN_OK)
+    throw_injected(d, testing::fault::compile, f, "compiling a kernel for " + d.id);
+  if (!bytes) bytes = backend_compile(api, d.handle(), d.info.arch, rendered, source, opts, d.id);
+  d.refuse_if_ring_running(KILN_OP_LOAD_WHILE_RESIDENT, "loading a new program");
+  kiln_status s = api.program_load(d.handle(), bytes->data(), bytes->size(), &p->handle);
+  if (s != KILN_OK && from_disk) {
+    // A valid-looking entry the driver refuses (e.g. a driver update): rebuild it.
+    stats().disk_rejects++;
+    from_disk = false;
+    bytes = backend_compile(api, d.handle(), d.info.arch, rendered, source, opts, d.id);
+    s = api.program_load(d.handle(), bytes->data(), bytes->size(), &p->handle);
+  }
+  check(api, s, "loading a compiled program");
+  if (from_disk)
+    stats().disk_hits++;
+  else if (disk)
+    disk->store(key, *bytes);
+  if (log_enabled(from_disk ? log_level::debug : log_level::info))
+    logf(from_disk ? log_level::debug : log_level::info, "{} on {} in {:.1f} ms: {}",
+         from_disk ? "program cache hit (disk)" : "compiled program", d.id, ms_since(t0),
+         kernel_list(p->parsed));
+  // Another thread may have compiled the same source meanwhile: both use the cached program.
+  return program(d.programs().insert(source, key_options, gen, std::move(p)));
+}
+
+std::optional<program> memory_hit(device_impl& d, std::string_view source,
+                                  std::string_view key_options, std::uint32_t gen) {
+  auto hit = d.programs().find(source, key_options, gen);
+  if (!hit) return std::nullopt;
+  stats().memory_hits++;
+  if (log_enabled(log_level::debug))
+    logf(log_level::debug, "program cache hit (memory) on {}: {}", d.id, kernel_list(hit->parsed));
+  return program(std::move(hit));
+}
+
+std::shared_ptr<program_impl> new_program(const device& dev, std::uint32_t gen,
+                                          std::string_view source, bool checked) {
+  auto p = std::make_shared<program_impl>();
+  p->dev = dev.impl();
+  p->public_device = dev;
+  p->gen = gen;
+  p->parsed = kernel_lang::parse(source);
+  p->checked = checked;
+  return p;
+}
+
+}  // namespace
+
+program compile_native(const device& dev, std::string_view source, std::string_view options) {
+  device_impl& d = *dev.impl();
+  const std::uint32_t gen = d.generation.load(std::memory_order_acquire);
+  d.check_alive(gen, "compiling a program");
+  const std::string key_options = std::string(options).append(native_key_suffix);
+  if (auto hit = memory_hit(d, source, key_options, gen)) return std::move(*hit);
+  KILN_TRACE_RANGE("compile");
+  const auto t0 = std::chrono::steady_clock::now();
+  auto p = new_program(dev, gen, source, false);
+  return build_and_load(dev, gen, std::move(p), source, key_options, std::string(source), options,
+                        t0);
+}
+
+}  // namespace detail
+
 program program::compile(const device& dev, std::string_view source, std::string_view options,
                          check_mode checks) {
   detail::device_impl& d = *dev.impl();
@@ -145,60 +233,14 @@ program program::compile(const device& dev, std::string_view source, std::string
   std::string checked_options;
   if (checked) checked_options.append(options).append(detail::checked_key_suffix);
   const std::string_view key_options = checked ? std::string_view(checked_options) : options;
-  if (auto hit = d.programs().find(source, key_options, gen)) {
-    detail::stats().memory_hits++;
-    if (detail::log_enabled(log_level::debug))
-      detail::logf(log_level::debug, "program cache hit (memory) on {}: {}", d.id,
-                   detail::kernel_list(hit->parsed));
-    return program(std::move(hit));
-  }
+  if (auto hit = detail::memory_hit(d, source, key_options, gen)) return std::move(*hit);
   KILN_TRACE_RANGE("compile");
   const auto t0 = std::chrono::steady_clock::now();
-  auto p = std::make_shared<detail::program_impl>();
-  p->dev = dev.impl();
-  p->public_device = dev;
-  p->gen = gen;
-  p->parsed = kernel_lang::parse(source);
-  p->checked = checked;
+  auto p = detail::new_program(dev, gen, source, checked);
   detail::check_features(p->parsed, d.info, d.id);
-  const kiln_backend& api = *d.api;
-  const std::string rendered = codegen::render(source, p->parsed, api.dialect, checked);
-  const std::string opts(options);
-
-  const detail::disk_cache* disk = detail::the_disk_cache();
-  // The device's identity joins the compiler's: OpenCL binaries belong to one platform,
-  // device and driver version (the plugin's compiler id names every platform's version).
-  const detail::cache_key key = detail::make_cache_key(
-      d.info.backend, d.info.arch,
-      d.compiler_id() + '|' + d.info.vendor + '|' + d.info.name + '|' + d.info.driver_version,
-      std::string(key_options), rendered);
-  std::optional<std::vector<std::byte>> bytes;
-  if (disk) bytes = disk->load(key);
-  bool from_disk = bytes.has_value();
-  if (const kiln_status f = detail::maybe_fault(d, testing::fault::compile); f != KILN_OK)
-    detail::throw_injected(d, testing::fault::compile, f, "compiling a kernel for " + d.id);
-  if (!bytes)
-    bytes = detail::backend_compile(api, d.handle(), d.info.arch, rendered, source, opts, d.id);
-  d.refuse_if_ring_running(KILN_OP_LOAD_WHILE_RESIDENT, "loading a new program");
-  kiln_status s = api.program_load(d.handle(), bytes->data(), bytes->size(), &p->handle);
-  if (s != KILN_OK && from_disk) {
-    // A valid-looking entry the driver refuses (e.g. a driver update): rebuild it.
-    detail::stats().disk_rejects++;
-    from_disk = false;
-    bytes = detail::backend_compile(api, d.handle(), d.info.arch, rendered, source, opts, d.id);
-    s = api.program_load(d.handle(), bytes->data(), bytes->size(), &p->handle);
-  }
-  detail::check(api, s, "loading a compiled program");
-  if (from_disk)
-    detail::stats().disk_hits++;
-  else if (disk)
-    disk->store(key, *bytes);
-  if (detail::log_enabled(from_disk ? log_level::debug : log_level::info))
-    detail::logf(from_disk ? log_level::debug : log_level::info, "{} on {} in {:.1f} ms: {}",
-                 from_disk ? "program cache hit (disk)" : "compiled program", d.id,
-                 detail::ms_since(t0), detail::kernel_list(p->parsed));
-  // Another thread may have compiled the same source meanwhile: both use the cached program.
-  return program(d.programs().insert(source, key_options, gen, std::move(p)));
+  const std::string rendered = codegen::render(source, p->parsed, d.api->dialect, checked);
+  return detail::build_and_load(dev, gen, std::move(p), source, key_options, rendered, options,
+                                t0);
 }
 
 namespace {
@@ -265,6 +307,18 @@ void compile_only(std::string_view backend_name, std::string_view arch, std::str
   detail::backend_compile(*b->api, nullptr, std::string(arch), rendered, source,
                           std::string(options), b->name + " (" + std::string(arch) + ")");
 }
+
+namespace detail {
+void compile_native_only(std::string_view backend_name, std::string_view arch,
+                         std::string_view source, std::string_view options) {
+  const backend* b = registry::get().find(backend_name);
+  if (!b || !b->loaded)
+    throw unsupported("backend '" + std::string(backend_name) + "' is not available" +
+                      (b ? ": " + b->detail : std::string()));
+  backend_compile(*b->api, nullptr, std::string(arch), std::string(source), source,
+                  std::string(options), b->name + " (" + std::string(arch) + ")");
+}
+}  // namespace detail
 
 kernel_cache_stats cache_stats() {
   auto& c = detail::stats();

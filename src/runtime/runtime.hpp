@@ -273,6 +273,18 @@ std::shared_ptr<memory_impl> allocate_on(queue_impl& q, std::uint64_t bytes);
 void check_features(const kernel_lang::parsed_source& p, const device_info& info,
                     const std::string& id);
 
+// A program of native dialect source (the backend's own language: CUDA C++ through NVRTC on the
+// CUDA backend), compiled and cached as program::compile's are but neither rendered nor
+// checked. Its kernels are declared `KILN_KERNEL void name(KILN_GLOBAL T* a, ...)` so that
+// launches know their parameters; the source defines KILN_KERNEL and KILN_GLOBAL itself (CUDA:
+// extern "C" __global__). Launches pass the hidden range argument after the declared ones,
+// which a native kernel does not declare (the driver reads only the declared parameters).
+program compile_native(const device& dev, std::string_view source, std::string_view options);
+// The same source compiled for `arch` of backend `backend` without a device (NVRTC without a
+// GPU, as kiln::compile_only); throws kiln::compile_error or kiln::unsupported.
+void compile_native_only(std::string_view backend, std::string_view arch, std::string_view source,
+                         std::string_view options);
+
 // Checked mode: KILN_CHECK's value ("bounds", "off"; null or empty: unset, which gives
 // check_mode::automatic); kiln::invalid_argument naming the value otherwise.
 check_mode parse_check_env(const char* value);

@@ -4,12 +4,15 @@
 #include "sort/radix_sort.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "runtime/log.hpp"
+#include "sort/cub_radix_sort.hpp"
 #include "sort/words.hpp"
 
 namespace kiln::detail {
@@ -33,6 +36,9 @@ template <class T>
 arg_binding scalar(T v) {
   return bind_arg(v);
 }
+
+// Set when NVRTC refused CUB's headers once: automatic sorts stop trying.
+std::atomic<bool> cub_refused{false};
 
 sort_operand fresh(queue_impl& q, std::uint64_t bytes) {
   return {allocate_on(q, std::max<std::uint64_t>(bytes, 8)), 0};
@@ -79,6 +85,23 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
   if (n == 0) return r;
 
   const device& dev = q.get_device();
+  if (a.path == radix_path::cub || a.path == radix_path::automatic) {
+    const std::string why = cub_sort_unavailable(dev);
+    if (a.path == radix_path::cub && !why.empty())
+      throw unsupported(fn + ": CUB's radix sort cannot run on " + dev.id() + ": " + why);
+    if (why.empty() && (a.path == radix_path::cub || !cub_refused.load())) {
+      try {
+        cub_radix_sort(q, a, kb, vb, r);
+        return r;
+      } catch (const compile_error& e) {
+        // Headers NVRTC cannot compile (another CCCL): the portable kernels from now on.
+        if (a.path == radix_path::cub) throw;
+        if (!cub_refused.exchange(true))
+          logf(log_level::warn, "radix sort: NVRTC refused CUB's headers ({}); Kiln's own "
+               "kernels sort from now on", e.what());
+      }
+    }
+  }
   const radix_sort_policy& p = radix_policy;
   // The tiled kernels need barriers, work-groups of p.threads and the scatter's local memory.
   const device_info& info = dev.info();

@@ -48,9 +48,11 @@ struct sort_operand {
   std::uint64_t offset = 0;  // elements
 };
 
-// Which kernels run. automatic: the tiled kernels on GPUs, the chunked ones on CPU devices
+// Which kernels run. automatic: CUB's onesweep agents on CUDA devices where CCCL's headers are
+// found (cub_radix_sort.hpp), else the tiled kernels on GPUs, the chunked ones on CPU devices
 // (the CPU backend has no barriers; on PoCL the chunked kernels are ~10x faster than tiles).
-enum class radix_path { automatic, tiled, chunked };
+// cub: CUB's or kiln::unsupported saying why not.
+enum class radix_path { automatic, tiled, chunked, cub };
 
 struct radix_sort_args {
   scalar_type key_type = scalar_type::u32;  // every type but f16/bf16

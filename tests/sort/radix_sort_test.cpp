@@ -12,6 +12,8 @@
 #include <numeric>
 
 #include "conformance/backends.hpp"
+#include "kernel_lang/parser.hpp"
+#include "sort/cub_radix_sort.hpp"
 
 namespace {
 
@@ -197,6 +199,29 @@ TEST_P(SortTest, TiledKernelsWhereBarriersExist) {
   }
   check<double>(specials<double>(5000, 14), true);
   check<float, std::uint64_t>(specials<float>(5000, 15), false);
+}
+
+// CUB's onesweep agents (CUDA devices with CCCL's headers): every key width and kind in both
+// directions, keys only and with 4- and 8-byte values, sizes around CUB's tiles (3840 keys of
+// 32 bits on sm_90) and its partial last tile; Kiln's order of NaNs and signed zeros, which
+// CUB's own traits do not give.
+TEST_P(SortTest, CubAgentsWhereCcclIsFound) {
+  const std::string why = kiln::detail::cub_sort_unavailable(dev());
+  if (!why.empty()) GTEST_SKIP() << "CUB's radix sort: " << why;
+  path_ = kiln::detail::radix_path::cub;
+  for (std::uint64_t n : {1ull, 2ull, 3839ull, 3840ull, 3841ull, 7681ull, 100003ull, 3000017ull})
+    for (bool desc : {false, true}) {
+      check<bool>(random_keys<bool>(n, 20 + n, false), desc);
+      check<std::int8_t>(random_keys<std::int8_t>(n, 21 + n, false), desc, false);
+      check<std::uint16_t, std::uint64_t>(random_keys<std::uint16_t>(n, 22 + n, true), desc);
+      check<std::int32_t>(random_keys<std::int32_t>(n, 23 + n, false), desc);
+      check<std::uint32_t>(random_keys<std::uint32_t>(n, 24 + n, true), desc, false);
+      check<float>(random_keys<float>(n, 25 + n, false), desc);
+      check<std::int64_t, std::uint64_t>(random_keys<std::int64_t>(n, 26 + n, false), desc);
+      check<double>(random_keys<double>(n, 27 + n, true), desc, false);
+      check<float, std::uint64_t>(specials<float>(n, 28 + n), desc);
+      check<double>(specials<double>(n, 29 + n), desc);
+    }
 }
 
 // Keys whose digits are constant in some passes (those passes move nothing): skipped first,
@@ -404,6 +429,15 @@ TEST_P(SortTest, BadInputIsRefusedClearly) {
   if (!dev().supports(kiln::feature::barrier)) {
     EXPECT_THROW(radix_sort(q, a), kiln::unsupported);
   }
+  a.path = kiln::detail::radix_path::cub;
+  if (const std::string why = kiln::detail::cub_sort_unavailable(dev()); !why.empty()) {
+    try {
+      radix_sort(q, a);
+      ADD_FAILURE() << "the CUB path ran on " << dev().id();
+    } catch (const kiln::unsupported& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(why));
+    }
+  }
   a.path = kiln::detail::radix_path::automatic;
   a.keys_out = a.keys_in;  // in place: refused
   EXPECT_THROW(radix_sort(q, a), kiln::invalid_argument);
@@ -433,6 +467,40 @@ TEST(SortCompile, CudaDialectOfTheTexts) {
           << "tiled, " << kb << "-byte keys, " << vb << "-byte values";
   EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::radix_sort_source(false, 1, 4)));
   EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::radix_sort_source(false, 8, 8)));
+}
+
+// The CUB texts compile with NVRTC against the CCCL headers found (compile-only where there is
+// no GPU): each key width, kind and value width once, both directions, 64-bit offsets.
+TEST(SortCompile, CubTextsCompileWithNvrtc) {
+  std::string why;
+  const std::optional<std::string> dir = kiln::detail::cccl_include_dir(&why);
+  if (!dir) GTEST_SKIP() << why;
+  const std::string opts = "-I\"" + *dir + "\"";
+  const struct {
+    std::uint32_t kb, vb;
+    int kind;
+    bool desc, wide;
+  } cases[] = {{4, 0, 2, false, false},
+               {8, 8, 2, true, false},
+               {1, 4, 1, false, false},
+               {2, 0, 0, true, false},
+               {4, 4, 0, false, true}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(::testing::Message() << c.kb << "-byte keys of kind " << c.kind << ", values "
+                                      << c.vb << (c.desc ? ", descending" : "")
+                                      << (c.wide ? ", 64-bit offsets" : ""));
+    const std::string src = kiln::detail::cub_radix_sort_source(c.kb, c.vb, c.kind, c.desc, c.wide);
+    // Launches know the kernels' parameters from their KILN_KERNEL declarations.
+    std::vector<std::string> names;
+    for (const auto& k : kiln::kernel_lang::parse(src).kernels) names.push_back(k.name);
+    EXPECT_EQ(names, (std::vector<std::string>{"ks_policy", "ks_hist", "ks_exclusive_sum",
+                                               "ks_onesweep"}));
+    try {
+      kiln::detail::compile_native_only("cuda", "sm_90", src, opts);
+    } catch (const kiln::unsupported& e) {
+      GTEST_SKIP() << e.what();
+    }
+  }
 }
 
 KILN_INSTANTIATE_PER_DEVICE(SortTest);
