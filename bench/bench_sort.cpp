@@ -5,7 +5,7 @@
 // warm-up; prints Mkeys/s and checks that the pairs are stably sorted.
 //
 //   bench_sort [--device cpu:0] [--runs 5] [--warmup 1] [--sizes 1048576,16777216]
-//              [--path tiled|chunked]   (default: the automatic choice)
+//              [--path tiled|chunked|cub]   (default: the automatic choice)
 //              [--host 0]               (skip the std::stable_sort rows)
 #include <algorithm>
 #include <chrono>
@@ -105,6 +105,33 @@ void run_size(kiln::queue& q, const options& o, std::uint64_t n) {
         }));
   }
 
+  {  // 64-bit keys (random over the whole range) and f32 keys, keys only.
+    std::mt19937_64 rng64(43);
+    std::vector<std::uint64_t> k64(n);
+    for (auto& k : k64) k = rng64();
+    kiln::buffer<std::uint64_t> in64(dev, k64), out64(dev, n);
+    kiln::detail::radix_sort_args b = a;
+    b.key_type = kiln::scalar_type::u64;
+    b.keys_in = {in64.view().memory(), 0};
+    b.keys_out = {out64.view().memory(), 0};
+    const std::string name = "radix_sort keys u64 " + dev.id();
+    row(name.c_str(), n, median_ms(o, [&] {
+          kiln::detail::radix_sort(q, b);
+          q.finish();
+        }));
+    std::vector<float> kf(n);
+    for (std::uint64_t i = 0; i < n; ++i) kf[i] = float(std::int32_t(keys[i])) * 1e-3f;
+    kiln::buffer<float> inf(dev, kf), outf(dev, n);
+    b.key_type = kiln::scalar_type::f32;
+    b.keys_in = {inf.view().memory(), 0};
+    b.keys_out = {outf.view().memory(), 0};
+    const std::string fname = "radix_sort keys f32 " + dev.id();
+    row(fname.c_str(), n, median_ms(o, [&] {
+          kiln::detail::radix_sort(q, b);
+          q.finish();
+        }));
+  }
+
   {  // The same sort through kiln::query (a barrier: copy out, sort, collect into a buffer).
     using namespace kiln::placeholders;
     kiln::buffer<std::uint32_t> kin(dev, keys);
@@ -148,6 +175,7 @@ int main(int argc, char** argv) {
       const std::string v = argv[i + 1];
       o.path = v == "tiled"     ? kiln::detail::radix_path::tiled
                : v == "chunked" ? kiln::detail::radix_path::chunked
+               : v == "cub"     ? kiln::detail::radix_path::cub
                                 : kiln::detail::radix_path::automatic;
     } else if (k == "--sizes") {
       o.sizes.clear();

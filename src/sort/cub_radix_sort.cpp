@@ -31,7 +31,9 @@ namespace fs = std::filesystem;
 // The CCCL version a folder holds (CCCL_VERSION, MMMmmmppp), 0 when it holds none.
 long cccl_version(const fs::path& dir) {
   std::error_code ec;
-  if (!fs::exists(dir / "cub" / "device" / "dispatch" / "kernels" / "radix_sort.cuh", ec))
+  // CUB includes Thrust's and libcu++'s headers: all three must be there.
+  if (!fs::exists(dir / "cub" / "device" / "dispatch" / "kernels" / "radix_sort.cuh", ec) ||
+      !fs::exists(dir / "thrust" / "version.h", ec))
     return 0;
   std::ifstream f(dir / "cuda" / "std" / "__cccl" / "version.h");
   std::string line;
@@ -298,8 +300,8 @@ std::optional<std::string> cccl_include_dir(std::string* why) {
     if (const char* e = std::getenv("KILN_CCCL_INCLUDE"); e && *e) {
       if (take(e)) return r;
       r.second = "KILN_CCCL_INCLUDE=" + std::string(e) +
-                 " holds no CCCL 3.0+ (cub/device/dispatch/kernels/radix_sort.cuh and "
-                 "cuda/std/__cccl/version.h)" + tried;
+                 " holds no CCCL 3.0+ (cub/device/dispatch/kernels/radix_sort.cuh, "
+                 "thrust/version.h and cuda/std/__cccl/version.h)" + tried;
       return r;
     }
     for (const fs::path& d : candidates())
