@@ -7,6 +7,7 @@
 #include "commands.hpp"
 #include "kiln/kiln.hpp"
 #include "query/host_input.hpp"
+#include "sort/cub_radix_sort.hpp"
 #include "tensor/placement.hpp"
 
 namespace kiln::tool {
@@ -81,12 +82,21 @@ std::pair<std::optional<device>, std::string> best_device() {
   }
 }
 
+// CUDA devices: whether sorts run CUB's agents, and where its headers are (or why not).
+std::optional<std::pair<bool, std::string>> cub_sort(const device& d) {
+  if (d.info().backend != "cuda") return std::nullopt;
+  const std::string why = detail::cub_sort_unavailable(d);
+  if (!why.empty()) return std::pair{false, why};
+  return std::pair{true, "CCCL headers at " + *detail::cccl_include_dir()};
+}
+
 json device_json(const device& d) {
   const device_info& i = d.info();
   json features = json::array();
   for (const feature_name& f : feature_names)
     if (d.supports(f.f)) features.push_back(f.key);
   const device::memory_usage_t mem = d.memory_usage();
+  const auto cub = cub_sort(d);
   return {{"id", d.id()},
           {"index", d.index()},
           {"name", i.name},
@@ -107,7 +117,9 @@ json device_json(const device& d) {
           {"compute_major", i.compute_major},
           {"compute_minor", i.compute_minor},
           {"features", features},
-          {"memory_usage", {{"in_use_bytes", mem.in_use}, {"peak_bytes", mem.peak}}}};
+          {"memory_usage", {{"in_use_bytes", mem.in_use}, {"peak_bytes", mem.peak}}},
+          {"cub_sort", cub ? json{{"available", cub->first}, {"detail", cub->second}}
+                           : json(nullptr)}};
 }
 
 int info_json(const std::vector<backend_status>& backends, const std::vector<device>& devices) {
@@ -187,6 +199,9 @@ int info_text(const std::vector<backend_status>& backends, const std::vector<dev
     for (const feature_name& f : feature_names)
       if (d.supports(f.f)) feats += std::string(feats.empty() ? "" : ", ") + f.label;
     std::printf("    features: %s\n", feats.c_str());
+    if (const auto cub = cub_sort(d))
+      std::printf("    sort: %s (%s)\n", cub->first ? "CUB's onesweep agents" : "Kiln's kernels",
+                  cub->second.c_str());
   }
   std::printf("\nkiln::automatic placement (`kiln calibrate` measures; docs/placement.md):\n");
   bool any_gpu = false;
