@@ -239,8 +239,7 @@ program program::compile(const device& dev, std::string_view source, std::string
   auto p = detail::new_program(dev, gen, source, checked);
   detail::check_features(p->parsed, d.info, d.id);
   const std::string rendered = codegen::render(source, p->parsed, d.api->dialect, checked);
-  return detail::build_and_load(dev, gen, std::move(p), source, key_options, rendered, options,
-                                t0);
+  return detail::build_and_load(dev, gen, std::move(p), source, key_options, rendered, options, t0);
 }
 
 namespace {

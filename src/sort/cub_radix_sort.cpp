@@ -247,8 +247,7 @@ namespace {
 
 // The policy's numbers (ks_policy's out[]).
 struct tile_policy {
-  std::uint32_t hist_threads = 0, sum_threads = 0, threads = 0, items = 0, bits = 0,
-                sum_bits = 0;
+  std::uint32_t hist_threads = 0, sum_threads = 0, threads = 0, items = 0, bits = 0, sum_bits = 0;
 };
 
 tile_policy policy_of(queue& q, const program& prog, const std::string& source) {
@@ -270,9 +269,9 @@ tile_policy policy_of(queue& q, const program& prog, const std::string& source) 
   if (!p.hist_threads || !p.sum_threads || !p.threads || !p.items || p.bits < 1 || p.bits > 8 ||
       p.sum_bits != p.bits)
     throw backend_failure("kiln radix_sort: CUB's policy reads back as hist " +
-                        std::to_string(p.hist_threads) + ", tile " + std::to_string(p.threads) +
-                        " x " + std::to_string(p.items) + ", " + std::to_string(p.bits) +
-                        " bits: not a usable onesweep policy");
+                          std::to_string(p.hist_threads) + ", tile " + std::to_string(p.threads) +
+                          " x " + std::to_string(p.items) + ", " + std::to_string(p.bits) +
+                          " bits: not a usable onesweep policy");
   std::lock_guard lock(mu);
   known.emplace(id, p);
   return p;
@@ -301,14 +300,16 @@ std::optional<std::string> cccl_include_dir(std::string* why) {
       if (take(e)) return r;
       r.second = "KILN_CCCL_INCLUDE=" + std::string(e) +
                  " holds no CCCL 3.0+ (cub/device/dispatch/kernels/radix_sort.cuh, "
-                 "thrust/version.h and cuda/std/__cccl/version.h)" + tried;
+                 "thrust/version.h and cuda/std/__cccl/version.h)" +
+                 tried;
       return r;
     }
     for (const fs::path& d : candidates())
       if (take(d)) return r;
-    r.second = "CCCL 3.0+ headers (CUB) not found: set KILN_CCCL_INCLUDE to the folder holding "
-               "cub/ and cuda/, or install the CUDA toolkit or the nvidia-cuda-cccl package" +
-               tried;
+    r.second =
+        "CCCL 3.0+ headers (CUB) not found: set KILN_CCCL_INCLUDE to the folder holding "
+        "cub/, thrust/ and cuda/, or install the CUDA toolkit or the nvidia-cuda-cccl package" +
+        tried;
     return r;
   }();
   if (why) *why = found.second;
@@ -329,7 +330,8 @@ void cub_radix_sort(queue& q, const radix_sort_args& a, std::uint32_t kb, std::u
   const std::uint64_t n = a.n;
   const bool wide = n > 0xFFFFFFFFull;
   const std::string dir = *cccl_include_dir();
-  const std::string source = cub_radix_sort_source(kb, vb, order_kind(a.key_type), a.descending, wide);
+  const std::string source =
+      cub_radix_sort_source(kb, vb, order_kind(a.key_type), a.descending, wide);
   const program prog = compile_native(dev, source, "-I\"" + dir + "\"");
   const tile_policy p = policy_of(q, prog, source);
   const scalar_type off_t = wide ? scalar_type::u64 : scalar_type::u32;

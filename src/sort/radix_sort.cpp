@@ -97,8 +97,10 @@ radix_sorted radix_sort(queue& q, const radix_sort_args& a) {
         // Headers NVRTC cannot compile (another CCCL): the portable kernels from now on.
         if (a.path == radix_path::cub) throw;
         if (!cub_refused.exchange(true))
-          logf(log_level::warn, "radix sort: NVRTC refused CUB's headers ({}); Kiln's own "
-               "kernels sort from now on", e.what());
+          logf(log_level::warn,
+               "radix sort: NVRTC refused CUB's headers ({}); Kiln's own "
+               "kernels sort from now on",
+               e.what());
       }
     }
   }

@@ -40,9 +40,10 @@ KILN_KERNEL void empty() { const char* s = "KILN_KERNEL void fake(int x)"; }
 // Native source (compile_native) defines the spelling itself: a preprocessor line naming
 // KILN_KERNEL declares no kernel.
 TEST(Parser, PreprocessorLinesDeclareNoKernel) {
-  auto p = parse("#define KILN_KERNEL extern \"C\" __global__\n"
-                 "  #  undef KILN_KERNEL\n"
-                 "KILN_KERNEL void k(KILN_GLOBAL uint32_t* out) { out[0] = 1; }\n");
+  auto p = parse(
+      "#define KILN_KERNEL extern \"C\" __global__\n"
+      "  #  undef KILN_KERNEL\n"
+      "KILN_KERNEL void k(KILN_GLOBAL uint32_t* out) { out[0] = 1; }\n");
   ASSERT_EQ(p.kernels.size(), 1u);
   EXPECT_EQ(p.kernels[0].name, "k");
   EXPECT_EQ(p.kernels[0].line, 3);

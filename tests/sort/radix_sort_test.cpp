@@ -486,9 +486,9 @@ TEST(SortCompile, CubTextsCompileWithNvrtc) {
                {2, 0, 0, true, false},
                {4, 4, 0, false, true}};
   for (const auto& c : cases) {
-    SCOPED_TRACE(::testing::Message() << c.kb << "-byte keys of kind " << c.kind << ", values "
-                                      << c.vb << (c.desc ? ", descending" : "")
-                                      << (c.wide ? ", 64-bit offsets" : ""));
+    SCOPED_TRACE(::testing::Message()
+                 << c.kb << "-byte keys of kind " << c.kind << ", values " << c.vb
+                 << (c.desc ? ", descending" : "") << (c.wide ? ", 64-bit offsets" : ""));
     const std::string src = kiln::detail::cub_radix_sort_source(c.kb, c.vb, c.kind, c.desc, c.wide);
     // Launches know the kernels' parameters from their KILN_KERNEL declarations.
     std::vector<std::string> names;

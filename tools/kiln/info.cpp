@@ -97,29 +97,29 @@ json device_json(const device& d) {
     if (d.supports(f.f)) features.push_back(f.key);
   const device::memory_usage_t mem = d.memory_usage();
   const auto cub = cub_sort(d);
-  return {{"id", d.id()},
-          {"index", d.index()},
-          {"name", i.name},
-          {"backend", i.backend},
-          {"type", type_name(i.type)},
-          {"vendor", i.vendor},
-          {"arch", i.arch},
-          {"driver_version", i.driver_version},
-          {"global_mem_bytes", i.global_mem_bytes},
-          {"max_alloc_bytes", i.max_alloc_bytes},
-          {"local_mem_bytes", i.local_mem_bytes},
-          {"compute_units", i.compute_units},
-          {"simd_width", i.simd_width},
-          {"max_work_group_size", i.max_work_group_size},
-          {"clock_mhz", i.clock_mhz},
-          {"max_work_item_sizes", i.max_work_item_sizes},
-          {"max_groups", i.max_groups},
-          {"compute_major", i.compute_major},
-          {"compute_minor", i.compute_minor},
-          {"features", features},
-          {"memory_usage", {{"in_use_bytes", mem.in_use}, {"peak_bytes", mem.peak}}},
-          {"cub_sort", cub ? json{{"available", cub->first}, {"detail", cub->second}}
-                           : json(nullptr)}};
+  return {
+      {"id", d.id()},
+      {"index", d.index()},
+      {"name", i.name},
+      {"backend", i.backend},
+      {"type", type_name(i.type)},
+      {"vendor", i.vendor},
+      {"arch", i.arch},
+      {"driver_version", i.driver_version},
+      {"global_mem_bytes", i.global_mem_bytes},
+      {"max_alloc_bytes", i.max_alloc_bytes},
+      {"local_mem_bytes", i.local_mem_bytes},
+      {"compute_units", i.compute_units},
+      {"simd_width", i.simd_width},
+      {"max_work_group_size", i.max_work_group_size},
+      {"clock_mhz", i.clock_mhz},
+      {"max_work_item_sizes", i.max_work_item_sizes},
+      {"max_groups", i.max_groups},
+      {"compute_major", i.compute_major},
+      {"compute_minor", i.compute_minor},
+      {"features", features},
+      {"memory_usage", {{"in_use_bytes", mem.in_use}, {"peak_bytes", mem.peak}}},
+      {"cub_sort", cub ? json{{"available", cub->first}, {"detail", cub->second}} : json(nullptr)}};
 }
 
 int info_json(const std::vector<backend_status>& backends, const std::vector<device>& devices) {
