@@ -7,6 +7,7 @@
 
 #include "query/sort_step.hpp"
 #include "runtime/runtime.hpp"
+#include "sort/cub_radix_sort.hpp"
 #include "sort/hash_group.hpp"
 #include "sort/reduce_by_key.hpp"
 
@@ -37,10 +38,16 @@ void group_collected(queue& q, collect_result& r, const std::vector<scalar_type>
   // The hash path (src/sort/hash_group.cpp) where it is exact and measured faster: on GPUs, for
   // aggregates whose result does not depend on the order rows arrive in (count, integer sums,
   // min, max, first); it gives up past its table's group count and the rows are sorted instead.
-  // On CPU devices sorting is faster beyond ~100 groups (docs/query.md).
+  // On CPU devices sorting is faster beyond ~100 groups (docs/query.md). Where the sort is
+  // CUB's (CUDA), sorting 256M rows costs 7-13 ms, and the table's global atomics lose to it as
+  // soon as value columns are aggregated (H200, 1M groups: 38.7 ms hashed, ~12 ms sorted): it
+  // keeps the groupings that read keys only (distinct, count), which it reads once.
   // KILN_QUERY_GROUP=hash|sort overrides the device rule (tests, benchmarks).
   const char* force = std::getenv("KILN_QUERY_GROUP");
-  const bool by_device = q.get_device().info().type == device_type::gpu;
+  const bool reads_values = std::any_of(g.columns.begin(), g.columns.end(),
+                                        [](const group_step::column& c) { return c.input >= 0; });
+  const bool by_device = q.get_device().info().type == device_type::gpu &&
+                         (!reads_values || !cub_sort_unavailable(q.get_device()).empty());
   const bool want_hash = force && *force ? std::string(force) == "hash" : by_device;
   if (sort_first && want_hash && std::all_of(a.values.begin(), a.values.end(), hash_group_exact)) {
     hash_group_args h;
