@@ -341,6 +341,14 @@ TEST(Tool, InfoJson) {
   EXPECT_NE(std::find(d["features"].begin(), d["features"].end(), "atomics"), d["features"].end());
   EXPECT_TRUE(d["memory_usage"]["in_use_bytes"].is_number_unsigned());
   EXPECT_TRUE(d["memory_usage"]["peak_bytes"].is_number_unsigned());
+  // Which sort a device runs: CUB's agents or Kiln's kernels, on CUDA devices only.
+  EXPECT_TRUE(d["cub_sort"].is_null()) << d["cub_sort"].dump();
+  for (const json& b : j["backends"])
+    if (b["name"] == "cuda")
+      for (const json& cd : b["devices"]) {
+        EXPECT_TRUE(cd["cub_sort"]["available"].is_boolean()) << cd.dump();
+        EXPECT_FALSE(cd["cub_sort"]["detail"].get<std::string>().empty()) << cd.dump();
+      }
   ASSERT_TRUE(j["placement"].is_array());
   for (const json& p : j["placement"]) {
     EXPECT_TRUE(p["query_crossover_bytes"].is_number_unsigned()) << p.dump();
