@@ -106,30 +106,25 @@ void run_size(kiln::queue& q, const options& o, std::uint64_t n) {
   }
 
   {  // 64-bit keys (random over the whole range) and f32 keys, keys only.
+    const auto keys_row = [&]<class K>(const char* label, const std::vector<K>& ks) {
+      kiln::buffer<K> in(dev, ks), out(dev, n);
+      kiln::detail::radix_sort_args b = a;
+      b.key_type = kiln::scalar_type_of<K>;
+      b.keys_in = {in.view().memory(), 0};
+      b.keys_out = {out.view().memory(), 0};
+      const std::string name = std::string("radix_sort keys ") + label + " " + dev.id();
+      row(name.c_str(), n, median_ms(o, [&] {
+            kiln::detail::radix_sort(q, b);
+            q.finish();
+          }));
+    };
     std::mt19937_64 rng64(43);
     std::vector<std::uint64_t> k64(n);
     for (auto& k : k64) k = rng64();
-    kiln::buffer<std::uint64_t> in64(dev, k64), out64(dev, n);
-    kiln::detail::radix_sort_args b = a;
-    b.key_type = kiln::scalar_type::u64;
-    b.keys_in = {in64.view().memory(), 0};
-    b.keys_out = {out64.view().memory(), 0};
-    const std::string name = "radix_sort keys u64 " + dev.id();
-    row(name.c_str(), n, median_ms(o, [&] {
-          kiln::detail::radix_sort(q, b);
-          q.finish();
-        }));
+    keys_row("u64", k64);
     std::vector<float> kf(n);
     for (std::uint64_t i = 0; i < n; ++i) kf[i] = float(std::int32_t(keys[i])) * 1e-3f;
-    kiln::buffer<float> inf(dev, kf), outf(dev, n);
-    b.key_type = kiln::scalar_type::f32;
-    b.keys_in = {inf.view().memory(), 0};
-    b.keys_out = {outf.view().memory(), 0};
-    const std::string fname = "radix_sort keys f32 " + dev.id();
-    row(fname.c_str(), n, median_ms(o, [&] {
-          kiln::detail::radix_sort(q, b);
-          q.finish();
-        }));
+    keys_row("f32", kf);
   }
 
   {  // The same sort through kiln::query (a barrier: copy out, sort, collect into a buffer).

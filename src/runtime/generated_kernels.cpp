@@ -104,7 +104,8 @@ generated_kernels get_generated(const device& dev, const char* generator, std::u
   const generated_program g = render();
   dump(generator, key, g);
   const auto before = cache_stats().compiles;
-  const program p = program::compile(dev, g.source, {}, check_mode::off);  // internal: unchecked
+  const program p = g.native ? compile_native(dev, g.source, g.options)
+                             : program::compile(dev, g.source, {}, check_mode::off);  // unchecked
   generated_kernels r;
   r.compiled = cache_stats().compiles > before;
   for (const auto& name : g.kernels) r.kernels.push_back(p.get_kernel(name));

@@ -20,6 +20,8 @@ struct generated_program {
   std::string source;
   std::vector<std::string> kernels;
   std::string about;
+  bool native = false;  // the backend's own language (compile_native), with these options
+  std::string options = {};
 };
 
 struct generated_kernels {

@@ -294,6 +294,27 @@ const device& program::get_device() const {
 }
 bool program::checked() const { return live(impl_, "program::checked").checked; }
 
+namespace detail {
+namespace {
+// Compiles dialect text `rendered` (of `source`) for `arch` of a loaded backend, without a device.
+void compile_for_arch(std::string_view backend_name, std::string_view arch,
+                      const std::string& rendered, std::string_view source,
+                      std::string_view options) {
+  const backend* b = registry::get().find(backend_name);
+  if (!b || !b->loaded)
+    throw unsupported("backend '" + std::string(backend_name) + "' is not available" +
+                      (b ? ": " + b->detail : std::string()));
+  backend_compile(*b->api, nullptr, std::string(arch), rendered, source, std::string(options),
+                  b->name + " (" + std::string(arch) + ")");
+}
+}  // namespace
+
+void compile_native_only(std::string_view backend_name, std::string_view arch,
+                         std::string_view source, std::string_view options) {
+  compile_for_arch(backend_name, arch, std::string(source), source, options);
+}
+}  // namespace detail
+
 void compile_only(std::string_view backend_name, std::string_view arch, std::string_view source,
                   std::string_view options, check_mode checks) {
   const bool checked = detail::resolve_checked(checks);
@@ -302,22 +323,10 @@ void compile_only(std::string_view backend_name, std::string_view arch, std::str
     throw unsupported("backend '" + std::string(backend_name) + "' is not available" +
                       (b ? ": " + b->detail : std::string()));
   auto parsed = kernel_lang::parse(source);
-  const std::string rendered = codegen::render(source, parsed, b->api->dialect, checked);
-  detail::backend_compile(*b->api, nullptr, std::string(arch), rendered, source,
-                          std::string(options), b->name + " (" + std::string(arch) + ")");
+  detail::compile_for_arch(backend_name, arch,
+                           codegen::render(source, parsed, b->api->dialect, checked), source,
+                           options);
 }
-
-namespace detail {
-void compile_native_only(std::string_view backend_name, std::string_view arch,
-                         std::string_view source, std::string_view options) {
-  const backend* b = registry::get().find(backend_name);
-  if (!b || !b->loaded)
-    throw unsupported("backend '" + std::string(backend_name) + "' is not available" +
-                      (b ? ": " + b->detail : std::string()));
-  backend_compile(*b->api, nullptr, std::string(arch), std::string(source), source,
-                  std::string(options), b->name + " (" + std::string(arch) + ")");
-}
-}  // namespace detail
 
 kernel_cache_stats cache_stats() {
   auto& c = detail::stats();

@@ -13,13 +13,13 @@
 #include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 #include <string_view>
 #include <tuple>
 #include <vector>
 
 #include "kiln/error.hpp"
 #include "kiln/kernel.hpp"
+#include "runtime/generated_kernels.hpp"
 #include "runtime/log.hpp"
 #include "sort/words.hpp"
 
@@ -250,10 +250,12 @@ struct tile_policy {
   std::uint32_t hist_threads = 0, sum_threads = 0, threads = 0, items = 0, bits = 0, sum_bits = 0;
 };
 
-tile_policy policy_of(queue& q, const program& prog, const std::string& source) {
+// CUB's policy depends on the device's architecture and the key, value and offset widths only.
+tile_policy policy_of(queue& q, const kernel& ks_policy, std::uint32_t kb, std::uint32_t vb,
+                      bool wide) {
   static std::mutex mu;
-  static std::map<std::string, tile_policy> known;  // by device and source, for the process
-  const std::string id = q.get_device().id() + '\n' + source;
+  static std::map<std::tuple<std::string, std::uint32_t, std::uint32_t, bool>, tile_policy> known;
+  const auto id = std::make_tuple(q.get_device().id(), kb, vb, wide);
   {
     std::lock_guard lock(mu);
     if (auto it = known.find(id); it != known.end()) return it->second;
@@ -261,7 +263,7 @@ tile_policy policy_of(queue& q, const program& prog, const std::string& source) 
   queue_impl& qi = *q.impl();
   const sort_operand out{allocate_on(qi, 6 * 4), 0};
   arg_binding b[] = {array_arg(out, scalar_type::u32, false, 6)};
-  launch(*prog.get_kernel("ks_policy").impl(), qi, range(1), nullptr, b, 1);
+  launch(*ks_policy.impl(), qi, range(1), nullptr, b, 1);
   std::uint32_t v[6] = {};
   copy_d2h(qi, v, *out.mem, 0, sizeof v);
   q.finish();
@@ -284,32 +286,40 @@ bool env_off() {
 
 }  // namespace
 
-std::optional<std::string> cccl_include_dir(std::string* why) {
-  static const std::pair<std::optional<std::string>, std::string> found = [] {
-    std::string tried;
-    std::pair<std::optional<std::string>, std::string> r;
-    auto take = [&](const fs::path& dir) {
-      const long v = cccl_version(dir);
-      if (v >= min_cccl) return r.first = dir.string(), true;
-      if (v > 0)
-        tried += "; " + dir.string() + " holds CCCL " + std::to_string(v / 1000000) + "." +
-                 std::to_string(v / 1000 % 1000) + " (3.0 or newer needed)";
-      return false;
-    };
-    if (const char* e = std::getenv("KILN_CCCL_INCLUDE"); e && *e) {
-      if (take(e)) return r;
-      r.second = "KILN_CCCL_INCLUDE=" + std::string(e) +
-                 " holds no CCCL 3.0+ (cub/device/dispatch/kernels/radix_sort.cuh, "
-                 "thrust/version.h and cuda/std/__cccl/version.h)" +
-                 tried;
-      return r;
-    }
+std::optional<std::string> find_cccl(const char* kiln_cccl_include, std::string* why) {
+  std::string tried;
+  std::optional<std::string> found;
+  auto take = [&](const fs::path& dir) {
+    const long v = cccl_version(dir);
+    if (v >= min_cccl) return found = dir.string(), true;
+    if (v > 0)
+      tried += "; " + dir.string() + " holds CCCL " + std::to_string(v / 1000000) + "." +
+               std::to_string(v / 1000 % 1000) + " (3.0 or newer needed)";
+    return false;
+  };
+  std::string reason;
+  if (kiln_cccl_include && *kiln_cccl_include) {
+    if (take(kiln_cccl_include)) return found;
+    reason = "KILN_CCCL_INCLUDE=" + std::string(kiln_cccl_include) +
+             " holds no CCCL 3.0+ (cub/device/dispatch/kernels/radix_sort.cuh, "
+             "thrust/version.h and cuda/std/__cccl/version.h)" +
+             tried;
+  } else {
     for (const fs::path& d : candidates())
-      if (take(d)) return r;
-    r.second =
+      if (take(d)) return found;
+    reason =
         "CCCL 3.0+ headers (CUB) not found: set KILN_CCCL_INCLUDE to the folder holding "
         "cub/, thrust/ and cuda/, or install the CUDA toolkit or the nvidia-cuda-cccl package" +
         tried;
+  }
+  if (why) *why = reason;
+  return std::nullopt;
+}
+
+std::optional<std::string> cccl_include_dir(std::string* why) {
+  static const std::pair<std::optional<std::string>, std::string> found = [] {
+    std::pair<std::optional<std::string>, std::string> r;
+    r.first = find_cccl(std::getenv("KILN_CCCL_INCLUDE"), &r.second);
     return r;
   }();
   if (why) *why = found.second;
@@ -329,11 +339,21 @@ void cub_radix_sort(queue& q, const radix_sort_args& a, std::uint32_t kb, std::u
   const device& dev = q.get_device();
   const std::uint64_t n = a.n;
   const bool wide = n > 0xFFFFFFFFull;
-  const std::string dir = *cccl_include_dir();
-  const std::string source =
-      cub_radix_sort_source(kb, vb, order_kind(a.key_type), a.descending, wide);
-  const program prog = compile_native(dev, source, "-I\"" + dir + "\"");
-  const tile_policy p = policy_of(q, prog, source);
+  const int kind = order_kind(a.key_type);
+  // One program per key width, kind, direction, value width and offset width, found by that key
+  // (no source rendered or hashed once it is known).
+  const std::uint64_t key = kb | std::uint64_t(vb) << 8 | std::uint64_t(kind) << 16 |
+                            std::uint64_t(a.descending) << 24 | std::uint64_t(wide) << 25;
+  const std::vector<kernel> ks =
+      get_generated(dev, "cub_radix_sort", key, [&] {
+        generated_program g;
+        g.source = cub_radix_sort_source(kb, vb, kind, a.descending, wide);
+        g.kernels = {"ks_policy", "ks_hist", "ks_exclusive_sum", "ks_onesweep"};
+        g.native = true;
+        g.options = "-I\"" + *cccl_include_dir() + "\"";
+        return g;
+      }).kernels;
+  const tile_policy p = policy_of(q, ks[0], kb, vb, wide);
   const scalar_type off_t = wide ? scalar_type::u64 : scalar_type::u32;
   const std::uint64_t ob = wide ? 8 : 4;
   const std::uint64_t digits = 1ull << p.bits, tile = std::uint64_t(p.threads) * p.items;
@@ -353,8 +373,7 @@ void cub_radix_sort(queue& q, const radix_sort_args& a, std::uint32_t kb, std::u
   fill(qi, *ctrs.mem, 0, &zero, 4, portions * passes);
   fill(qi, *bins.mem, 0, &zero, 4, passes * digits * ob / 4);
 
-  const kernel hist = prog.get_kernel("ks_hist"), sum = prog.get_kernel("ks_exclusive_sum"),
-               sweep = prog.get_kernel("ks_onesweep");
+  const kernel &hist = ks[1], &sum = ks[2], &sweep = ks[3];
   const std::uint64_t sms = std::max<std::uint32_t>(dev.info().compute_units, 1);
   const std::uint64_t hist_blocks =
       std::min<std::uint64_t>(sms * std::max<std::uint32_t>(2048 / p.hist_threads, 1),

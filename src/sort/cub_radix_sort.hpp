@@ -24,6 +24,8 @@ namespace kiln::detail {
 // INCLUDE, then $CUDA_PATH and $CUDA_HOME, /usr/local/cuda, and Python's nvidia/cuda_cccl and
 // nvidia/cu13 packages; CCCL 3.0 or newer. nullopt with `why` set when none is usable.
 std::optional<std::string> cccl_include_dir(std::string* why = nullptr);
+// The search itself, uncached, with KILN_CCCL_INCLUDE's value given (null or "": unset).
+std::optional<std::string> find_cccl(const char* kiln_cccl_include, std::string* why);
 
 // Why the CUB path cannot run on `dev` ("" when it can): not a CUDA device, KILN_CUB=0, or no
 // usable CCCL headers.

@@ -8,6 +8,8 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <limits>
 #include <numeric>
 
@@ -467,6 +469,32 @@ TEST(SortCompile, CudaDialectOfTheTexts) {
           << "tiled, " << kb << "-byte keys, " << vb << "-byte values";
   EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::radix_sort_source(false, 1, 4)));
   EXPECT_NO_THROW(conformance::compile_everywhere(kiln::detail::radix_sort_source(false, 8, 8)));
+}
+
+// The header search: KILN_CCCL_INCLUDE naming a folder without CCCL, or one with a CCCL older
+// than 3.0, is refused with the folder, the version and what is needed named.
+TEST(SortCub, HeaderSearchNamesWhatItFound) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::path(testing::TempDir()) / "kiln-cccl-search";
+  fs::remove_all(root);
+  std::string why;
+  EXPECT_FALSE(kiln::detail::find_cccl((root / "absent").c_str(), &why));
+  EXPECT_THAT(why, ::testing::HasSubstr("KILN_CCCL_INCLUDE=" + (root / "absent").string()));
+  EXPECT_THAT(why, ::testing::HasSubstr("holds no CCCL 3.0+"));
+  // A CCCL 2.8 layout: found, and refused for its version.
+  fs::create_directories(root / "cub/device/dispatch/kernels");
+  fs::create_directories(root / "thrust");
+  fs::create_directories(root / "cuda/std/__cccl");
+  std::ofstream(root / "cub/device/dispatch/kernels/radix_sort.cuh") << "\n";
+  std::ofstream(root / "thrust/version.h") << "\n";
+  std::ofstream(root / "cuda/std/__cccl/version.h") << "#define CCCL_VERSION 2008000\n";
+  why.clear();
+  EXPECT_FALSE(kiln::detail::find_cccl(root.c_str(), &why));
+  EXPECT_THAT(why, ::testing::HasSubstr("holds CCCL 2.8 (3.0 or newer needed)"));
+  // The same layout at 3.0 is taken.
+  std::ofstream(root / "cuda/std/__cccl/version.h") << "#define CCCL_VERSION 3000001\n";
+  EXPECT_EQ(kiln::detail::find_cccl(root.c_str(), &why), std::optional<std::string>(root.string()));
+  fs::remove_all(root);
 }
 
 // The CUB texts compile with NVRTC against the CCCL headers found (compile-only where there is
