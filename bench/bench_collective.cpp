@@ -11,6 +11,7 @@
 //                              [--batch N] [--steps N] [--only allreduce,train] [--quick]
 //                              [--model lenet,mlp_wide,mlp] [--no-processes] [--graph]
 //                              [--no-torch] [--python EXE] [--nccl-tests PATH/all_reduce_perf]
+//                              [--no-overlap] [--bucket-mb MB]
 //
 // Bandwidths as nccl-tests defines them: algbw = bytes / time, busbw = algbw * 2 (n - 1) / n
 // (what each link carries in a ring all-reduce). Targets (issue 15): busbw >= 0.9x the peer's,
@@ -48,6 +49,8 @@ struct options {
   std::uint64_t min_bytes = 8, max_bytes = 1ull << 30;
   int iters = 20, warmup = 5, batch = 256, steps = 100;
   bool quick = false, torch = true, processes = true, graph = false;
+  bool overlap = true;   // --no-overlap: every bucket's all-reduce in step(), after backward
+  double bucket_mb = 0;  // --bucket-mb: data_parallel's bucket_bytes (0: automatic)
   std::vector<std::string> groups, models{"lenet", "mlp_wide"};
   int rank = -1, ranks = 0;  // --rank: this process is one rank of train_processes
   std::string nccl_id;
@@ -191,7 +194,11 @@ double rank_train_ms(communicator& c, const std::string& model, const options& o
   kiln::nn::sequential net = kiln::nn::models::by_name(model, dev);
   auto opt = kiln::optim::sgd(net.parameters(), {.lr = 0.01, .momentum = 0.9});
   std::optional<kiln::nn::data_parallel> ddp;
-  if (!plain) ddp.emplace(net, opt, c);
+  if (!plain)
+    ddp.emplace(net, opt, c,
+                kiln::nn::data_parallel_options{
+                    .bucket_bytes = static_cast<std::uint64_t>(o.bucket_mb * (1 << 20)),
+                    .overlap = o.overlap});
   std::vector<std::pair<tensor, tensor>> batches;
   for (int k = 0; k < 8; ++k)
     batches.emplace_back(inputs(dev, model, o.batch, unsigned(10 + k + 100 * c.rank())),
@@ -286,7 +293,8 @@ double train_processes(int ranks, const std::string& model, const options& o) {
                             " --ranks " + std::to_string(ranks) + " --nccl-id " + id + " --model " +
                             model + " --batch " + std::to_string(o.batch) + " --steps " +
                             std::to_string(o.steps) + " --warmup " + std::to_string(o.warmup) +
-                            (o.graph ? " --graph" : "") + " 2>&1";
+                            (o.graph ? " --graph" : "") + (o.overlap ? "" : " --no-overlap") +
+                            " --bucket-mb " + std::to_string(o.bucket_mb) + " 2>&1";
     children.push_back(popen(cmd.c_str(), "r"));
     if (!children.back()) throw std::runtime_error("could not start " + self);
   }
@@ -394,7 +402,7 @@ int usage(const char* argv0) {
                "usage: %s [--min-bytes B] [--max-bytes B] [--iters N] [--warmup N] [--batch N]\n"
                "          [--steps N] [--only allreduce,train] [--model lenet,mlp_wide,mlp]\n"
                "          [--no-processes] [--graph] [--quick] [--no-torch] [--python EXE]\n"
-               "          [--nccl-tests PATH]\n",
+               "          [--nccl-tests PATH] [--no-overlap] [--bucket-mb MB]\n",
                argv0);
   return 2;
 }
@@ -434,6 +442,10 @@ int main(int argc, char** argv) {
       o.processes = false;
     else if (a == "--graph")
       o.graph = true;
+    else if (a == "--no-overlap")
+      o.overlap = false;
+    else if (a == "--bucket-mb" && has)
+      o.bucket_mb = std::atof(argv[++i]);
     else if (a == "--rank" && has)
       o.rank = std::atoi(argv[++i]);
     else if (a == "--ranks" && has)
