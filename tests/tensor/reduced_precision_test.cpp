@@ -2,6 +2,7 @@
 // round-to-nearest-even, fused chains computed in float and rounded once at the store,
 // reductions accumulated in float, PyTorch's promotion rules, matmul (cuBLAS on CUDA, the
 // portable kernels elsewhere), safetensors, the kernel language's half/bfloat16, clear errors.
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <kiln/kiln.hpp>
@@ -158,6 +159,41 @@ void check_to_round_trip(const kiln::device& dev, scalar_type t) {
 TEST_P(ReducedPrecisionTest, ToRoundsToNearestEvenBitExactly) {
   check_to_round_trip<half>(dev(), scalar_type::f16);
   check_to_round_trip<bfloat16>(dev(), scalar_type::bf16);
+}
+
+// Every 16-bit pattern widens exactly, and every float halfway between two neighbouring finite
+// values (and one float ulp either side of it) narrows as the host's round-to-nearest-even does:
+// each tie of each binade, subnormals included. The CPU backend converts half with the CPU's
+// own instructions (F16C) where its kernels are compiled for them, the GPUs with theirs.
+template <class H>
+void check_every_pattern(const kiln::device& dev, scalar_type t) {
+  std::vector<H> all(1u << 16);
+  for (std::uint32_t b = 0; b < all.size(); ++b) all[b] = H::from_bits(std::uint16_t(b));
+  const std::vector<float> wide =
+      kiln::tensor::from(dev, all).to(scalar_type::f32).template to_vector<float>();
+  std::vector<float> ties;
+  for (std::uint32_t b = 0; b < all.size(); ++b) {
+    const float v = float(all[b]);
+    if (std::isnan(v)) {
+      EXPECT_TRUE(std::isnan(wide[b])) << "bits " << b;
+      continue;
+    }
+    ASSERT_EQ(std::bit_cast<std::uint32_t>(wide[b]), std::bit_cast<std::uint32_t>(v))
+        << "bits " << b << " = " << v;
+    if (std::isinf(v) || (b & 0x7fffu) == 0x7fffu) continue;
+    const float up = neighbour<H>(std::uint16_t(b), 1);
+    if (std::isinf(up) || std::isnan(up)) continue;
+    const float mid = float((double(v) + double(up)) / 2);  // exact: fewer than 24 bits
+    ties.insert(ties.end(), {mid, std::nextafter(mid, v), std::nextafter(mid, up)});
+  }
+  const std::vector<H> got = kiln::tensor::from(dev, ties).to(t).template to_vector<H>();
+  for (std::size_t i = 0; i < ties.size(); ++i)
+    ASSERT_EQ(got[i].bits, H(ties[i]).bits) << "element " << i << " = " << ties[i];
+}
+
+TEST_P(ReducedPrecisionTest, EveryPatternWidensExactlyAndEveryTieRoundsToEven) {
+  check_every_pattern<half>(dev(), scalar_type::f16);
+  check_every_pattern<bfloat16>(dev(), scalar_type::bf16);
 }
 
 template <class H>
