@@ -85,12 +85,15 @@ TEST(LinalgExtension, CpuListsBlasWithOpenBlas) {
     EXPECT_FALSE(listed);
 #endif
   }
-  // The capability query and the table agree; other versions and dtypes are absent.
+  // The capability query and the table agree; other versions and integer dtypes are absent.
   const auto& cpu = *kiln::device::get("cpu:0").impl();
   const void* table = cpu.extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION);
   EXPECT_EQ(table != nullptr, cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_F32));
   EXPECT_EQ(table != nullptr, cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_F64));
-  EXPECT_FALSE(cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_F16));
+  // f16 and bf16 products too: widened to f32 for OpenBLAS (src/backends/cpu/blas.cpp).
+  EXPECT_EQ(table != nullptr, cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_F16));
+  EXPECT_EQ(table != nullptr, cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_BF16));
+  EXPECT_FALSE(cpu.supports_op(KILN_OP_GEMM, KILN_DTYPE_I32));
   EXPECT_EQ(cpu.extension(KILN_BLAS_EXTENSION, KILN_BLAS_VERSION + 1), nullptr);
   if (table) {
     const auto* t = static_cast<const kiln_blas_v1*>(table);
