@@ -25,6 +25,7 @@
 #include <climits>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -217,12 +218,23 @@ void run_gemm(const kiln_blas_gemm_desc& d, T alpha, T beta) {
 // build), so each product's operands are widened to f32 (O(mk + kn) work beside the O(mnk)
 // product), multiplied by run_gemm<float> over the pool, and C narrowed back. Before, these
 // took the portable kernel: 1024^3 in bf16 at 1/24 and in f16 at 1/90 of f32's speed.
-template <class H>
-void run_gemm16(const kiln_blas_gemm_desc& d, float alpha, float beta) {
+struct widened_sizes {
+  std::uint64_t a_rows, a_cols, b_rows, b_cols;
+  std::uint64_t total() const { return a_rows * a_cols + b_rows * b_cols; }
+};
+widened_sizes widened(const kiln_blas_gemm_desc& d) {
   const bool ta = d.trans_a == KILN_BLAS_OP_T, tb = d.trans_b == KILN_BLAS_OP_T;
-  const std::uint64_t a_rows = ta ? d.k : d.m, a_cols = ta ? d.m : d.k;
-  const std::uint64_t b_rows = tb ? d.n : d.k, b_cols = tb ? d.k : d.n;
-  std::vector<float> a32(a_rows * a_cols), b32(b_rows * b_cols), c32(d.m * d.n);
+  return {ta ? d.k : d.m, ta ? d.m : d.k, tb ? d.n : d.k, tb ? d.k : d.n};
+}
+
+// scratch: widened(d).total() + m n floats, allocated when the call is queued (so that memory
+// running out is the caller's KILN_ERR_OUT_OF_MEMORY, not an exception on the queue's thread).
+template <class H>
+void run_gemm16(const kiln_blas_gemm_desc& d, float alpha, float beta, float* scratch) {
+  const auto [a_rows, a_cols, b_rows, b_cols] = widened(d);
+  float* const a32 = scratch;
+  float* const b32 = a32 + a_rows * a_cols;
+  float* const c32 = b32 + b_rows * b_cols;
   kiln_blas_gemm_desc f = d;
   f.dtype = KILN_DTYPE_F32;
   f.lda = a_cols;
@@ -230,9 +242,9 @@ void run_gemm16(const kiln_blas_gemm_desc& d, float alpha, float beta) {
   f.ldc = d.n;
   f.batch = 1;
   f.stride_a = f.stride_b = f.stride_c = 0;
-  f.a = {a32.data(), 0};
-  f.b = {b32.data(), 0};
-  f.c = {c32.data(), 0};
+  f.a = {a32, 0};
+  f.b = {b32, 0};
+  f.c = {c32, 0};
   thread_pool& tp = pool();
   // Rows [r0, r1) of a rows x cols matrix with leading dimension ld, in pieces over the pool.
   const auto rows = [&](std::uint64_t n_rows, std::uint64_t cols, auto&& row) {
@@ -252,10 +264,10 @@ void run_gemm16(const kiln_blas_gemm_desc& d, float alpha, float beta) {
   const H* b = reinterpret_cast<const H*>(at(d.b));
   H* c = reinterpret_cast<H*>(at(d.c));
   for (std::uint64_t i = 0; i < d.batch; ++i) {
-    widen(a + i * d.stride_a, d.lda, a32.data(), a_rows, a_cols);
-    widen(b + i * d.stride_b, d.ldb, b32.data(), b_rows, b_cols);
+    widen(a + i * d.stride_a, d.lda, a32, a_rows, a_cols);
+    widen(b + i * d.stride_b, d.ldb, b32, b_rows, b_cols);
     H* ci = c + i * d.stride_c;
-    if (beta != 0.f) widen(ci, d.ldc, c32.data(), d.m, d.n);  // beta == 0: C may hold NaN
+    if (beta != 0.f) widen(ci, d.ldc, c32, d.m, d.n);  // beta == 0: C may hold NaN
     run_gemm<float>(f, alpha, beta);
     rows(d.m, d.n, [&](std::uint64_t r) {
       for (std::uint64_t j = 0; j < d.n; ++j) ci[r * d.ldc + j] = H(c32[r * d.n + j]);
@@ -275,6 +287,16 @@ void run_gemv(const kiln_blas_gemv_desc& d, T alpha, T beta) {
   else
     openblas().cblas_dgemv(CblasRowMajor, trans(d.trans), int(d.m), int(d.n), alpha, a, int(d.lda),
                            x, 1, beta, y, 1);
+}
+
+template <class H>
+kiln_status enqueue16(kiln_queue_h q, const kiln_blas_gemm_desc& d) {
+  float alpha, beta;
+  std::memcpy(&alpha, d.alpha, sizeof alpha);
+  std::memcpy(&beta, d.beta, sizeof beta);
+  auto scratch = std::make_shared<std::vector<float>>(widened(d).total() + d.m * d.n);
+  q->q.push([d, alpha, beta, scratch] { run_gemm16<H>(d, alpha, beta, scratch->data()); });
+  return KILN_OK;
 }
 
 template <class T, class Desc>
@@ -299,8 +321,8 @@ kiln_status submit(kiln_queue_h q, const Desc& d, const char* what,
   if (d.dtype == KILN_DTYPE_F32) return enqueue<float>(q, d, run_f);
   if (d.dtype == KILN_DTYPE_F64) return enqueue<double>(q, d, run_d);
   if constexpr (std::is_same_v<Desc, kiln_blas_gemm_desc>) {  // f32 alpha and beta (blas_abi.h)
-    if (d.dtype == KILN_DTYPE_F16) return enqueue<float>(q, d, run_gemm16<kiln::half>);
-    if (d.dtype == KILN_DTYPE_BF16) return enqueue<float>(q, d, run_gemm16<kiln::bfloat16>);
+    if (d.dtype == KILN_DTYPE_F16) return enqueue16<kiln::half>(q, d);
+    if (d.dtype == KILN_DTYPE_BF16) return enqueue16<kiln::bfloat16>(q, d);
   }
   return set_error(KILN_ERR_UNSUPPORTED, "OpenBLAS %s: only f32 and f64%s", what,
                    std::is_same_v<Desc, kiln_blas_gemm_desc> ? " (and f16/bf16 products)" : "");
