@@ -124,6 +124,8 @@ typedef struct kiln_kernel_arg {
  * not know, so new names need no version bump. */
 #define KILN_OP_RING "ring"     /* hosts persistent ring kernels (kiln::ring) */
 #define KILN_OP_GEMM "gemm"     /* matrix multiply, through an extension table */
+/* The blas table's gemv takes f16/bf16 (f32 and f64 go with KILN_OP_GEMM, as before). */
+#define KILN_OP_GEMV "gemv"
 #define KILN_OP_CONV2D "conv2d" /* 2-D convolution, through an extension table */
 /* Loading a program / allocating pinned host memory proceeds while a ring kernel is resident
  * (0 on CUDA, where both wait for the resident grid: the core refuses them at once instead). */

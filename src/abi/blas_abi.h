@@ -52,7 +52,8 @@ typedef struct kiln_blas_gemm_desc {
 /* y = alpha * op(A) * x + beta * y. A is stored m x n with leading dimension lda; op(A) is
  * m x n (N) or n x m (T). x and y are contiguous: x has op(A)'s columns, y its rows. */
 typedef struct kiln_blas_gemv_desc {
-  kiln_dtype dtype; /* KILN_DTYPE_F32 or KILN_DTYPE_F64 */
+  kiln_dtype dtype; /* F32 or F64; F16/BF16 where supports_op(KILN_OP_GEMV) (f32 alpha, beta,
+                       accumulation) */
   kiln_blas_op trans;
   uint64_t m, n, lda;
   const void* alpha; /* host pointers to one value of dtype; beta == 0: y is not read */

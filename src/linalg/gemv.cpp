@@ -25,10 +25,11 @@ void gemv(queue& q, scalar_type ty, operand a, operand x, operand y, const gemv_
   if (out == 0) return set_path(path::none);
 
   // An empty A is y = beta y, which vendor libraries disagree on: the portable kernel does it.
-  // The blas table's gemv is f32/f64 only: the 16-bit floats take the portable kernel.
-  const kiln_blas_v1* vendor = in && !is_reduced_float(ty) ? vendor_table(*qi.dev, ty) : nullptr;
+  // The 16-bit floats go to the table only where it says its gemv takes them (the CPU's).
+  const bool table_takes = !is_reduced_float(ty) || qi.dev->supports_op(KILN_OP_GEMV, dtype_of(ty));
+  const kiln_blas_v1* vendor = in && table_takes ? vendor_table(*qi.dev, ty) : nullptr;
   if (vendor) {
-    const float af = float(o.alpha), bf = float(o.beta);
+    const float af = float(o.alpha), bf = float(o.beta);  // f32, f16 and bf16
     const bool f64 = ty == scalar_type::f64;
     kiln_blas_gemv_desc d{};
     d.dtype = dtype_of(ty);

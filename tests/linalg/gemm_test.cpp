@@ -36,30 +36,6 @@ struct layout {
   std::uint64_t stride_arg(const gemm_case& g) const { return g.stride_pad ? stride : 0; }
 };
 
-template <class T>
-constexpr bool sixteen_bit = std::is_same_v<T, kiln::half> || std::is_same_v<T, kiln::bfloat16>;
-
-// A NaN of T, to poison C where beta = 0 (numeric_limits knows no 16-bit float).
-template <class T>
-T poison() {
-  if constexpr (std::is_same_v<T, kiln::half>)
-    return kiln::half::from_bits(0x7e00);
-  else if constexpr (std::is_same_v<T, kiln::bfloat16>)
-    return kiln::bfloat16::from_bits(0x7fc0);
-  else
-    return std::numeric_limits<T>::quiet_NaN();
-}
-
-// 16-bit products accumulate in f32 and round once to T (half: 11 bits, bf16: 8).
-template <class T>
-double tolerance(std::uint64_t k, double magnitude, double want, bool tf32) {
-  if constexpr (sixteen_bit<T>)
-    return linalg_test::bound<float>(k, magnitude) +
-           std::ldexp(std::fabs(want), std::is_same_v<T, kiln::half> ? -11 : -8);
-  else
-    return linalg_test::bound<T>(k, magnitude, tf32);
-}
-
 // want: the path the product must take; nullopt: any (the values are still checked).
 template <class T>
 void check_gemm(const kiln::device& dev, const gemm_case& g, std::optional<path> want) {
@@ -69,7 +45,7 @@ void check_gemm(const kiln::device& dev, const gemm_case& g, std::optional<path>
   const std::vector<T> a = linalg_test::random_values<T>(la.size, 1);
   const std::vector<T> b = linalg_test::random_values<T>(lb.size, 2);
   std::vector<T> c0 = linalg_test::random_values<T>(lc.size, 3);
-  if (g.beta == 0) c0.assign(lc.size, poison<T>());  // must be overwritten
+  if (g.beta == 0) c0.assign(lc.size, linalg_test::poison<T>());  // must be overwritten
   kiln::buffer<T> da(dev, a), db(dev, b), dc(dev, c0);
   kiln::queue q(dev);
   const kiln::linalg::gemm_shape s{g.m,
@@ -106,8 +82,8 @@ void check_gemm(const kiln::device& dev, const gemm_case& g, std::optional<path>
         inside[at] = true;
         const double old = g.beta == 0 ? 0.0 : double(c0[at]);
         const double want_v = g.alpha * sum + g.beta * old;
-        const double tol =
-            tolerance<T>(g.k, std::fabs(g.alpha) * mag + std::fabs(g.beta * old), want_v, g.tf32);
+        const double tol = linalg_test::tolerance<T>(
+            g.k, std::fabs(g.alpha) * mag + std::fabs(g.beta * old), want_v, g.tf32);
         if (!(std::fabs(double(c[at]) - want_v) <= tol) && bad++ < 5)
           ADD_FAILURE() << "C[" << z << "][" << i << "][" << j << "] = " << c[at] << ", expected "
                         << want_v << " +- " << tol;

@@ -9,6 +9,7 @@
 #include <optional>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "conformance/backends.hpp"
@@ -34,6 +35,31 @@ template <class T>
 double bound(std::uint64_t k, double magnitude, bool tf32 = false) {
   const double eps = tf32 ? std::ldexp(1.0, -10) : std::numeric_limits<T>::epsilon();
   return 2.0 * eps * double(k + 2) * magnitude + std::numeric_limits<T>::min();
+}
+
+template <class T>
+constexpr bool sixteen_bit = std::is_same_v<T, kiln::half> || std::is_same_v<T, kiln::bfloat16>;
+
+// A NaN of T, to poison C where beta = 0 (numeric_limits knows no 16-bit float).
+template <class T>
+T poison() {
+  if constexpr (std::is_same_v<T, kiln::half>)
+    return kiln::half::from_bits(0x7e00);
+  else if constexpr (std::is_same_v<T, kiln::bfloat16>)
+    return kiln::bfloat16::from_bits(0x7fc0);
+  else
+    return std::numeric_limits<T>::quiet_NaN();
+}
+
+// 16-bit products accumulate in f32 and round once to T (half: 11 bits, bf16: 8); want is the
+// exact result.
+template <class T>
+double tolerance(std::uint64_t k, double magnitude, double want, bool tf32) {
+  if constexpr (sixteen_bit<T>)
+    return bound<float>(k, magnitude) +
+           std::ldexp(std::fabs(want), std::is_same_v<T, kiln::half> ? -11 : -8);
+  else
+    return bound<T>(k, magnitude, tf32);
 }
 
 // The path a device's GEMM takes with the library in place (unless KILN_LINALG_PORTABLE is

@@ -76,14 +76,16 @@ const char* extension_list() noexcept {
   const bool blas = *blas_extension_list() != '\0', dnn = dnn_loaded();
   return blas && dnn ? "blas/1 dnn/1" : blas ? "blas/1" : dnn ? "dnn/1" : "";
 }
-// Rings: the serving loop runs on host threads over the same mapped queues. GEMM: OpenBLAS.
+// Rings: the serving loop runs on host threads over the same mapped queues. GEMM and GEMV:
+// OpenBLAS (f16/bf16 widened to f32 for it).
 // Convolution: oneDNN (f32 only; f64 runs the portable kernels).
 int supports_op(int, const char* op, kiln_dtype dtype) noexcept {
   return kiln_plugin::is_op(op, KILN_OP_RING) ||
          kiln_plugin::is_op(op, KILN_OP_LOAD_WHILE_RESIDENT) ||
          kiln_plugin::is_op(op, KILN_OP_PIN_WHILE_RESIDENT) ||
          kiln_plugin::is_op(op, KILN_OP_RESET_KEEPS_OBJECTS) ||
-         (kiln_plugin::is_op(op, KILN_OP_GEMM) && blas_supports(dtype)) ||
+         ((kiln_plugin::is_op(op, KILN_OP_GEMM) || kiln_plugin::is_op(op, KILN_OP_GEMV)) &&
+          blas_supports(dtype)) ||
          (kiln_plugin::is_op(op, KILN_OP_CONV2D) && dnn_supports(dtype));
 }
 
