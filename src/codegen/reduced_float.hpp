@@ -17,25 +17,31 @@
 namespace kiln::codegen {
 
 inline constexpr const char reduced_float_text[] = R"KILN(
+// Without branches: every case is computed and masks pick one (not `?:`, whose if-converted
+// form g++ 12 refused to vectorise), so a CPU kernel's loop vectorises; a chain over halves went
+// from ~13x float's time to ~1.3x. The subnormal cases add in float: exact, or rounded to
+// nearest even in the FPU's default mode. Results match the former branchy form bit for bit,
+// NaN payloads included (checked over all 2^32 floats).
 KILN_FUNC uint16_t kiln__soft_f32_to_f16(float f) {
   const uint32_t x = kiln__as_uint(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
-  if (a >= 0x477ff000u) return (uint16_t)(sign | 0x7c00u);
-  if (a < 0x38800000u) {
-    if (a < 0x33000000u) return (uint16_t)sign;
-    const uint32_t e = a >> 23, m = (a & 0x7fffffu) | 0x800000u, sh = 126u - e;
-    const uint32_t q = m >> sh, rem = m & ((1u << sh) - 1u), hf = 1u << (sh - 1u);
-    return (uint16_t)(sign | (q + ((rem > hf || (rem == hf && (q & 1u))) ? 1u : 0u)));
-  }
-  const uint32_t r = a - 0x38000000u, q = r >> 13, rem = r & 0x1fffu;
-  return (uint16_t)(sign | (q + ((rem > 0x1000u || (rem == 0x1000u && (q & 1u))) ? 1u : 0u)));
+  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
+  const uint32_t sub = kiln__as_uint(kiln__as_float(a) + 0.5f) - 0x3f000000u;  // below 2^-14
+  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;  // rebiased, ties to even
+  const uint32_t is_nan = 0u - (uint32_t)(a > 0x7f800000u);
+  const uint32_t is_inf = (0u - (uint32_t)(a >= 0x477ff000u)) & ~is_nan;
+  const uint32_t is_sub = 0u - (uint32_t)(a < 0x38800000u);
+  return (uint16_t)(sign | (nan & is_nan) | (0x7c00u & is_inf) | (sub & is_sub) |
+                    (normal & ~(is_nan | is_inf | is_sub)));
 }
 KILN_FUNC float kiln__soft_f16_to_f32(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1fu) return kiln__as_float(sign | 0x7f800000u | (m << 13));
-  if (e != 0u) return kiln__as_float(sign | ((e + 112u) << 23) | (m << 13));
-  const float v = (float)m * 5.9604644775390625e-8f;
-  return sign ? -v : v;
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = (uint32_t)(h & 0x7fffu) << 13;
+  const uint32_t e = em & 0x0f800000u;
+  const uint32_t normal = em + 0x38000000u;   // exponent rebiased from 15 to 127
+  const uint32_t special = em | 0x7f800000u;  // infinity, NaN
+  const uint32_t sub = kiln__as_uint(kiln__as_float(em + 0x38800000u) - kiln__as_float(0x38800000u));
+  const uint32_t is_special = 0u - (uint32_t)(e == 0x0f800000u), is_sub = 0u - (uint32_t)(e == 0u);
+  return kiln__as_float(sign | (special & is_special) | (sub & is_sub) |
+                        (normal & ~(is_special | is_sub)));
 }
 KILN_FUNC uint16_t kiln__soft_f32_to_bf16(float f) {
   const uint32_t x = kiln__as_uint(f);

@@ -98,35 +98,6 @@ KILN__ATOMIC_FLOAT(float, uint32_t)
 KILN__ATOMIC_FLOAT(double, uint64_t)
 static inline uint32_t kiln__as_uint(float f) { uint32_t u; __builtin_memcpy(&u, &f, 4); return u; }
 static inline float kiln__as_float(uint32_t u) { float f; __builtin_memcpy(&f, &u, 4); return f; }
-// half converted without branches: every case computed and one picked by masks (not `?:`, whose
-// if-converted form g++ 12 refused to vectorise beside a loop-invariant conversion), so a
-// chain's loop vectorises. The shared software form's branches for subnormals kept half chains
-// at ~13x float's time; g++ 12 does not vectorise _Float16 casts either. Bit for bit the shared
-// form's results, NaN payloads included (checked over all 2^32 floats). The subnormal cases add
-// in float: exact, or rounded to nearest even (the FPU's default mode).
-static inline float kiln__cpu_f16_to_f32(uint16_t h) {
-  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, em = (uint32_t)(h & 0x7fffu) << 13;
-  const uint32_t e = em & 0x0f800000u;
-  const uint32_t normal = em + 0x38000000u;   // exponent rebiased from 15 to 127
-  const uint32_t special = em | 0x7f800000u;  // infinity, NaN
-  const uint32_t sub = kiln__as_uint(kiln__as_float(em + 0x38800000u) - kiln__as_float(0x38800000u));
-  const uint32_t is_special = 0u - (uint32_t)(e == 0x0f800000u), is_sub = 0u - (uint32_t)(e == 0u);
-  return kiln__as_float(sign | (special & is_special) | (sub & is_sub) |
-                        (normal & ~(is_special | is_sub)));
-}
-static inline uint16_t kiln__cpu_f32_to_f16(float f) {
-  const uint32_t x = kiln__as_uint(f), sign = (x >> 16) & 0x8000u, a = x & 0x7fffffffu;
-  const uint32_t nan = 0x7e00u | ((a >> 13) & 0x3ffu);
-  const uint32_t sub = kiln__as_uint(kiln__as_float(a) + 0.5f) - 0x3f000000u;  // below 2^-14
-  const uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;  // rebiased, ties to even
-  const uint32_t is_nan = 0u - (uint32_t)(a > 0x7f800000u);
-  const uint32_t is_inf = (0u - (uint32_t)(a >= 0x477ff000u)) & ~is_nan;
-  const uint32_t is_sub = 0u - (uint32_t)(a < 0x38800000u);
-  return (uint16_t)(sign | (nan & is_nan) | (0x7c00u & is_inf) | (sub & is_sub) |
-                    (normal & ~(is_nan | is_inf | is_sub)));
-}
-#define KILN__F16_TO_F32 kiln__cpu_f16_to_f32
-#define KILN__F32_TO_F16 kiln__cpu_f32_to_f16
 )KILN";
 // The part after the 16-bit float types (reduced_float.hpp), which use the definitions above.
 const char* prelude_tail = R"KILN(

@@ -227,8 +227,7 @@ widened_sizes widened(const kiln_blas_gemm_desc& d) {
   return {ta ? d.k : d.m, ta ? d.m : d.k, tb ? d.n : d.k, tb ? d.k : d.n};
 }
 
-// scratch: widened(d).total() + m n floats, allocated when the call is queued (so that memory
-// running out is the caller's KILN_ERR_OUT_OF_MEMORY, not an exception on the queue's thread).
+// scratch: widened(d).total() + m n floats, allocated when the call is queued (enqueue16).
 template <class H>
 void run_gemm16(const kiln_blas_gemm_desc& d, float alpha, float beta, float* scratch) {
   const auto [a_rows, a_cols, b_rows, b_cols] = widened(d);
@@ -294,28 +293,26 @@ void run_gemv(const kiln_blas_gemv_desc& d, T alpha, T beta) {
 // tasks own row ranges of y. y = A^T x: the tasks sum row ranges of A into partial y's, added in
 // task order (the same result every run), then alpha, beta and one rounding.
 struct gemv16_plan {
-  std::uint64_t in, out, block, parts;  // block: rows of A per sgemv; parts: tasks
-  std::uint64_t per_part() const { return block * out_cols + (trans ? out : block); }
-  std::uint64_t out_cols = 0;  // a row of A
-  bool trans = false;
-  std::uint64_t floats() const { return in + parts * per_part(); }
+  std::uint64_t in;     // x's length: x32 is the scratch's first `in` floats
+  std::uint64_t block;  // rows of A per sgemv, widened into an L2-sized buffer
+  std::uint64_t parts;  // tasks: no more than blocks, so each has at least one row
+  std::uint64_t part;   // floats per task: its A block, then its y (a block's, or a partial y)
+  std::uint64_t floats() const { return in + parts * part; }
 };
 gemv16_plan plan16(const kiln_blas_gemv_desc& d) {
-  gemv16_plan p{};
-  p.trans = d.trans == KILN_BLAS_OP_T;
-  p.in = p.trans ? d.m : d.n;
-  p.out = p.trans ? d.n : d.m;
-  p.out_cols = d.n;
-  p.block = std::max<std::uint64_t>(1, (64u << 10) / 4 / std::max<std::uint64_t>(d.n, 1));
-  const std::uint64_t blocks = (d.m + p.block - 1) / p.block;
-  p.parts = std::clamp<std::uint64_t>(blocks, 1, 2 * pool().size());
-  return p;
+  const bool trans = d.trans == KILN_BLAS_OP_T;
+  const std::uint64_t block =
+      std::max<std::uint64_t>(1, (64u << 10) / 4 / std::max<std::uint64_t>(d.n, 1));
+  const std::uint64_t parts =
+      std::clamp<std::uint64_t>((d.m + block - 1) / block, 1, 2 * pool().size());
+  return {trans ? d.m : d.n, block, parts, block * d.n + (trans ? d.n : block)};
 }
 
-// scratch: plan16(d).floats(), allocated when the call is queued (as run_gemm16's).
+// scratch: p.floats(), allocated when the call is queued (as run_gemm16's).
 template <class H>
-void run_gemv16(const kiln_blas_gemv_desc& d, float alpha, float beta, float* scratch) {
-  const gemv16_plan p = plan16(d);
+void run_gemv16(const kiln_blas_gemv_desc& d, const gemv16_plan& p, float alpha, float beta,
+                float* scratch) {
+  const bool trans = d.trans == KILN_BLAS_OP_T;
   const H* a = reinterpret_cast<const H*>(at(d.a));
   const H* x = reinterpret_cast<const H*>(at(d.x));
   H* y = reinterpret_cast<H*>(at(d.y));
@@ -323,7 +320,7 @@ void run_gemv16(const kiln_blas_gemv_desc& d, float alpha, float beta, float* sc
   for (std::uint64_t i = 0; i < p.in; ++i) x32[i] = float(x[i]);
   thread_pool& tp = pool();
   tp.run(p.parts, [&](std::uint64_t t) {
-    float* const a32 = scratch + p.in + t * p.per_part();
+    float* const a32 = scratch + p.in + t * p.part;
     float* const y32 = a32 + p.block * d.n;  // the block's y (N) or the task's partial y (T)
     const std::uint64_t r0 = d.m * t / p.parts, r1 = d.m * (t + 1) / p.parts;
     const blas_call in_blas;
@@ -331,7 +328,7 @@ void run_gemv16(const kiln_blas_gemv_desc& d, float alpha, float beta, float* sc
       const std::uint64_t rows = std::min(p.block, r1 - b0);
       for (std::uint64_t r = 0; r < rows; ++r)
         for (std::uint64_t j = 0; j < d.n; ++j) a32[r * d.n + j] = float(a[(b0 + r) * d.lda + j]);
-      if (!p.trans) {
+      if (!trans) {
         for (std::uint64_t r = 0; r < rows; ++r) y32[r] = beta != 0.f ? float(y[b0 + r]) : 0.f;
         openblas().cblas_sgemv(CblasRowMajor, CblasNoTrans, int(rows), int(d.n), alpha, a32,
                                int(d.n), x32, 1, beta, y32, 1);
@@ -341,32 +338,22 @@ void run_gemv16(const kiln_blas_gemv_desc& d, float alpha, float beta, float* sc
                                x32 + b0, 1, b0 == r0 ? 0.f : 1.f, y32, 1);
       }
     }
-    if (p.trans && r0 == r1)
-      for (std::uint64_t j = 0; j < d.n; ++j) y32[j] = 0.f;
   });
-  if (!p.trans) return;
+  if (!trans) return;
   const std::uint64_t pieces =
       std::min<std::uint64_t>(tp.size(), std::max<std::uint64_t>(1, d.n / 1024));
   tp.run(pieces, [&](std::uint64_t t) {
     for (std::uint64_t j = d.n * t / pieces; j < d.n * (t + 1) / pieces; ++j) {
       float sum = 0.f;
       for (std::uint64_t k = 0; k < p.parts; ++k)
-        sum += scratch[p.in + k * p.per_part() + p.block * d.n + j];
+        sum += scratch[p.in + k * p.part + p.block * d.n + j];
       y[j] = H(beta != 0.f ? alpha * sum + beta * float(y[j]) : alpha * sum);
     }
   });
 }
 
-template <class H>
-kiln_status enqueue_gemv16(kiln_queue_h q, const kiln_blas_gemv_desc& d) {
-  float alpha, beta;
-  std::memcpy(&alpha, d.alpha, sizeof alpha);
-  std::memcpy(&beta, d.beta, sizeof beta);
-  auto scratch = std::make_shared<std::vector<float>>(plan16(d).floats());
-  q->q.push([d, alpha, beta, scratch] { run_gemv16<H>(d, alpha, beta, scratch->data()); });
-  return KILN_OK;
-}
-
+// The 16-bit runs: f32 alpha and beta (blas_abi.h), and their f32 scratch allocated here, when
+// the call is queued, so that memory running out is the caller's KILN_ERR_OUT_OF_MEMORY.
 template <class H>
 kiln_status enqueue16(kiln_queue_h q, const kiln_blas_gemm_desc& d) {
   float alpha, beta;
@@ -374,6 +361,16 @@ kiln_status enqueue16(kiln_queue_h q, const kiln_blas_gemm_desc& d) {
   std::memcpy(&beta, d.beta, sizeof beta);
   auto scratch = std::make_shared<std::vector<float>>(widened(d).total() + d.m * d.n);
   q->q.push([d, alpha, beta, scratch] { run_gemm16<H>(d, alpha, beta, scratch->data()); });
+  return KILN_OK;
+}
+template <class H>
+kiln_status enqueue16(kiln_queue_h q, const kiln_blas_gemv_desc& d) {
+  float alpha, beta;
+  std::memcpy(&alpha, d.alpha, sizeof alpha);
+  std::memcpy(&beta, d.beta, sizeof beta);
+  const gemv16_plan p = plan16(d);
+  auto scratch = std::make_shared<std::vector<float>>(p.floats());
+  q->q.push([d, p, alpha, beta, scratch] { run_gemv16<H>(d, p, alpha, beta, scratch->data()); });
   return KILN_OK;
 }
 
@@ -398,14 +395,8 @@ kiln_status submit(kiln_queue_h q, const Desc& d, const char* what,
                      what);
   if (d.dtype == KILN_DTYPE_F32) return enqueue<float>(q, d, run_f);
   if (d.dtype == KILN_DTYPE_F64) return enqueue<double>(q, d, run_d);
-  // f16/bf16: f32 alpha and beta (blas_abi.h), widened to f32 for OpenBLAS.
-  if constexpr (std::is_same_v<Desc, kiln_blas_gemm_desc>) {
-    if (d.dtype == KILN_DTYPE_F16) return enqueue16<kiln::half>(q, d);
-    if (d.dtype == KILN_DTYPE_BF16) return enqueue16<kiln::bfloat16>(q, d);
-  } else {
-    if (d.dtype == KILN_DTYPE_F16) return enqueue_gemv16<kiln::half>(q, d);
-    if (d.dtype == KILN_DTYPE_BF16) return enqueue_gemv16<kiln::bfloat16>(q, d);
-  }
+  if (d.dtype == KILN_DTYPE_F16) return enqueue16<kiln::half>(q, d);
+  if (d.dtype == KILN_DTYPE_BF16) return enqueue16<kiln::bfloat16>(q, d);
   return set_error(KILN_ERR_UNSUPPORTED, "OpenBLAS %s: f32, f64, f16 and bf16 only", what);
 } catch (const std::exception& e) {
   return set_error(KILN_ERR_OUT_OF_MEMORY, "OpenBLAS %s: %s", what, e.what());
