@@ -1,16 +1,204 @@
-// scaled_dot_product_attention composed of matmul, the masked scale and softmax, and matmul:
-// three launches for the forward (the products are fusion boundaries; the scale, the mask and
-// the softmax fuse into one row kernel), and autograd through the same ops.
+// scaled_dot_product_attention: the fused kernels of attention_kernels.cpp (no mask or causal,
+// widths up to attn_max_width: one launch forward, three backward, the [L, S] scores never in
+// memory), else composed of matmul, the masked scale and softmax, and matmul (the scale, the
+// mask and the softmax fuse into one row kernel), with autograd through the same ops.
+// KILN_ATTENTION=composed (or fused) picks a path where both apply (tests compare them).
 #include "kiln/tensor/attention.hpp"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <string>
 
+#include "autograd/graph.hpp"
+#include "kiln/tensor/autograd.hpp"
 #include "kiln/tensor/indexing.hpp"
+#include "tensor/attention_kernels.hpp"
+#include "tensor/kernel_args.hpp"
+#include "tensor/shape.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln {
+namespace {
+
+using detail::attn_kernel_key;
+using detail::attn_kernel_kind;
+
+// [batch..., rows, width] as a stored [outer, inner, rows, width] with the width contiguous:
+// a view where the strides allow (a head-split view, a broadcast batch), else a copy.
+tensor as_rows4(const tensor& x) {
+  tensor y = x.impl()->kind == detail::tensor_kind::stored ? x : detail::contiguous_of(x);
+  while (y.dim() < 4) y = y.unsqueeze(0);
+  if (y.dim() > 4) {
+    const shape_t& s = y.shape();
+    std::int64_t outer = 1;
+    for (int d = 0; d + 3 < y.dim(); ++d) outer *= s[std::size_t(d)];
+    y = y.reshape({outer, s[s.size() - 3], s[s.size() - 2], s.back()});
+    if (y.impl()->kind != detail::tensor_kind::stored) y = detail::contiguous_of(y);
+  }
+  if (y.size(3) > 1 && y.impl()->strides[3] != 1) y = detail::contiguous_of(y);
+  return y;
+}
+
+void add_operand(std::vector<detail::arg_binding>& a, const tensor& t, bool is_const) {
+  a.push_back(detail::tensor_mem(*t.impl(), t.dtype(), is_const));
+}
+void add_strides(std::vector<detail::arg_binding>& a, const tensor& t) {
+  for (int d = 0; d < 3; ++d) a.push_back(detail::bind_arg(t.impl()->strides[std::size_t(d)]));
+}
+detail::arg_binding scale_arg(scalar_type acc, double s) {
+  return acc == scalar_type::f64 ? detail::bind_arg(s) : detail::bind_arg(float(s));
+}
+
+struct fused_shape {
+  std::int64_t outer, inner, l, s;
+  std::uint32_t e, ev;
+};
+
+fused_shape shape_of(const tensor& q4, const tensor& v4) {
+  return {q4.size(0),
+          q4.size(1),
+          q4.size(2),
+          v4.size(2),
+          std::uint32_t(q4.size(3)),
+          std::uint32_t(v4.size(3))};
+}
+
+attn_kernel_key key_of(attn_kernel_kind kind, const tensor& q4, const fused_shape& f, bool causal) {
+  const device& dev = q4.get_device();
+  return {kind,
+          q4.dtype(),
+          f.e,
+          f.ev,
+          causal,
+          dev.supports(feature::barrier),
+          dev.supports(feature::warp32)};
+}
+
+// The backward of the fused forward: dq, dk, dv in q4, k4, v4's shapes (contiguous).
+std::vector<tensor> fused_backward(const tensor& g_in, const tensor& q4, const tensor& k4,
+                                   const tensor& v4, const tensor& o_in, const tensor& lse,
+                                   bool causal, double scale) {
+  no_grad off;
+  const tensor g = as_rows4(g_in.dtype() == q4.dtype() ? g_in : g_in.to(q4.dtype()));
+  const tensor o4 = as_rows4(o_in.detach());
+  const fused_shape f = shape_of(q4, v4);
+  const device& dev = q4.get_device();
+  const scalar_type acc = detail::attn_acc_type(q4.dtype());
+  const std::int64_t bh = f.outer * f.inner;
+  const tensor d(detail::allocate_tensor(dev, {bh, f.l}, acc));
+  {
+    std::vector<detail::arg_binding> a;
+    add_operand(a, d, false);
+    add_operand(a, g, true);
+    add_operand(a, o4, true);
+    a.push_back(detail::bind_arg(f.inner));
+    a.push_back(detail::bind_arg(f.l));
+    add_strides(a, g);
+    add_strides(a, o4);
+    a.push_back(detail::bind_arg(f.s));
+    detail::launch_attn(dev, key_of(attn_kernel_kind::delta, q4, f, causal), std::move(a), bh, f.l);
+  }
+  const tensor dq(detail::allocate_tensor(dev, q4.shape(), q4.dtype()));
+  const tensor dk(detail::allocate_tensor(dev, k4.shape(), q4.dtype()));
+  const tensor dv(detail::allocate_tensor(dev, v4.shape(), q4.dtype()));
+  {
+    std::vector<detail::arg_binding> a;
+    add_operand(a, dq, false);
+    for (const tensor* t : {&q4, &k4, &v4, &g}) add_operand(a, *t, true);
+    add_operand(a, lse, true);
+    add_operand(a, d, true);
+    for (std::int64_t x : {f.inner, f.l, f.s}) a.push_back(detail::bind_arg(x));
+    for (const tensor* t : {&q4, &k4, &v4, &g, &dq}) add_strides(a, *t);
+    a.push_back(scale_arg(acc, scale));
+    detail::launch_attn(dev, key_of(attn_kernel_kind::dq, q4, f, causal), std::move(a), bh, f.l);
+  }
+  {
+    std::vector<detail::arg_binding> a;
+    add_operand(a, dk, false);
+    add_operand(a, dv, false);
+    for (const tensor* t : {&q4, &k4, &v4, &g}) add_operand(a, *t, true);
+    add_operand(a, lse, true);
+    add_operand(a, d, true);
+    for (std::int64_t x : {f.inner, f.s, f.l}) a.push_back(detail::bind_arg(x));
+    for (const tensor* t : {&q4, &k4, &v4, &g, &dk, &dv}) add_strides(a, *t);
+    a.push_back(scale_arg(acc, scale));
+    detail::launch_attn(dev, key_of(attn_kernel_kind::dkdv, q4, f, causal), std::move(a), bh, f.s);
+  }
+  return {dq, dk, dv};
+}
+
+// The fused forward over q, k, v broadcast to one batch shape, recorded for autograd.
+tensor fused(const tensor& q, const tensor& k, const tensor& v, bool causal, double scale) {
+  const shape_t qs = q.shape(), ks = k.shape(), vs = v.shape();
+  const shape_t batch =
+      detail::broadcast_shapes(detail::broadcast_shapes(shape_t(qs.begin(), qs.end() - 2),
+                                                        shape_t(ks.begin(), ks.end() - 2)),
+                               shape_t(vs.begin(), vs.end() - 2));
+  const auto full = [&](const shape_t& s) {
+    shape_t f = batch;
+    f.push_back(s[s.size() - 2]);
+    f.push_back(s.back());
+    return f;
+  };
+  tensor q4, k4, v4, o4, lse;
+  {
+    no_grad off;
+    q4 = as_rows4(q.detach().expand(full(qs)));
+    k4 = as_rows4(k.detach().expand(full(ks)));
+    v4 = as_rows4(v.detach().expand(full(vs)));
+    const fused_shape f = shape_of(q4, v4);
+    const device& dev = q.get_device();
+    const scalar_type acc = detail::attn_acc_type(q.dtype());
+    // Two batch dims (heads): o laid out as [outer, L, inner, Ev] and returned transposed, so
+    // that merging the heads back ([B, L, H * Ev]) is a view.
+    const bool heads = batch.size() == 2;
+    o4 = heads ? tensor(detail::allocate_tensor(dev, {f.outer, f.l, f.inner, f.ev}, q.dtype()))
+                     .transpose(1, 2)
+               : tensor(detail::allocate_tensor(dev, {f.outer, f.inner, f.l, f.ev}, q.dtype()));
+    lse = tensor(detail::allocate_tensor(dev, {f.outer * f.inner, f.l}, acc));
+    std::vector<detail::arg_binding> a;
+    add_operand(a, o4, false);
+    add_operand(a, lse, false);
+    for (const tensor* t : {&q4, &k4, &v4}) add_operand(a, *t, true);
+    for (std::int64_t x : {f.inner, f.l, f.s}) a.push_back(detail::bind_arg(x));
+    for (const tensor* t : {&q4, &k4, &v4, &o4}) add_strides(a, *t);
+    a.push_back(scale_arg(acc, scale));
+    detail::reset_stats();
+    detail::launch_attn(dev, key_of(attn_kernel_kind::forward, q4, f, causal), std::move(a),
+                        f.outer * f.inner, f.l);
+  }
+  shape_t out_shape = batch;
+  out_shape.push_back(qs[qs.size() - 2]);
+  out_shape.push_back(vs.back());
+  tensor out = o4.dim() == int(out_shape.size()) ? o4 : o4.reshape(out_shape);
+  if (!detail::grad_wanted({&q, &k, &v})) return out;
+  const shape_t full_shapes[] = {full(qs), full(ks), full(vs)}, own[] = {qs, ks, vs};
+  return autograd::record(
+      "scaled_dot_product_attention", out, {q, k, v},
+      // The output comes back as the second argument: capturing it would be a cycle.
+      [=](const tensor& g, const tensor& o) -> std::vector<tensor> {
+        const std::vector<tensor> d = fused_backward(g, q4, k4, v4, o, lse, causal, scale);
+        // Each gradient in its operand's broadcast shape, summed back to the operand's own.
+        std::vector<tensor> r;
+        for (std::size_t x = 0; x < 3; ++x)
+          r.push_back(autograd::sum_to(d[x].reshape(full_shapes[x]), own[x]));
+        return r;
+      });
+}
+
+// Which path: fused where it applies, unless KILN_ATTENTION says composed.
+bool use_fused(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
+  if (mask.defined() || q.dtype() != k.dtype() || q.dtype() != v.dtype()) return false;
+  if (q.size(-1) > detail::attn_max_width || v.size(-1) > detail::attn_max_width) return false;
+  if (q.size(-2) < 1 || k.size(-2) < 1 || q.size(-1) < 1 || v.size(-1) < 1) return false;
+  if (q.impl()->automatic || k.impl()->automatic || v.impl()->automatic) return false;
+  const char* env = std::getenv("KILN_ATTENTION");
+  return !(env && std::strcmp(env, "composed") == 0);
+}
+
+}  // namespace
 
 tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tensor& v,
                                     const tensor& attn_mask, bool is_causal,
@@ -38,6 +226,7 @@ tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tens
   const double s = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
   if (!std::isfinite(s))
     throw invalid_argument(std::string(fn) + ": scale must be finite, got " + std::to_string(s));
+  if (use_fused(q, k, v, attn_mask)) return fused(q, k, v, is_causal, s);
   // The scores stay in q's dtype (a C++ scalar promotes: a double would turn f32 into f64, a
   // float bf16 into f32), as PyTorch's math path keeps them; the cast fuses into the kernel.
   const tensor product = matmul(q, k.transpose(-2, -1));

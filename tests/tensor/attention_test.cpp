@@ -1,9 +1,13 @@
 // scaled_dot_product_attention on every device against a double-precision host model: no mask,
 // causal (more keys than queries: top-left aligned), a broadcast bool mask, an additive mask,
-// a custom scale, bf16; gradients against central differences in f64; clear errors.
+// a custom scale, bf16; gradients against central differences in f64; the fused kernels
+// against the composed path over many tiles and work-groups (head-split views, a broadcast
+// batch, 16-bit storage); clear errors.
 #include <cmath>
+#include <cstdlib>
 #include <kiln/kiln.hpp>
 #include <kiln/tensor/attention.hpp>
+#include <kiln/tensor/indexing.hpp>
 #include <limits>
 #include <optional>
 
@@ -130,6 +134,141 @@ TEST_P(AttentionTest, GradientsMatchCentralDifferences) {
       EXPECT_NEAR(grad[i], (f[1] - f[0]) / 2e-6, 1e-6 * (1 + std::abs(grad[i])))
           << "operand " << which << " element " << i;
     }
+  }
+}
+
+// KILN_ATTENTION=composed for the scope: the composed path (matmul, softmax, matmul).
+struct composed_scope {
+  composed_scope() { ::setenv("KILN_ATTENTION", "composed", 1); }
+  ~composed_scope() { ::unsetenv("KILN_ATTENTION"); }
+  composed_scope(const composed_scope&) = delete;
+  composed_scope& operator=(const composed_scope&) = delete;
+};
+
+void expect_close(const kiln::tensor& got, const kiln::tensor& want, double tol, const char* what) {
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  const auto g = doubles(got), w = doubles(want);
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) {
+    const double err = std::abs(g[i] - w[i]) / (1 + std::abs(w[i]));
+    if (!(err <= worst)) worst = err, at = i;  // NaN counts as the worst
+  }
+  EXPECT_LE(worst, tol) << what << ": element " << at << " is " << g[at] << ", expected " << w[at];
+}
+
+// Outputs and gradients of loss = sum(sdpa(q, k, v) * g) for leaves made by make(); q, k, v
+// are derived from the leaves by split(), so head-split views of one packed leaf work too.
+struct attention_run {
+  kiln::tensor y;
+  std::vector<kiln::tensor> grads;
+};
+template <class Make, class Split>
+attention_run run_attention(Make make, Split split, bool causal, std::uint64_t gseed) {
+  std::vector<kiln::tensor> leaves = make();
+  for (kiln::tensor& t : leaves) t.requires_grad_();
+  const auto [q, k, v] = split(leaves);
+  attention_run r;
+  r.y = kiln::scaled_dot_product_attention(q, k, v, {}, causal);
+  const kiln::tensor g =
+      kiln::tensor::randn(q.get_device(), r.y.shape(), gseed).to(r.y.dtype()).eval();
+  (r.y * g).to(scalar_type::f32).sum().backward();
+  r.y = r.y.detach();
+  for (const kiln::tensor& t : leaves) r.grads.push_back(t.grad());
+  return r;
+}
+
+TEST_P(AttentionTest, FusedMatchesComposedAcrossTilesAndGroups) {
+  // 70 / 90 rows: several 32-row tiles and 64-row work-groups, none of them full at the end.
+  struct shape_case {
+    std::int64_t l, s;
+    bool causal;
+  };
+  for (const shape_case c : {shape_case{70, 90, false}, shape_case{70, 70, true},
+                             shape_case{40, 90, true}, shape_case{90, 40, true}}) {
+    SCOPED_TRACE("L " + std::to_string(c.l) + " S " + std::to_string(c.s) +
+                 (c.causal ? " causal" : ""));
+    auto make = [&] {
+      return std::vector<kiln::tensor>{kiln::tensor::randn(dev(), {2, 3, c.l, 16}, 31).eval(),
+                                       kiln::tensor::randn(dev(), {2, 3, c.s, 16}, 32).eval(),
+                                       kiln::tensor::randn(dev(), {2, 3, c.s, 24}, 33).eval()};
+    };
+    auto split = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
+    const attention_run fused = run_attention(make, split, c.causal, 34);
+    attention_run composed;
+    {
+      composed_scope scope;
+      composed = run_attention(make, split, c.causal, 34);
+    }
+    expect_close(fused.y, composed.y, 1e-5, "output");
+    for (std::size_t x = 0; x < 3; ++x)
+      expect_close(fused.grads[x], composed.grads[x], 1e-4, x == 0 ? "dq" : x == 1 ? "dk" : "dv");
+  }
+}
+
+TEST_P(AttentionTest, FusedReadsHeadSplitViewsAndBroadcastBatches) {
+  constexpr std::int64_t b = 2, t = 70, h = 3, e = 16;
+  // Self-attention over one packed [B, T, 3 H E] projection, heads as strided views.
+  auto make_packed = [&] {
+    return std::vector<kiln::tensor>{kiln::tensor::randn(dev(), {b, t, 3 * h * e}, 41).eval()};
+  };
+  auto split_packed = [&](const std::vector<kiln::tensor>& x) {
+    const std::vector<kiln::tensor> p = kiln::split(x[0], h * e, 2);
+    auto heads = [&](const kiln::tensor& y) { return y.reshape({b, t, h, e}).transpose(1, 2); };
+    return std::tuple{heads(p[0]), heads(p[1]), heads(p[2])};
+  };
+  // k and v shared by every head ([B, 1, S, E], broadcast over H).
+  auto make_shared = [&] {
+    return std::vector<kiln::tensor>{kiln::tensor::randn(dev(), {b, h, t, e}, 42).eval(),
+                                     kiln::tensor::randn(dev(), {b, 1, t, e}, 43).eval(),
+                                     kiln::tensor::randn(dev(), {b, 1, t, e}, 44).eval()};
+  };
+  auto split_shared = [](const std::vector<kiln::tensor>& x) {
+    return std::tuple{x[0], x[1], x[2]};
+  };
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    const attention_run packed = run_attention(make_packed, split_packed, causal, 45);
+    const attention_run shared = run_attention(make_shared, split_shared, causal, 46);
+    EXPECT_EQ(packed.y.shape(), (shape_t{b, h, t, e}));
+    EXPECT_EQ(shared.grads[1].shape(), (shape_t{b, 1, t, e}));
+    composed_scope scope;
+    const attention_run packed_c = run_attention(make_packed, split_packed, causal, 45);
+    const attention_run shared_c = run_attention(make_shared, split_shared, causal, 46);
+    expect_close(packed.y, packed_c.y, 1e-5, "packed output");
+    expect_close(packed.grads[0], packed_c.grads[0], 1e-4, "packed gradient");
+    expect_close(shared.y, shared_c.y, 1e-5, "shared output");
+    for (std::size_t x = 0; x < 3; ++x)
+      expect_close(shared.grads[x], shared_c.grads[x], 1e-4, "shared gradient");
+  }
+}
+
+TEST_P(AttentionTest, SixteenBitFusedMatchesFloatWithOneRounding) {
+  // 16-bit storage, f32 inside the kernel: the composed path in f32 over the same (rounded)
+  // values is the reference; the fused result may differ by its output rounding and the
+  // inputs' (2^-8 for bf16).
+  for (scalar_type t : {scalar_type::bf16, scalar_type::f16}) {
+    SCOPED_TRACE(kiln::type_name(t));
+    auto make16 = [&] {
+      // The shapes of FusedMatchesComposedAcrossTilesAndGroups (its reference programs again).
+      return std::vector<kiln::tensor>{kiln::tensor::randn(dev(), {2, 3, 70, 16}, 51).to(t).eval(),
+                                       kiln::tensor::randn(dev(), {2, 3, 70, 16}, 52).to(t).eval(),
+                                       kiln::tensor::randn(dev(), {2, 3, 70, 24}, 53).to(t).eval()};
+    };
+    auto make32 = [&] {
+      std::vector<kiln::tensor> x = make16();
+      for (kiln::tensor& y : x) y = y.to(scalar_type::f32).eval();
+      return x;
+    };
+    auto split = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
+    const attention_run r16 = run_attention(make16, split, true, 54);
+    composed_scope scope;
+    const attention_run r32 = run_attention(make32, split, true, 54);
+    EXPECT_EQ(r16.y.dtype(), t);
+    const double tol = t == scalar_type::bf16 ? 1e-2 : 2e-3;
+    expect_close(r16.y, r32.y, tol, "output");
+    // The gradient g is rounded too: compare the gradients loosely.
+    for (std::size_t x = 0; x < 3; ++x) expect_close(r16.grads[x], r32.grads[x], 8 * tol, "grad");
   }
 }
 
