@@ -1,10 +1,12 @@
-// scaled_dot_product_attention: the fused kernels of attention_kernels.cpp (no mask or causal,
-// widths up to attn_max_width: one launch forward, three backward, the [L, S] scores never in
-// memory), else composed of matmul, the masked scale and softmax, and matmul (the scale, the
-// mask and the softmax fuse into one row kernel), with autograd through the same ops.
-// KILN_ATTENTION=composed (or fused) picks a path where both apply (tests compare them).
+// scaled_dot_product_attention, two paths (use_fused chooses):
+//   composed: matmul, the masked scale and softmax (one fused row kernel), matmul; autograd
+//             through the same ops; every mask;
+//   fused:    the kernels of attention_kernels.cpp (no mask or causal, widths up to
+//             attn_max_width): one launch forward, three backward, the [L, S] scores never in
+//             memory, so sequences whose scores would not fit still run.
 #include "kiln/tensor/attention.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -188,14 +190,29 @@ tensor fused(const tensor& q, const tensor& k, const tensor& v, bool causal, dou
       });
 }
 
-// Which path: fused where it applies, unless KILN_ATTENTION says composed.
+// Which path. Both apply to no mask and causal: the composed one is the faster (its products
+// run on cuBLAS or OpenBLAS; the fused kernels are scalar code: 0.4-0.75x its time on an H200
+// and on the CPU, docs/benchmarks.md), so it is taken unless the score tensors the composed
+// path keeps for training (scores, probabilities, their gradient) would fill more than a
+// quarter of the device's memory. KILN_ATTENTION=fused or composed overrides the choice.
 bool use_fused(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
   if (mask.defined() || q.dtype() != k.dtype() || q.dtype() != v.dtype()) return false;
   if (q.size(-1) > detail::attn_max_width || v.size(-1) > detail::attn_max_width) return false;
   if (q.size(-2) < 1 || k.size(-2) < 1 || q.size(-1) < 1 || v.size(-1) < 1) return false;
   if (q.impl()->automatic || k.impl()->automatic || v.impl()->automatic) return false;
-  const char* env = std::getenv("KILN_ATTENTION");
-  return !(env && std::strcmp(env, "composed") == 0);
+  if (const char* env = std::getenv("KILN_ATTENTION")) {
+    if (std::strcmp(env, "fused") == 0) return true;
+    if (std::strcmp(env, "composed") == 0) return false;
+    throw invalid_argument(std::string("KILN_ATTENTION is '") + env +
+                           "'; expected fused or composed (or unset)");
+  }
+  // Batches: the larger operand's (broadcasting a size-1 batch dim only repeats the other).
+  const double batches = std::max(double(q.numel()) / double(q.size(-2) * q.size(-1)),
+                                  double(k.numel()) / double(k.size(-2) * k.size(-1)));
+  const double scores =
+      batches * double(q.size(-2)) * double(k.size(-2)) * double(size_of(q.dtype()));
+  const double memory = double(q.get_device().info().global_mem_bytes);
+  return memory > 0 && 3 * scores > memory / 4;
 }
 
 }  // namespace

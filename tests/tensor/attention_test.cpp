@@ -28,6 +28,21 @@ constexpr std::int64_t B = 2, H = 3, L = 5, S = 7, E = 4, EV = 6;
 
 enum class mask_kind { none, causal, boolean, additive };
 
+// KILN_ATTENTION=path for the scope: "fused" (attention_kernels.cpp) or "composed" (matmul,
+// softmax, matmul).
+struct path_scope {
+  explicit path_scope(const char* path) { ::setenv("KILN_ATTENTION", path, 1); }
+  ~path_scope() { ::unsetenv("KILN_ATTENTION"); }
+  path_scope(const path_scope&) = delete;
+  path_scope& operator=(const path_scope&) = delete;
+};
+struct composed_scope : path_scope {
+  composed_scope() : path_scope("composed") {}
+};
+struct fused_scope : path_scope {
+  fused_scope() : path_scope("fused") {}
+};
+
 // The host model: mask(i, j) in {keep, drop} or an additive value, per (i, j) (broadcast over
 // batch and heads).
 std::vector<double> reference(const std::vector<double>& q, const std::vector<double>& k,
@@ -67,38 +82,40 @@ std::vector<double> doubles(const kiln::tensor& t) {
 }
 
 TEST_P(AttentionTest, MatchesTheReferenceForEveryMask) {
-  for (scalar_type t : {scalar_type::f32, scalar_type::bf16}) {
-    SCOPED_TRACE(kiln::type_name(t));
-    const auto q = kiln::tensor::randn(dev(), {B, H, L, E}, 1).to(t).eval();
-    const auto k = kiln::tensor::randn(dev(), {B, H, S, E}, 2).to(t).eval();
-    const auto v = kiln::tensor::randn(dev(), {B, H, S, EV}, 3).to(t).eval();
-    // A bool mask keeping key 0 in every row (no row fully masked), broadcast over B and H.
-    std::vector<double> keep(std::size_t(L * S));
-    std::vector<bool> keep_b(keep.size());
-    for (std::size_t x = 0; x < keep.size(); ++x)
-      keep[x] = keep_b[x] = (x % S == 0) || (x % 3 != 1);
-    const auto add = kiln::tensor::randn(dev(), {1, H, L, S}, 4).to(t).eval();
-    const double u = t == scalar_type::f32 ? 1e-5 : 3e-2;
-    for (mask_kind m :
-         {mask_kind::none, mask_kind::causal, mask_kind::boolean, mask_kind::additive}) {
-      SCOPED_TRACE("mask " + std::to_string(int(m)));
-      kiln::tensor mask;
-      if (m == mask_kind::boolean) mask = kiln::tensor::from(dev(), keep_b, {L, S});
-      if (m == mask_kind::additive) mask = add;
-      const std::optional<double> scale =
-          m == mask_kind::additive ? std::optional<double>(0.3) : std::nullopt;
-      const kiln::tensor y =
-          kiln::scaled_dot_product_attention(q, k, v, mask, m == mask_kind::causal, scale);
-      EXPECT_EQ(y.shape(), (shape_t{B, H, L, EV}));
-      EXPECT_EQ(y.dtype(), t);
-      const auto want = reference(doubles(q), doubles(k), doubles(v), m,
-                                  m == mask_kind::boolean ? keep : doubles(add),
-                                  scale.value_or(1 / std::sqrt(double(E))));
-      const auto got = doubles(y);
-      for (std::size_t i = 0; i < got.size(); ++i)
-        ASSERT_NEAR(got[i], want[i], u * (1 + std::abs(want[i]))) << "element " << i;
+  for (const char* path : {"composed", "fused"})  // fused takes no mask and causal only
+    for (scalar_type t : {scalar_type::f32, scalar_type::bf16}) {
+      SCOPED_TRACE(std::string(path) + " " + kiln::type_name(t));
+      const path_scope scope(path);
+      const auto q = kiln::tensor::randn(dev(), {B, H, L, E}, 1).to(t).eval();
+      const auto k = kiln::tensor::randn(dev(), {B, H, S, E}, 2).to(t).eval();
+      const auto v = kiln::tensor::randn(dev(), {B, H, S, EV}, 3).to(t).eval();
+      // A bool mask keeping key 0 in every row (no row fully masked), broadcast over B and H.
+      std::vector<double> keep(std::size_t(L * S));
+      std::vector<bool> keep_b(keep.size());
+      for (std::size_t x = 0; x < keep.size(); ++x)
+        keep[x] = keep_b[x] = (x % S == 0) || (x % 3 != 1);
+      const auto add = kiln::tensor::randn(dev(), {1, H, L, S}, 4).to(t).eval();
+      const double u = t == scalar_type::f32 ? 1e-5 : 3e-2;
+      for (mask_kind m :
+           {mask_kind::none, mask_kind::causal, mask_kind::boolean, mask_kind::additive}) {
+        SCOPED_TRACE("mask " + std::to_string(int(m)));
+        kiln::tensor mask;
+        if (m == mask_kind::boolean) mask = kiln::tensor::from(dev(), keep_b, {L, S});
+        if (m == mask_kind::additive) mask = add;
+        const std::optional<double> scale =
+            m == mask_kind::additive ? std::optional<double>(0.3) : std::nullopt;
+        const kiln::tensor y =
+            kiln::scaled_dot_product_attention(q, k, v, mask, m == mask_kind::causal, scale);
+        EXPECT_EQ(y.shape(), (shape_t{B, H, L, EV}));
+        EXPECT_EQ(y.dtype(), t);
+        const auto want = reference(doubles(q), doubles(k), doubles(v), m,
+                                    m == mask_kind::boolean ? keep : doubles(add),
+                                    scale.value_or(1 / std::sqrt(double(E))));
+        const auto got = doubles(y);
+        for (std::size_t i = 0; i < got.size(); ++i)
+          ASSERT_NEAR(got[i], want[i], u * (1 + std::abs(want[i]))) << "element " << i;
+      }
     }
-  }
 }
 
 TEST_P(AttentionTest, GradientsMatchCentralDifferences) {
@@ -112,38 +129,35 @@ TEST_P(AttentionTest, GradientsMatchCentralDifferences) {
   };
   const kiln::tensor q = leaf(qs, 11), k = leaf(ks, 12), v = leaf(vs, 13);
   const kiln::tensor g = kiln::tensor::randn(dev(), {1, 2, 3, 3}, 14, scalar_type::f64).eval();
-  auto loss = [&](const kiln::tensor& a, const kiln::tensor& b, const kiln::tensor& c) {
-    return (kiln::scaled_dot_product_attention(a, b, c, {}, true) * g).sum();
-  };
-  loss(q, k, v).backward();
-  const kiln::tensor* leaves[] = {&q, &k, &v};
-  for (int which = 0; which < 3; ++which) {
-    const std::vector<double> base = leaves[which]->detach().to_vector<double>();
-    const std::vector<double> grad = leaves[which]->grad().to_vector<double>();
-    for (std::size_t i = 0; i < base.size(); i += 3) {
-      double f[2];
-      for (int sgn = 0; sgn < 2; ++sgn) {
-        std::vector<double> p = base;
-        p[i] += sgn ? 1e-6 : -1e-6;
-        kiln::no_grad off;
-        const kiln::tensor moved = kiln::tensor::from(dev(), p, leaves[which]->shape());
-        f[sgn] = loss(which == 0 ? moved : q.detach(), which == 1 ? moved : k.detach(),
-                      which == 2 ? moved : v.detach())
-                     .item<double>();
+  for (const char* path : {"composed", "fused"}) {
+    SCOPED_TRACE(path);
+    const path_scope scope(path);
+    for (const kiln::tensor* x : {&q, &k, &v}) x->set_grad(kiln::tensor());
+    auto loss = [&](const kiln::tensor& a, const kiln::tensor& b, const kiln::tensor& c) {
+      return (kiln::scaled_dot_product_attention(a, b, c, {}, true) * g).sum();
+    };
+    loss(q, k, v).backward();
+    const kiln::tensor* leaves[] = {&q, &k, &v};
+    for (int which = 0; which < 3; ++which) {
+      const std::vector<double> base = leaves[which]->detach().to_vector<double>();
+      const std::vector<double> grad = leaves[which]->grad().to_vector<double>();
+      for (std::size_t i = 0; i < base.size(); i += 3) {
+        double f[2];
+        for (int sgn = 0; sgn < 2; ++sgn) {
+          std::vector<double> p = base;
+          p[i] += sgn ? 1e-6 : -1e-6;
+          kiln::no_grad off;
+          const kiln::tensor moved = kiln::tensor::from(dev(), p, leaves[which]->shape());
+          f[sgn] = loss(which == 0 ? moved : q.detach(), which == 1 ? moved : k.detach(),
+                        which == 2 ? moved : v.detach())
+                       .item<double>();
+        }
+        EXPECT_NEAR(grad[i], (f[1] - f[0]) / 2e-6, 1e-6 * (1 + std::abs(grad[i])))
+            << "operand " << which << " element " << i;
       }
-      EXPECT_NEAR(grad[i], (f[1] - f[0]) / 2e-6, 1e-6 * (1 + std::abs(grad[i])))
-          << "operand " << which << " element " << i;
     }
   }
 }
-
-// KILN_ATTENTION=composed for the scope: the composed path (matmul, softmax, matmul).
-struct composed_scope {
-  composed_scope() { ::setenv("KILN_ATTENTION", "composed", 1); }
-  ~composed_scope() { ::unsetenv("KILN_ATTENTION"); }
-  composed_scope(const composed_scope&) = delete;
-  composed_scope& operator=(const composed_scope&) = delete;
-};
 
 void expect_close(const kiln::tensor& got, const kiln::tensor& want, double tol, const char* what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
@@ -194,8 +208,11 @@ TEST_P(AttentionTest, FusedMatchesComposedAcrossTilesAndGroups) {
                                        kiln::tensor::randn(dev(), {2, 3, c.s, 24}, 33).eval()};
     };
     auto split = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
-    const attention_run fused = run_attention(make, split, c.causal, 34);
-    attention_run composed;
+    attention_run fused, composed;
+    {
+      fused_scope scope;
+      fused = run_attention(make, split, c.causal, 34);
+    }
     {
       composed_scope scope;
       composed = run_attention(make, split, c.causal, 34);
@@ -228,8 +245,12 @@ TEST_P(AttentionTest, FusedReadsHeadSplitViewsAndBroadcastBatches) {
   };
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "full");
-    const attention_run packed = run_attention(make_packed, split_packed, causal, 45);
-    const attention_run shared = run_attention(make_shared, split_shared, causal, 46);
+    attention_run packed, shared;
+    {
+      fused_scope scope;
+      packed = run_attention(make_packed, split_packed, causal, 45);
+      shared = run_attention(make_shared, split_shared, causal, 46);
+    }
     EXPECT_EQ(packed.y.shape(), (shape_t{b, h, t, e}));
     EXPECT_EQ(shared.grads[1].shape(), (shape_t{b, 1, t, e}));
     composed_scope scope;
@@ -261,7 +282,11 @@ TEST_P(AttentionTest, SixteenBitFusedMatchesFloatWithOneRounding) {
       return x;
     };
     auto split = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
-    const attention_run r16 = run_attention(make16, split, true, 54);
+    attention_run r16;
+    {
+      fused_scope scope;
+      r16 = run_attention(make16, split, true, 54);
+    }
     composed_scope scope;
     const attention_run r32 = run_attention(make32, split, true, 54);
     EXPECT_EQ(r16.y.dtype(), t);
@@ -295,6 +320,16 @@ TEST_P(AttentionTest, BadInputGetsClearErrors) {
   EXPECT_THROW(scaled_dot_product_attention(q, k, v, {}, false, INFINITY), kiln::invalid_argument);
   EXPECT_THROW(scaled_dot_product_attention(q, k, v, kiln::tensor::ones(dev(), {4, 5})),
                kiln::shape_error);  // the mask does not broadcast to [2, 3, 5]
+  {
+    const path_scope scope("flash");
+    EXPECT_THROW(scaled_dot_product_attention(q, k, v), kiln::invalid_argument);
+  }
+  {
+    const fused_scope scope;  // batches that do not broadcast: [2] against [3]
+    EXPECT_THROW(scaled_dot_product_attention(q, kiln::tensor::randn(dev(), {3, 5, 4}, 26),
+                                              kiln::tensor::randn(dev(), {3, 5, 6}, 27)),
+                 kiln::shape_error);
+  }
 }
 
 }  // namespace
