@@ -97,6 +97,24 @@ TEST_P(FusionTest, LargeOutputsAreEvaluatedWhole) {
   for (std::size_t i = 0; i < r.size(); ++i)
     if (r[i] != double(i)) ++bad;
   EXPECT_EQ(bad, 0u);
+  // 16- and 8-bit chains take 8 and 16 elements per item on GPUs (16 bytes in flight): each
+  // element exactly once, the tail included (small integers: exact in bf16 and int8).
+  std::vector<float> hf(std::size_t(n + 2));
+  std::vector<std::int8_t> hi(hf.size());
+  for (std::size_t i = 0; i < hf.size(); ++i) {
+    hf[i] = float(int(i % 251) - 125);
+    hi[i] = std::int8_t(int(i % 201) - 100);
+  }
+  const auto xb = kiln::tensor::from(dev(), hf, {n + 2}).to(kiln::scalar_type::bf16).eval();
+  const auto xi = kiln::tensor::from(dev(), hi, {n + 2});
+  const std::vector<float> gb =
+      kiln::relu(xb * 2.f - 3.f).to(kiln::scalar_type::f32).to_vector<float>();
+  const std::vector<std::int8_t> gi = (-xi).to(kiln::scalar_type::i8).to_vector<std::int8_t>();
+  for (std::size_t i = 0; i < hf.size(); ++i) {
+    bad += gb[i] != std::max(hf[i] * 2.f - 3.f, 0.f);
+    bad += gi[i] != -hi[i];
+  }
+  EXPECT_EQ(bad, 0u);
 }
 
 TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
