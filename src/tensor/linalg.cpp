@@ -11,6 +11,7 @@
 
 #include "autograd/derivatives.hpp"
 #include "kiln/linalg.hpp"
+#include "linalg/linalg.hpp"
 #include "runtime/runtime.hpp"
 #include "tensor/autocast_rules.hpp"
 #include "tensor/fallback.hpp"
@@ -109,6 +110,13 @@ prepared prepare(const tensor& x, const shape_t& batch, std::int64_t nbatch) {
   return {copy, layout{false, std::max<std::int64_t>(c, 1)}, nbatch > 1 ? r * c : 0};
 }
 
+// Whether c = a b with b and c single columns (b laid out as lb, c's row pitch ldc) runs as a
+// GEMV: 16-bit operands on a device whose BLAS takes 16-bit GEMVs, b and c at unit stride.
+bool vector_product(queue& q, const tensor_impl& c, const layout& lb, std::int64_t ldc) {
+  if (!is_reduced_float(c.dtype) || (!lb.trans && lb.ld != 1) || ldc != 1) return false;
+  return q.impl()->dev->supports_op(KILN_OP_GEMV, linalg::detail::dtype_of(c.dtype));
+}
+
 // c = alpha a b + beta c over c's batch; a [..., m, k], b [..., k, n] stored, their batch
 // dimensions broadcasting to c's (checked by the callers), all on one device and of one dtype.
 void gemm_into(const tensor& a, const tensor& b, const tensor& c, double alpha, double beta,
@@ -155,8 +163,20 @@ void gemm_into(const tensor& a, const tensor& b, const tensor& c, double alpha, 
   }
   s.lda = static_cast<std::uint64_t>(pa.l.ld);
   s.ldb = static_cast<std::uint64_t>(pb.l.ld);
-  const linalg::gemm_options o{pa.l.trans, pb.l.trans, alpha, beta, tf32};
   queue& q = ci.dev.default_queue();
+  if (s.batch == 1 && n == 1 && vector_product(q, ci, pb.l, cl->ld)) {
+    // c = a b with one column: a GEMV. A device whose BLAS takes 16-bit GEMVs (the CPU's:
+    // row blocks widened per task) would otherwise widen the whole of a for its GEMM first.
+    linalg::gemv_shape v{};
+    v.m = static_cast<std::uint64_t>(pa.l.trans ? k : m);
+    v.n = static_cast<std::uint64_t>(pa.l.trans ? m : k);
+    v.lda = static_cast<std::uint64_t>(pa.l.ld);
+    linalg::detail::gemv(q, ci.dtype, operand_of(*pa.t.impl()), operand_of(*pb.t.impl()),
+                         operand_of(ci), v, linalg::gemv_options{pa.l.trans, alpha, beta});
+    if (linalg::last_path() != linalg::path::none) detail::stats_now().kernel_launches++;
+    return;
+  }
+  const linalg::gemm_options o{pa.l.trans, pb.l.trans, alpha, beta, tf32};
   linalg::detail::gemm(q, ci.dtype, operand_of(*pa.t.impl()), operand_of(*pb.t.impl()),
                        operand_of(ci), s, o);
   if (linalg::last_path() != linalg::path::none) detail::stats_now().kernel_launches++;

@@ -5,6 +5,7 @@
 // 2^-52 (f64), 2^-10 with TF32.
 #include <cmath>
 #include <limits>
+#include <tuple>
 
 #include "tensor/tensor_fixture.hpp"
 #include "tensor/tensor_impl.hpp"
@@ -281,6 +282,41 @@ template <class E, class F>
     return ::testing::AssertionFailure() << "another exception: " << e.what();
   }
   return ::testing::AssertionFailure() << "nothing thrown";
+}
+
+// 16-bit matrix-vector products (on the CPU OpenBLAS's GEMV over widened row blocks, not a
+// GEMM over a widened copy of a): f32 accumulation and one rounding at the store, for a
+// vector, a one-column matrix and a transposed view of a.
+TEST_P(TensorLinalgTest, SixteenBitMatrixVectorProducts) {
+  constexpr std::int64_t m = 37, k = 300;
+  for (const kiln::scalar_type t : {kiln::scalar_type::bf16, kiln::scalar_type::f16}) {
+    SCOPED_TRACE(kiln::type_name(t));
+    const double unit = t == kiln::scalar_type::bf16 ? std::ldexp(1.0, -8) : std::ldexp(1.0, -11);
+    const kiln::tensor a = kiln::tensor::randn(dev(), {m, k}, 61).to(t).eval();
+    const kiln::tensor at = kiln::tensor::randn(dev(), {k, m}, 62).to(t).eval().t();
+    const kiln::tensor x = kiln::tensor::randn(dev(), {k}, 63).to(t).eval();
+    const std::vector<float> hx = x.to(kiln::scalar_type::f32).to_vector<float>();
+    for (const auto& [what, lhs, rhs] :
+         {std::tuple{"a x", a, x}, std::tuple{"a x[:, None]", a, x.unsqueeze(1)},
+          std::tuple{"a^T view x", at, x}}) {
+      SCOPED_TRACE(what);
+      const kiln::tensor r = kiln::matmul(lhs, rhs);
+      ASSERT_EQ(r.dtype(), t);
+      ASSERT_EQ(r.numel(), m);
+      const std::vector<float> ha = lhs.to(kiln::scalar_type::f32).contiguous().to_vector<float>();
+      const std::vector<float> got = r.to(kiln::scalar_type::f32).to_vector<float>();
+      for (std::int64_t i = 0; i < m; ++i) {
+        double want = 0, mag = 0;
+        for (std::int64_t p = 0; p < k; ++p) {
+          const double v = double(ha[std::size_t(i * k + p)]) * hx[std::size_t(p)];
+          want += v;
+          mag += std::fabs(v);
+        }
+        const double tol = unit * std::fabs(want) + 2 * (k + 2) * std::ldexp(1.0, -24) * mag;
+        ASSERT_NEAR(got[std::size_t(i)], want, tol) << "row " << i;
+      }
+    }
+  }
 }
 
 TEST_P(TensorLinalgTest, Errors) {
