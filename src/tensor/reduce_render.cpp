@@ -102,9 +102,15 @@ struct renderer {
     s += row_coords(M);
     s += loads(false, "    ") + nodes(false, "    ");
     const std::string v = name(R.operands[0]);
-    if (arg)
-      return s += cat("    if (kt_take(kt_acc", u, ", kt_acci", u, ", ", v, ", kt_r)) { kt_acc", u,
-                      " = ", v, "; kt_acci", u, " = kt_r; }\n");
+    if (arg) {
+      // An accumulator sees its rows in increasing order, so kt_take reduces to: a greater
+      // value, the first NaN, or the first row; selects rather than a branch.
+      const std::string a = cat("kt_acc", u), ai = cat("kt_acci", u);
+      const char* cmp = R.o == ir::op::argmin ? " < " : " > ";
+      return s += cat("    const bool kt_tk", u, " = ", v, cmp, a, " || (", v, " != ", v, " && ", a,
+                      " == ", a, ") || ", ai, " == ", no_index, ";\n    ", a, " = kt_tk", u, " ? ",
+                      v, " : ", a, ";\n    ", ai, " = kt_tk", u, " ? kt_r : ", ai, ";\n");
+    }
     return s += cat("    kt_acc", u, " = kt_fold(kt_acc", u, ", ", v, ");\n");
   }
 

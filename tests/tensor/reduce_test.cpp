@@ -167,6 +167,11 @@ TEST_P(ReduceTest, NanWinsAndTiesTakeTheFirstIndex) {
   const std::vector<float> m = n.max(1).to_vector<float>();
   EXPECT_TRUE(std::isnan(m[0]) && std::isnan(m[1]));
   EXPECT_EQ(n.argmax().item<std::int64_t>(), 250);
+  // Rows of the fold's starting values: the first index, as PyTorch.
+  const kiln::tensor lo = kiln::tensor::from(dev(), std::vector<float>(300, -INFINITY), {2, 150});
+  const kiln::tensor hi = kiln::tensor::from(dev(), std::vector<float>(300, INFINITY), {2, 150});
+  EXPECT_EQ(lo.argmax(1).to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 0}));
+  EXPECT_EQ(hi.argmin(1).to_vector<std::int64_t>(), (std::vector<std::int64_t>{0, 0}));
 }
 
 TEST_P(ReduceTest, Errors) {
