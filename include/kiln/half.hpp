@@ -34,14 +34,21 @@ constexpr std::uint16_t f32_to_f16_bits(float f) {
   return static_cast<std::uint16_t>(sign | (q + (rem > 0x1000u || (rem == 0x1000u && (q & 1u)))));
 }
 
+// Branch-free (selects, not jumps), so loops over arrays of halves vectorise.
 constexpr float f16_bits_to_f32(std::uint16_t h) {
   const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
   const std::uint32_t e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
-  if (e == 0x1fu) return std::bit_cast<float>(sign | 0x7f800000u | (m << 13));
-  if (e != 0) return std::bit_cast<float>(sign | ((e + 112u) << 23) | (m << 13));
+  const std::uint32_t normal = ((e + 112u) << 23) | (m << 13);
+  const std::uint32_t special = 0x7f800000u | (m << 13);  // infinity, NaN (payload kept)
   // Zero or subnormal: m * 2^-24, exact in binary32.
-  const float v = static_cast<float>(m) * 5.9604644775390625e-8f;
-  return sign ? -v : v;
+  const std::uint32_t small =
+      std::bit_cast<std::uint32_t>(static_cast<float>(m) * 5.9604644775390625e-8f);
+  // Masks, not ternaries: GCC leaves a select chain as jumps, which stops vectorisation.
+  const std::uint32_t is_small = 0u - std::uint32_t(e == 0),
+                      is_special = 0u - std::uint32_t(e == 0x1fu);
+  const std::uint32_t bits =
+      (small & is_small) | (special & is_special) | (normal & ~(is_small | is_special));
+  return std::bit_cast<float>(sign | bits);
 }
 
 // binary32 -> bfloat16, round to nearest even; NaN stays NaN (quiet).
