@@ -6,8 +6,6 @@
 // bench/torch_attention.py times torch's scaled_dot_product_attention at the same shapes.
 //
 //   bench_attention [--device cuda:0] [--runs 20] [--dtype f32|bf16|f16|all] [--shapes gpt|all]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -16,9 +14,12 @@
 #include <string>
 #include <vector>
 
-namespace {
-using clock_type = std::chrono::steady_clock;
+#include "bench_report.hpp"
 
+namespace {
+using kiln_bench::clock_type;
+
+// Median wall time of `runs` calls of f, the device synchronised inside each.
 template <class F>
 double median_ms(const kiln::device& dev, int runs, F f) {
   for (int i = 0; i < 3; ++i) f();
@@ -28,10 +29,9 @@ double median_ms(const kiln::device& dev, int runs, F f) {
     const auto a = clock_type::now();
     f();
     dev.synchronize();
-    t.push_back(std::chrono::duration<double, std::milli>(clock_type::now() - a).count());
+    t.push_back(kiln_bench::seconds_since(a) * 1e3);
   }
-  std::sort(t.begin(), t.end());
-  return t[t.size() / 2];
+  return kiln_bench::median(t);
 }
 }  // namespace
 
@@ -49,8 +49,8 @@ int main(int argc, char** argv) {
     const kiln::device dev = kiln::device::get(spec);
     std::printf("bench_attention on %s (%s), causal, median of %d\n", dev.id().c_str(),
                 dev.info().name.c_str(), runs);
-    std::printf("%-6s %-22s %-9s %10s %8s %10s %8s\n", "dtype", "B x H x L x E", "path",
-                "fwd ms", "TFLOP/s", "fwd+bwd", "TFLOP/s");
+    std::printf("%-6s %-22s %-9s %10s %8s %10s %8s\n", "dtype", "B x H x L x E", "path", "fwd ms",
+                "TFLOP/s", "fwd+bwd", "TFLOP/s");
     struct shape {
       std::int64_t b, h, l, e;
     };

@@ -67,14 +67,16 @@ fused_shape shape_of(const tensor& q4, const tensor& v4) {
           std::uint32_t(v4.size(3))};
 }
 
+// The delta pass is one item per row whatever the device and the mask: one program for both.
 attn_kernel_key key_of(attn_kernel_kind kind, const tensor& q4, const fused_shape& f, bool causal) {
   const device& dev = q4.get_device();
+  const bool delta = kind == attn_kernel_kind::delta;
   return {kind,
           q4.dtype(),
           f.e,
           f.ev,
-          causal,
-          dev.supports(feature::barrier),
+          causal && !delta,
+          dev.supports(feature::barrier) && !delta,
           dev.supports(feature::warp32)};
 }
 
@@ -95,11 +97,10 @@ std::vector<tensor> fused_backward(const tensor& g_in, const tensor& q4, const t
     add_operand(a, d, false);
     add_operand(a, g, true);
     add_operand(a, o4, true);
-    a.push_back(detail::bind_arg(f.inner));
-    a.push_back(detail::bind_arg(f.l));
     add_strides(a, g);
     add_strides(a, o4);
-    a.push_back(detail::bind_arg(f.s));
+    a.push_back(detail::bind_arg(f.inner));
+    a.push_back(detail::bind_arg(f.l));
     detail::launch_attn(dev, key_of(attn_kernel_kind::delta, q4, f, causal), std::move(a), bh, f.l);
   }
   const tensor dq(detail::allocate_tensor(dev, q4.shape(), q4.dtype()));

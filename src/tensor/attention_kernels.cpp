@@ -41,6 +41,7 @@ struct text {
   std::string out(const std::string& n) const {
     return cat("KILN_GLOBAL ", X, "* KILN_RESTRICT kt_", n, ", ");
   }
+  // The stride parameters of operands ns, each followed by ", ".
   static std::string strides(const std::vector<std::string>& ns) {
     std::string s;
     for (const std::string& n : ns)
@@ -184,10 +185,10 @@ struct text {
 
   std::string delta() const {
     return cat("KILN_KERNEL void kt_attn(KILN_GLOBAL ", A, "* KILN_RESTRICT kt_d, ", in("g"),
-               in("o"), "int64_t kt_inner, int64_t kt_rows, ", strides({"g", "o"}),
-               "int64_t kt_other) {\n", prologue(), "  KILN_GLOBAL const ", X,
-               "* kt_gp = ", row_ptr("g", "kt_i"), ";\n", "  KILN_GLOBAL const ", X,
-               "* kt_op = ", row_ptr("o", "kt_i"), ";\n  ", A, " kt_s = 0;\n",
+               in("o"), strides({"g", "o"}), "int64_t kt_inner, int64_t kt_rows) {\n", prologue(),
+               "  KILN_GLOBAL const ", X, "* kt_gp = ", row_ptr("g", "kt_i"), ";\n",
+               "  KILN_GLOBAL const ", X, "* kt_op = ", row_ptr("o", "kt_i"), ";\n  ", A,
+               " kt_s = 0;\n",
                each("KT_EV", "{ kt_s += KT_LD(kt_gp[kt_e]) * KT_LD(kt_op[kt_e]); }"),
                "  kt_d[kt_bh * kt_rows + kt_i] = kt_s;\n}\n");
   }
@@ -266,12 +267,10 @@ attn_policy attn_policy_of(const attn_kernel_key& k) {
 
 std::string attn_source(const attn_kernel_key& k) {
   const text t{k};
-  attn_kernel_key untiled = k;  // delta: one item per row, no tiles
-  untiled.tiled = false;
   std::string body;
   switch (k.kind) {
     case attn_kernel_kind::forward: body = t.forward(); break;
-    case attn_kernel_kind::delta: body = text{untiled}.delta(); break;
+    case attn_kernel_kind::delta: body = t.delta(); break;
     case attn_kernel_kind::dq: body = t.dq(); break;
     case attn_kernel_kind::dkdv: body = t.dkdv(); break;
   }
@@ -299,7 +298,7 @@ void launch_attn(const device& dev, const attn_kernel_key& k, std::vector<arg_bi
   const attn_policy p = attn_policy_of(k);
   const auto b = static_cast<std::uint64_t>(batches),
              r = static_cast<std::uint64_t>(rows_per_batch);
-  if (k.tiled && k.kind != attn_kernel_kind::delta) {
+  if (k.tiled) {
     const local_size ls(p.rows);
     launch(*g.kernels.at(0).impl(), *q.impl(), range(b * ((r + p.rows - 1) / p.rows) * p.rows), &ls,
            args.data(), args.size());

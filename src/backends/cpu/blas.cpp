@@ -30,6 +30,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 namespace kiln::cpu {
@@ -227,6 +228,13 @@ widened_sizes widened(const kiln_blas_gemm_desc& d) {
   return {ta ? d.k : d.m, ta ? d.m : d.k, tb ? d.n : d.k, tb ? d.k : d.n};
 }
 
+// n 16-bit values widened to f32 (a loop the compiler vectorises: kiln::half's conversion has
+// no branches).
+template <class H>
+void widen_run(const H* from, float* to, std::uint64_t n) {
+  for (std::uint64_t j = 0; j < n; ++j) to[j] = float(from[j]);
+}
+
 // scratch: widened(d).total() + m n floats, allocated when the call is queued (enqueue16).
 template <class H>
 void run_gemm16(const kiln_blas_gemm_desc& d, float alpha, float beta, float* scratch) {
@@ -255,9 +263,7 @@ void run_gemm16(const kiln_blas_gemm_desc& d, float alpha, float beta, float* sc
   };
   const auto widen = [&](const H* from, std::uint64_t ld, float* to, std::uint64_t n_rows,
                          std::uint64_t cols) {
-    rows(n_rows, cols, [&](std::uint64_t r) {
-      for (std::uint64_t j = 0; j < cols; ++j) to[r * cols + j] = float(from[r * ld + j]);
-    });
+    rows(n_rows, cols, [&](std::uint64_t r) { widen_run(from + r * ld, to + r * cols, cols); });
   };
   const H* a = reinterpret_cast<const H*>(at(d.a));
   const H* b = reinterpret_cast<const H*>(at(d.b));
@@ -317,7 +323,7 @@ void run_gemv16(const kiln_blas_gemv_desc& d, const gemv16_plan& p, float alpha,
   const H* x = reinterpret_cast<const H*>(at(d.x));
   H* y = reinterpret_cast<H*>(at(d.y));
   float* const x32 = scratch;
-  for (std::uint64_t i = 0; i < p.in; ++i) x32[i] = float(x[i]);
+  widen_run(x, x32, p.in);
   thread_pool& tp = pool();
   tp.run(p.parts, [&](std::uint64_t t) {
     float* const a32 = scratch + p.in + t * p.part;
@@ -326,8 +332,7 @@ void run_gemv16(const kiln_blas_gemv_desc& d, const gemv16_plan& p, float alpha,
     const blas_call in_blas;
     for (std::uint64_t b0 = r0; b0 < r1; b0 += p.block) {
       const std::uint64_t rows = std::min(p.block, r1 - b0);
-      for (std::uint64_t r = 0; r < rows; ++r)
-        for (std::uint64_t j = 0; j < d.n; ++j) a32[r * d.n + j] = float(a[(b0 + r) * d.lda + j]);
+      for (std::uint64_t r = 0; r < rows; ++r) widen_run(a + (b0 + r) * d.lda, a32 + r * d.n, d.n);
       if (!trans) {
         for (std::uint64_t r = 0; r < rows; ++r) y32[r] = beta != 0.f ? float(y[b0 + r]) : 0.f;
         openblas().cblas_sgemv(CblasRowMajor, CblasNoTrans, int(rows), int(d.n), alpha, a32,
@@ -354,20 +359,25 @@ void run_gemv16(const kiln_blas_gemv_desc& d, const gemv16_plan& p, float alpha,
 
 // The 16-bit runs: f32 alpha and beta (blas_abi.h), and their f32 scratch allocated here, when
 // the call is queued, so that memory running out is the caller's KILN_ERR_OUT_OF_MEMORY.
+// A descriptor's alpha and beta, host values of type T.
+template <class T, class Desc>
+std::pair<T, T> scalars_of(const Desc& d) {
+  T alpha, beta;
+  std::memcpy(&alpha, d.alpha, sizeof(T));
+  std::memcpy(&beta, d.beta, sizeof(T));
+  return {alpha, beta};
+}
+
 template <class H>
 kiln_status enqueue16(kiln_queue_h q, const kiln_blas_gemm_desc& d) {
-  float alpha, beta;
-  std::memcpy(&alpha, d.alpha, sizeof alpha);
-  std::memcpy(&beta, d.beta, sizeof beta);
+  const auto [alpha, beta] = scalars_of<float>(d);
   auto scratch = std::make_shared<std::vector<float>>(widened(d).total() + d.m * d.n);
   q->q.push([d, alpha, beta, scratch] { run_gemm16<H>(d, alpha, beta, scratch->data()); });
   return KILN_OK;
 }
 template <class H>
 kiln_status enqueue16(kiln_queue_h q, const kiln_blas_gemv_desc& d) {
-  float alpha, beta;
-  std::memcpy(&alpha, d.alpha, sizeof alpha);
-  std::memcpy(&beta, d.beta, sizeof beta);
+  const auto [alpha, beta] = scalars_of<float>(d);
   const gemv16_plan p = plan16(d);
   auto scratch = std::make_shared<std::vector<float>>(p.floats());
   q->q.push([d, p, alpha, beta, scratch] { run_gemv16<H>(d, p, alpha, beta, scratch->data()); });
@@ -376,9 +386,7 @@ kiln_status enqueue16(kiln_queue_h q, const kiln_blas_gemv_desc& d) {
 
 template <class T, class Desc>
 kiln_status enqueue(kiln_queue_h q, const Desc& d, void (*run)(const Desc&, T, T)) {
-  T alpha, beta;
-  std::memcpy(&alpha, d.alpha, sizeof(T));
-  std::memcpy(&beta, d.beta, sizeof(T));
+  const auto [alpha, beta] = scalars_of<T>(d);
   q->q.push([d, alpha, beta, run] { run(d, alpha, beta); });
   return KILN_OK;
 }
