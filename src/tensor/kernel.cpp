@@ -60,6 +60,119 @@ struct lowering {
 using codegen::cat;
 using codegen::num;
 
+// The kernel's opening up to its captures: helpers, then "KILN_KERNEL void kt_eval(out, inputs,
+// captures" (no closing parenthesis).
+std::string signature(const ir::graph& g) {
+  std::string s;
+  for (const codegen::helper& h : codegen::helpers_in(g)) s += codegen::helper_def(h);
+  s += cat("KILN_KERNEL void kt_eval(KILN_GLOBAL ", type_name(g[g.roots.at(0)].dtype),
+           "* KILN_RESTRICT kt_out");
+  for (std::size_t k = 0; k < g.inputs.size(); ++k)
+    s += cat(", KILN_GLOBAL const ", type_name(g.inputs[k].type), "* KILN_RESTRICT kt_in", num(k));
+  for (std::size_t c = 0; c < g.captures.size(); ++c)
+    s += cat(", ", type_name(g.captures[c].type), " ", codegen::capture_name(static_cast<int>(c)));
+  return s;
+}
+
+std::string node_name(const ir::graph& g, ir::node_id x) {
+  return ir::info(g[x].o).cls == ir::op_class::leaf ? codegen::render_expr(g, x)
+                                                    : cat("kt_n", num(std::size_t(x)));
+}
+
+// One statement per operation node: a shared subexpression is computed once.
+std::string statements(const ir::graph& g, const char* indent) {
+  std::string s;
+  const auto name = [&](ir::node_id x) { return node_name(g, x); };
+  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
+    const auto id = static_cast<ir::node_id>(i);
+    if (ir::info(g[id].o).cls == ir::op_class::leaf) continue;
+    s += cat(indent, "const ", codegen::value_type(g[id].dtype), " ", name(id), " = ",
+             codegen::render_node(g, id, name), ";\n");
+  }
+  return s;
+}
+
+// The bits <-> float conversions of a 16-bit float type (reduced_float.hpp's macros).
+std::string widen_bits(scalar_type t, const std::string& bits) {
+  return cat(t == scalar_type::f16 ? "KILN__F16_TO_F32(" : "KILN__BF16_TO_F32(", bits, ")");
+}
+std::string narrow_bits(scalar_type t, const std::string& v) {
+  return cat(t == scalar_type::f16 ? "KILN__F32_TO_F16(" : "KILN__F32_TO_BF16(", v, ")");
+}
+
+// Vector lanes (every input flat): item v computes elements [v * lanes, v * lanes + lanes), each
+// 16-bit float array moved as one word of 2 * lanes bytes (uint32_t, uint2 or uint4: the field
+// names .x .y .z .w are CUDA's and OpenCL's alike); other inputs are read per lane. A ragged
+// last vector reads and writes element by element (its missing lanes compute lane 0 again and
+// are not stored). The caller checks that every 16-bit input starts on a word boundary.
+std::string render_lanes(const lowered& l, std::uint32_t items, std::uint32_t lanes) {
+  const ir::graph& g = l.g;
+  const ir::node_id root = g.roots.at(0);
+  const scalar_type out_t = g[root].dtype;
+  const bool out_words = is_reduced_float(out_t);
+  const std::uint32_t words = lanes / 2;
+  const std::string word = words == 1 ? "uint32_t" : words == 2 ? "uint2" : "uint4";
+  const auto part = [&](std::uint32_t w) {
+    return words == 1 ? std::string() : std::string(".") + "xyzw"[w];
+  };
+  const auto bits = [&](std::size_t k, std::uint32_t j) {
+    return cat("kt_b", num(k), "_", num(j));
+  };
+
+  std::string s = signature(g) + ", uint64_t kt_total) {\n";
+  s += cat("#pragma unroll\n  for (uint32_t kt_k = 0; kt_k < ", num(items), "u; ++kt_k) {\n",
+           "  const uint64_t kt_v = kiln_global_id(0) + kt_k * kiln_global_size(0);\n",
+           "  const uint64_t kt_i0 = kt_v * ", num(lanes), "u;\n",
+           "  if (kt_i0 >= kt_total) break;\n  const bool kt_full = kt_i0 + ", num(lanes),
+           "u <= kt_total;\n");
+  std::string whole, ragged;
+  for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+    if (!is_reduced_float(g.inputs[k].type)) continue;
+    s += "  uint16_t";
+    for (std::uint32_t j = 0; j < lanes; ++j) s += cat(j ? ", " : " ", bits(k, j));
+    s += ";\n";
+    whole += cat("    const ", word, " kt_w", num(k), " = ((KILN_GLOBAL const ", word, "*)kt_in",
+                 num(k), ")[kt_v];\n");
+    for (std::uint32_t j = 0; j < lanes; ++j)
+      whole += cat("    ", bits(k, j), " = (uint16_t)(kt_w", num(k), part(j / 2),
+                   j % 2 ? " >> 16);\n" : " & 0xffffu);\n");
+    for (std::uint32_t j = 0; j < lanes; ++j)
+      ragged += cat("    ", bits(k, j), " = kt_in", num(k), "[kt_i0 + ", num(j),
+                    "u < kt_total ? kt_i0 + ", num(j), "u : kt_i0].bits;\n");
+  }
+  if (!whole.empty()) s += cat("  if (kt_full) {\n", whole, "  } else {\n", ragged, "  }\n");
+  const std::string result = out_words ? "uint16_t" : type_name(out_t);
+  for (std::uint32_t j = 0; j < lanes; ++j) {
+    s += cat("  ", result, " kt_r", num(j), ";\n  {\n    const uint64_t kq_i = kt_i0 + ", num(j),
+             "u < kt_total ? kt_i0 + ", num(j), "u : kt_i0;\n");
+    for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+      const scalar_type t = g.inputs[k].type;
+      s += cat(
+          "    const ", codegen::value_type(t), " ", codegen::load_name(static_cast<int>(k)), " = ",
+          is_reduced_float(t) ? widen_bits(t, bits(k, j)) : cat("kt_in", num(k), "[kq_i]"), ";\n");
+    }
+    s += statements(g, "    ");
+    const std::string v = node_name(g, root);
+    s += cat("    kt_r", num(j), " = ", out_words ? narrow_bits(out_t, v) : v, ";\n  }\n");
+  }
+  if (out_words) {
+    s += cat("  if (kt_full) {\n    ", word, " kt_o;\n");
+    for (std::uint32_t w = 0; w < words; ++w)
+      s += cat("    kt_o", part(w), " = (uint32_t)kt_r", num(2 * w), " | ((uint32_t)kt_r",
+               num(2 * w + 1), " << 16);\n");
+    s += cat("    ((KILN_GLOBAL ", word, "*)kt_out)[kt_v] = kt_o;\n  } else {\n");
+    for (std::uint32_t j = 0; j < lanes; ++j)
+      s += cat("    if (kt_i0 + ", num(j), "u < kt_total) kt_out[kt_i0 + ", num(j),
+               "u].bits = kt_r", num(j), ";\n");
+    s += "  }\n";
+  } else {
+    for (std::uint32_t j = 0; j < lanes; ++j)
+      s += cat("  if (kt_i0 + ", num(j), "u < kt_total) kt_out[kt_i0 + ", num(j), "u] = kt_r",
+               num(j), ";\n");
+  }
+  return s += "  }\n}\n";
+}
+
 }  // namespace
 
 lowered lower(const tensor_impl& root) {
@@ -70,27 +183,22 @@ lowered lower(const tensor_impl& root) {
   return l;
 }
 
-std::uint64_t kernel_key(const lowered& l, std::uint32_t items) {
+std::uint64_t kernel_key(const lowered& l, std::uint32_t items, std::uint32_t lanes) {
   ir::hasher h;
-  h.add("tensor elementwise v1").add(l.shape.size()).add(std::uint64_t{items}).add_nodes(l.g);
+  h.add("tensor elementwise v2").add(l.shape.size()).add(std::uint64_t{items});
+  h.add(std::uint64_t{lanes}).add_nodes(l.g);
   return h.value();
 }
 
-std::string render_kernel(const lowered& l, std::uint32_t items) {
+std::string render_kernel(const lowered& l, std::uint32_t items, std::uint32_t lanes) {
+  if (lanes > 1) return render_lanes(l, items, lanes);
   const ir::graph& g = l.g;
   const ir::node_id root = g.roots.at(0);
   const std::size_t rank = l.shape.size();
   bool decompose = false;
   for (const ir::input& in : g.inputs) decompose |= !ir::is_flat(in.l);
 
-  std::string s;
-  for (const codegen::helper& h : codegen::helpers_in(g)) s += codegen::helper_def(h);
-  s += cat("KILN_KERNEL void kt_eval(KILN_GLOBAL ", type_name(g[root].dtype),
-           "* KILN_RESTRICT kt_out");
-  for (std::size_t k = 0; k < g.inputs.size(); ++k)
-    s += cat(", KILN_GLOBAL const ", type_name(g.inputs[k].type), "* KILN_RESTRICT kt_in", num(k));
-  for (std::size_t c = 0; c < g.captures.size(); ++c)
-    s += cat(", ", type_name(g.captures[c].type), " ", codegen::capture_name(static_cast<int>(c)));
+  std::string s = signature(g);
   if (decompose)
     for (std::size_t d = 1; d < rank; ++d) s += cat(", int64_t kt_d", num(d));
   for (std::size_t k = 0; k < g.inputs.size(); ++k) {
@@ -134,18 +242,8 @@ std::string render_kernel(const lowered& l, std::uint32_t items) {
              codegen::load_name(static_cast<int>(k)), " = ",
              codegen::load_value(g.inputs[k].type, cat("kt_in", num(k), "[", at, "]")), ";\n");
   }
-  // One statement per operation node: a shared subexpression is computed once.
-  const auto name = [&](ir::node_id x) {
-    return ir::info(g[x].o).cls == ir::op_class::leaf ? codegen::render_expr(g, x)
-                                                      : cat("kt_n", num(std::size_t(x)));
-  };
-  for (std::size_t i = 0; i < g.nodes.size(); ++i) {
-    const auto id = static_cast<ir::node_id>(i);
-    if (ir::info(g[id].o).cls == ir::op_class::leaf) continue;
-    s += cat("  const ", codegen::value_type(g[id].dtype), " ", name(id), " = ",
-             codegen::render_node(g, id, name), ";\n");
-  }
-  s += cat("  kt_out[kq_i] = ", codegen::store_value(g[root].dtype, name(root)), ";\n");
+  s += statements(g, "  ");
+  s += cat("  kt_out[kq_i] = ", codegen::store_value(g[root].dtype, node_name(g, root)), ";\n");
   return s += items > 1 ? "  }\n}\n" : "}\n";
 }
 

@@ -24,13 +24,17 @@ lowered lower(const tensor_impl& root);
 // The generated kernel's structural key: the IR (ops, dtypes, capture types, each input's
 // type and stride classes) and the output's rank, never sizes or stride values.
 // items: elements per work-item (kernel.cpp renders the loop; 1 on the CPU backend, where
-// the work-group loop vectorises one element per item).
-std::uint64_t kernel_key(const lowered& l, std::uint32_t items = 1);
+// the work-group loop vectorises one element per item); lanes: consecutive elements per item
+// and iteration, 16-bit float arrays moved as words (1: none).
+std::uint64_t kernel_key(const lowered& l, std::uint32_t items = 1, std::uint32_t lanes = 1);
 
 // The kernel "kt_eval" in the portable kernel language. Parameters: the output, each input,
 // each capture, then (when an input is not flat) the output's sizes but the first, then each
 // general stride of each input (in input order, then dimension order).
 // With items > 1, a last parameter: the number of elements (the launch covers a 1/items share).
-std::string render_kernel(const lowered& l, std::uint32_t items = 1);
+// lanes in {2, 4, 8} (every input flat, every 16-bit float input and the output starting on a
+// 2 * lanes byte boundary, items >= 1): each item computes `lanes` consecutive elements per
+// iteration and the launch covers a 1/(items * lanes) share.
+std::string render_kernel(const lowered& l, std::uint32_t items = 1, std::uint32_t lanes = 1);
 
 }  // namespace kiln::detail

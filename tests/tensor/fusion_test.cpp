@@ -135,6 +135,26 @@ TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
   }
 }
 
+// The 16-bit word forms (2, 4 and 8 lanes: uint32_t, uint2, uint4) compile for CUDA, with
+// 16-bit, f32 and bool results.
+TEST(TensorCodegen, WordLaneKernelsCompileForCuda) {
+  if (!conformance::cuda_compile_only())
+    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
+                    "run the CUDA kernels";
+  const kiln::device cpu = kiln::device::get("cpu");
+  const kiln::tensor f = kiln::tensor::from(cpu, std::vector<float>(12, 0.5f), {3, 4});
+  for (auto t : {kiln::scalar_type::bf16, kiln::scalar_type::f16}) {
+    const kiln::tensor h = f.to(t).eval();
+    for (const kiln::tensor& x : {kiln::relu(h * h + h), h * f, h < h, f.to(t)}) {
+      const auto l = kiln::detail::lower(*x.impl());
+      for (std::uint32_t lanes : {2u, 4u, 8u}) {
+        const std::string src = kiln::detail::render_kernel(l, 2, lanes);
+        EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+      }
+    }
+  }
+}
+
 // Every operation added after the first slice, in each dtype it renders in, compiles for CUDA.
 TEST(TensorCodegen, NewOperationsCompileForCuda) {
   if (!conformance::cuda_compile_only())

@@ -217,6 +217,46 @@ void check_chain(const kiln::device& dev) {
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(third[i], float(H(float(a[i]) / 3.f)) * 3.f) << i;
 }
 
+// Chains over a million elements (GPUs move 16-bit arrays as 4-, 8- or 16-byte words, the
+// lanes set by where each input starts): views starting 0, 1, 2 or 4 elements in, a ragged
+// end, f32 operands mixed in, results of every width. Each element against the host.
+template <class H>
+void check_word_lanes(const kiln::device& dev, std::initializer_list<std::int64_t> offsets) {
+  const std::size_t n = (std::size_t(1) << 20) + 13;
+  const auto a = random_reduced<H>(n + 8, 51), b = random_reduced<H>(n + 8, 52);
+  const kiln::tensor ta = kiln::tensor::from(dev, a), tb = kiln::tensor::from(dev, b);
+  std::vector<float> f(n);
+  for (std::size_t i = 0; i < n; ++i) f[i] = float(i % 1000) / 256.f - 2.f;
+  const kiln::tensor tf = kiln::tensor::from(dev, f);
+  for (std::int64_t off : offsets) {
+    const std::int64_t boff = (8 - off) % 8;  // both on one word boundary, or not
+    const auto at = std::size_t(off), bt = std::size_t(boff);
+    const kiln::tensor x = ta.slice(0, off, off + std::int64_t(n));
+    const kiln::tensor y = tb.slice(0, boff, boff + std::int64_t(n));
+    const std::vector<H> chain = kiln::relu(x * y + x).template to_vector<H>();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float u = float(a[i + at]), v = float(b[i + bt]);
+      ASSERT_EQ(chain[i].bits, H(std::max(u * v + u, 0.f)).bits) << "offset " << off << ", " << i;
+    }
+    if (off % 4 == 1) continue;  // (each distinct kernel compiles once more on PoCL)
+    const std::vector<float> mixed = (x * tf - y).template to_vector<float>();
+    const std::vector<bool> less = (x < y).template to_vector<bool>();
+    for (std::size_t i = 0; i < n; ++i) {
+      const float u = float(a[i + at]), v = float(b[i + bt]);
+      ASSERT_EQ(mixed[i], u * f[i] - v) << "offset " << off << ", " << i;
+      ASSERT_EQ(less[i], u < v) << "offset " << off << ", " << i;
+    }
+  }
+  // f32 in, 16-bit words out.
+  const std::vector<H> narrowed = (tf / 3.f).to(kiln::scalar_type_of<H>).template to_vector<H>();
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(narrowed[i].bits, H(f[i] / 3.f).bits) << i;
+}
+
+TEST_P(ReducedPrecisionTest, LongChainsGiveEveryElementWhereverTheInputsStart) {
+  check_word_lanes<half>(dev(), {0});
+  check_word_lanes<bfloat16>(dev(), {0, 1, 2, 4});
+}
+
 TEST_P(ReducedPrecisionTest, FusedChainsComputeInFloatAndRoundOnce) {
   check_chain<half>(dev());
   check_chain<bfloat16>(dev());
