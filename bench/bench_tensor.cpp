@@ -5,7 +5,8 @@
 // Groups (--only), in run order:
 //   elementwise  fused elementwise chains, softmax, row normalisation and axis reductions on
 //                64M floats, beside a device-to-device copy of the same bytes (GB/s);
-//                layer_norm / rms_norm forward and backward at [8192, 768] and [16384, 4096]
+//                layer_norm / rms_norm forward and backward at [8192, 768], [16384, 4096] and
+//                [65536, 1024]
 //                in f32 and bf16 (issue 25's target: >= 90% of copy)
 //   gemm         SGEMM 4096^3 and 8192^3 (f32 and TF32), batched 64 x 256^3, SGEMV 8192^2
 //   conv         ResNet-50 convolutions at batch 32 (7x7/2 3->64 at 224^2, 3x3 64->64 and
@@ -90,7 +91,8 @@ void tensor_case(kiln::queue& q, const options& o, const std::string& name, doub
 // and x in and dx out (weight, bias, mean, rstd and their gradients are a row's worth).
 void run_norm_rows(const kiln::device& dev, kiln::queue& q, const options& o, bool gpu) {
   const std::int64_t scale = o.quick ? 64 : gpu ? 1 : 16;
-  const std::pair<std::int64_t, std::int64_t> shapes[] = {{8192, 768}, {16384, 4096}};
+  const std::pair<std::int64_t, std::int64_t> shapes[] = {
+      {8192, 768}, {16384, 4096}, {65536, 1024}};
   for (const auto& [rows0, cols] : shapes)
     for (const kiln::scalar_type t : {kiln::scalar_type::f32, kiln::scalar_type::bf16}) {
       const std::int64_t rows = rows0 / scale;

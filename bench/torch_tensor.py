@@ -159,7 +159,7 @@ def norm_rows(b, dev):
     scale = 64 if a.quick else (1 if dev.type == "cuda" else 16)
     F = torch.nn.functional
     g = torch.Generator(device=dev).manual_seed(5)
-    for rows0, cols in ((8192, 768), (16384, 4096)):
+    for rows0, cols in ((8192, 768), (16384, 4096), (65536, 1024)):
         for dt, label in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
             rows = rows0 // scale
             shape = f"[{rows}, {cols}] {label}"

@@ -98,9 +98,16 @@ layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, cons
   if (!rms) res.mean = tensor(detail::allocate_tensor(dev, r.stat_shape, acc));
   res.rstd = tensor(detail::allocate_tensor(dev, r.stat_shape, acc));
   const std::uint32_t lanes = detail::norm_lanes(dev, r.n);
-  const norm_kernel_key k{
-      norm_kernel_kind::forward, x.dtype(), param_type(x, w, b),         rms, w.impl() != nullptr,
-      b.impl() != nullptr,       lanes,     detail::norm_cap(lanes, r.n)};
+  const std::uint32_t vec = detail::norm_vec(dev, x.dtype(), r.n, {x.impl()->offset});
+  const norm_kernel_key k{norm_kernel_kind::forward,
+                          x.dtype(),
+                          param_type(x, w, b),
+                          rms,
+                          w.impl() != nullptr,
+                          b.impl() != nullptr,
+                          lanes,
+                          detail::norm_cap(lanes, r.n, vec),
+                          vec};
   std::vector<detail::arg_binding> a;
   add(a, res.output);
   if (!rms) add(a, res.mean);
@@ -178,9 +185,11 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   g.input = tensor(detail::allocate_tensor(dev, x.shape(), x.dtype()));
   {
     const std::uint32_t lanes = detail::norm_lanes(dev, r.n);
+    const std::uint32_t vec =
+        detail::norm_vec(dev, x.dtype(), r.n, {x.impl()->offset, dy.impl()->offset});
     const norm_kernel_key k{
-        norm_kernel_kind::backward, x.dtype(), pt,    rms,
-        w.impl() != nullptr,        false,     lanes, detail::norm_cap(lanes, r.n)};
+        norm_kernel_kind::backward,        x.dtype(), pt, rms, w.impl() != nullptr, false, lanes,
+        detail::norm_cap(lanes, r.n, vec), vec};
     std::vector<detail::arg_binding> a;
     add(a, g.input);
     add(a, dy);

@@ -174,6 +174,61 @@ struct text {
     return v.at(0);
   }
 
+  // Slot c's element of the row: lane + c L, or with words of V elements, element c % V of
+  // word lane + (c / V) L.
+  std::string slot_index(std::uint32_t c) const {
+    if (k.vec <= 1) return cat("kt_lane + ", num(c), " * ", L);
+    const std::uint32_t v = k.vec;
+    return cat("kt_lane * ", num(v), " + ", num(c / v * k.lanes * v + c % v));
+  }
+  std::string indices() const {
+    std::string s;
+    for (std::uint32_t c = 0; c < k.cap; ++c)
+      s += cat("  const int64_t kt_i", num(c), " = ", slot_index(c), ";\n");
+    return s;
+  }
+  // "const A <name>c = row element of slot c (0 past the end)" for every slot, from row kt_base
+  // of `ptr`: element by element, or (vec) a 16-byte word of 8 elements at a time.
+  std::string loads(const std::string& ptr, const std::string& name) const {
+    if (k.vec <= 1)
+      return each(cat("  const ", A, " ", name, "T_ = kt_iT_ < kt_end ? ",
+                      lx(cat(ptr, "[kt_base + kt_iT_]")), " : (", A, ")0;\n"));
+    std::string s;
+    for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
+      const std::string q = cat(name, "_q", num(w));
+      s += cat("  uint4 ", q, ";\n  ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n",
+               "  if (kt_i", num(w * k.vec), " < kt_end) ", q, " = ((KILN_GLOBAL const uint4*)(",
+               ptr, " + kt_base))[kt_lane + ", num(w * k.lanes), "];\n");
+      for (std::uint32_t e = 0; e < k.vec; ++e)
+        s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ",
+                 k.x == scalar_type::f16 ? "KILN__F16_TO_F32" : "KILN__BF16_TO_F32", "((uint16_t)(",
+                 q, ".", std::string(1, "xyzw"[e / 2]), e % 2 ? " >> 16));\n" : " & 0xffffu));\n");
+    }
+    return s;
+  }
+  // Stores value(c) (text with "T_" for the slot) into row kt_base of `ptr` for every slot in
+  // the row.
+  std::string stores(const std::string& ptr, const std::string& value) const {
+    if (k.vec <= 1)
+      return each(cat("  if (kt_iT_ < kt_end) ", ptr,
+                      "[kt_base + kt_iT_] = ", codegen::store_value(k.x, value), ";\n"));
+    std::string s;
+    for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
+      s += cat("  if (kt_i", num(w * k.vec), " < kt_end) {\n    uint4 kt_q;\n");
+      const auto bits = [&](std::uint32_t c) {
+        return cat("(uint32_t)",
+                   k.x == scalar_type::f16 ? "KILN__F32_TO_F16(" : "KILN__F32_TO_BF16(",
+                   codegen::with_element_type(value, num(c)), ")");
+      };
+      for (std::uint32_t e = 0; e < k.vec; e += 2)
+        s += cat("    kt_q.", std::string(1, "xyzw"[e / 2]), " = ", bits(w * k.vec + e), " | (",
+                 bits(w * k.vec + e + 1), " << 16);\n");
+      s += cat("    ((KILN_GLOBAL uint4*)(", ptr, " + kt_base))[kt_lane + ", num(w * k.lanes),
+               "] = kt_q;\n  }\n");
+    }
+    return s;
+  }
+
   std::string forward_cached() const {
     std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_y"), ", ");
     if (!k.rms) s += out(A, "kt_mean") + ", ";
@@ -182,10 +237,7 @@ struct text {
     if (k.has_b) s += in(W, "kt_b");
     s += cat(", int64_t kt_n, int64_t kt_rows, ", A, " kt_eps) {\n");
     s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
-    s += prologue();
-    s +=
-        each(cat("  const int64_t kt_iT_ = kt_lane + T_ * ", L, ";\n  const ", A,
-                 " kt_cT_ = kt_iT_ < kt_end ? ", lx("kt_x[kt_base + kt_iT_]"), " : (", A, ")0;\n"));
+    s += prologue() + indices() + loads("kt_x", "kt_c");
     std::string mean = "0";
     if (!k.rms) {
       s += cat("  const ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
@@ -205,10 +257,7 @@ struct text {
     std::string v = "(kt_cT_ - kt_mu) * kt_r";
     if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_iT_]"));
     if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_iT_]"));
-    return s +
-           each(cat("  if (kt_iT_ < kt_end) kt_y[kt_base + kt_iT_] = ",
-                    codegen::store_value(k.x, v), ";\n")) +
-           "}\n";
+    return s + stores("kt_y", v) + "}\n";
   }
 
   // The dx kernel's parameters, the same for both backward forms.
@@ -222,23 +271,18 @@ struct text {
 
   std::string backward_cached() const {
     std::string s = backward_signature();
-    s += locals(2) + prologue();
-    std::string g = lx("kt_dy[kt_base + kt_iT_]");
+    s += locals(2) + prologue() + indices() + loads("kt_dy", "kt_u") + loads("kt_x", "kt_v");
+    std::string g = "kt_uT_";
     if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_iT_]"));
-    s += each(cat("  const int64_t kt_iT_ = kt_lane + T_ * ", L, ";\n  const ", A,
-                  " kt_gT_ = kt_iT_ < kt_end ? ", g, " : (", A, ")0;\n  const ", A,
-                  " kt_hT_ = kt_iT_ < kt_end ? (", lx("kt_x[kt_base + kt_iT_]"),
-                  k.rms ? "" : " - kt_mean[kt_rc]", ") * kt_rstd[kt_rc] : (", A, ")0;\n"));
+    s += each(cat("  const ", A, " kt_gT_ = kt_iT_ < kt_end ? ", g, " : (", A, ")0;\n  const ", A,
+                  " kt_hT_ = kt_iT_ < kt_end ? (kt_vT_", k.rms ? "" : " - kt_mean[kt_rc]",
+                  ") * kt_rstd[kt_rc] : (", A, ")0;\n"));
     s += cat("  const ", A, " kt_p0 = ", tree("kt_gT_ * kt_hT_"), ";\n");
     if (!k.rms) s += cat("  const ", A, " kt_p1 = ", tree("kt_gT_"), ";\n");
     s += reduce(0, k.rms ? 1 : 2);
     const std::string inner =
         k.rms ? cat("kt_hT_ * ", tot(0)) : cat("(", tot(1), " + kt_hT_ * ", tot(0), ")");
-    return s +
-           each(cat("  if (kt_iT_ < kt_end) kt_dx[kt_base + kt_iT_] = ",
-                    codegen::store_value(
-                        k.x, cat("kt_rstd[kt_rc] * (kt_gT_ - ", inner, " / (", A, ")kt_n)")),
-                    ";\n")) +
+    return s + stores("kt_dx", cat("kt_rstd[kt_rc] * (kt_gT_ - ", inner, " / (", A, ")kt_n)")) +
            "}\n";
   }
 
@@ -353,10 +397,20 @@ std::uint32_t norm_lanes(const device& dev, std::int64_t n) {
   return lanes;
 }
 
-std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n) {
+std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec) {
   if (lanes <= 1) return 0;
-  const std::int64_t cap = (n + lanes - 1) / lanes;
+  const std::int64_t per = std::int64_t(lanes) * vec;
+  const std::int64_t cap = (n + per - 1) / per * vec;
   return cap <= 32 ? std::uint32_t(cap) : 0;  // more would spill registers
+}
+
+std::uint32_t norm_vec(const device& dev, scalar_type x, std::int64_t n,
+                       std::initializer_list<std::int64_t> offsets) {
+  if (!is_reduced_float(x) || n % 8 != 0) return 1;
+  for (std::int64_t o : offsets)
+    if (o % 8 != 0) return 1;
+  const std::uint32_t lanes = norm_lanes(dev, n);
+  return lanes > 1 && norm_cap(lanes, n, 8) ? 8 : 1;
 }
 
 std::string norm_source(const norm_kernel_key& k) {
@@ -379,13 +433,15 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
       .add(std::uint64_t(k.w))
       .add(std::uint64_t(k.rms) | std::uint64_t(k.has_w) << 1 | std::uint64_t(k.has_b) << 2)
       .add(std::uint64_t(k.lanes))
-      .add(std::uint64_t(k.cap));
+      .add(std::uint64_t(k.cap))
+      .add(std::uint64_t(k.vec));
   const generated_kernels g = get_generated(dev, "tensor_layer_norm", h.value(), [&] {
     return generated_program{
         norm_source(k),
         {"kt_ln"},
         cat(k.rms ? "rms_norm " : "layer_norm ", kind_name(k.kind), " of ", type_name(k.x), ", ",
-            num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string())};
+            num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string(),
+            k.vec > 1 ? cat(" in words of ", num(k.vec)) : std::string())};
   });
   if (g.compiled) stats_now().programs_compiled++;
   queue& q = dev.default_queue();

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -38,14 +39,22 @@ struct norm_kernel_key {
   // forward, backward with lanes > 1: elements per lane kept in registers (the row read once
   // from memory), 0: re-read for each pass (from cache)
   std::uint32_t cap = 0;
+  // cached forms with 16-bit x: 8 when each lane moves x, dy, y and dx as 16-byte words of 8
+  // consecutive elements (rows of a multiple of 8, starting on a word), 1: element by element
+  std::uint32_t vec = 1;
 };
 
 // The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.
 scalar_type norm_acc_type(scalar_type x);
 // Work-items per row for rows of n elements on dev.
 std::uint32_t norm_lanes(const device& dev, std::int64_t n);
-// Elements per lane to keep in registers for rows of n over `lanes` (0: too long to keep).
-std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n);
+// Elements per lane to keep in registers for rows of n over `lanes` (0: too long to keep), in
+// whole words of `vec`.
+std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec = 1);
+// The cached forms' word size for x of type x on dev, rows of n, and the element offsets of the
+// 16-bit arrays read (8 or 1, as norm_kernel_key::vec).
+std::uint32_t norm_vec(const device& dev, scalar_type x, std::int64_t n,
+                       std::initializer_list<std::int64_t> offsets);
 std::string norm_source(const norm_kernel_key& k);
 
 // Launches the kernel k over `rows` rows (forward, backward) or `items` items (params) with the

@@ -193,6 +193,33 @@ TEST_P(TensorLayerNormTest, ManyRowsAndMixedWeightDtype) {
   // PyTorch allows f32 parameters with 16-bit input: output in the input's dtype.
   check(dev(), false, {{16, 768}, 1}, scalar_type::bf16, true, scalar_type::f32, 3);
   check(dev(), true, {{16, 100}, 1}, scalar_type::f16, true, scalar_type::f32, 4);
+  // 16-bit rows of a multiple of 8 move as 16-byte words: lanes past the row's last word.
+  check(dev(), false, {{40, 136}, 1}, scalar_type::bf16, true, scalar_type::f32, 7);
+  check(dev(), true, {{24, 1040}, 1}, scalar_type::f16, true, scalar_type::f16, 8);
+}
+
+// 16-bit inputs that start on a 16-byte word (moved in words) or off one (element by element)
+// give what the same values give in a tensor of their own, forward and backward.
+TEST_P(TensorLayerNormTest, SixteenBitViewsStartingAnywhere) {
+  const std::int64_t rows = 12, n = 256;
+  for (scalar_type t : {scalar_type::bf16, scalar_type::f16}) {
+    const operand all = make(dev(), {rows * n + 12}, 61, t, 3);
+    const operand dy = make(dev(), {rows, n}, 62, t);
+    const operand w = make(dev(), {n}, 63, scalar_type::f32);
+    for (std::int64_t off : {8, 4, 1}) {
+      SCOPED_TRACE(std::string(kiln::type_name(t)) + ", offset " + std::to_string(off));
+      const tensor view = all.t.slice(0, off, off + rows * n).reshape({rows, n});
+      const tensor own = (view * 1).eval();  // the same values at the start of their own memory
+      const auto a = kiln::native_layer_norm(view, {n}, w.t, {});
+      const auto b = kiln::native_layer_norm(own, {n}, w.t, {});
+      // Summed in another order where one is in words and the other is not: a rounding apart.
+      EXPECT_TRUE(close("output", read(a.output), read(b.output), tolerance(t)));
+      const auto ga = kiln::layer_norm_backward(dy.t, view, {n}, a.mean, a.rstd, w.t, true, false);
+      const auto gb = kiln::layer_norm_backward(dy.t, own, {n}, b.mean, b.rstd, w.t, true, false);
+      EXPECT_TRUE(close("x.grad", read(ga.input), read(gb.input), 2 * tolerance(t)));
+      EXPECT_TRUE(close("weight.grad", read(ga.weight), read(gb.weight), 2 * tolerance(t)));
+    }
+  }
 }
 
 // The host model's gradient formulas against central differences of its own loss.
