@@ -107,7 +107,8 @@ layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, cons
                           b.impl() != nullptr,
                           lanes,
                           detail::norm_cap(lanes, r.n, vec),
-                          vec};
+                          vec,
+                          detail::norm_warp(dev, x.dtype(), lanes)};
   std::vector<detail::arg_binding> a;
   add(a, res.output);
   if (!rms) add(a, res.mean);
@@ -187,9 +188,16 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
     const std::uint32_t lanes = detail::norm_lanes(dev, r.n);
     const std::uint32_t vec =
         detail::norm_vec(dev, x.dtype(), r.n, {x.impl()->offset, dy.impl()->offset});
-    const norm_kernel_key k{
-        norm_kernel_kind::backward,        x.dtype(), pt, rms, w.impl() != nullptr, false, lanes,
-        detail::norm_cap(lanes, r.n, vec), vec};
+    const norm_kernel_key k{norm_kernel_kind::backward,
+                            x.dtype(),
+                            pt,
+                            rms,
+                            w.impl() != nullptr,
+                            false,
+                            lanes,
+                            detail::norm_cap(lanes, r.n, vec),
+                            vec,
+                            detail::norm_warp(dev, x.dtype(), lanes)};
     std::vector<detail::arg_binding> a;
     add(a, g.input);
     add(a, dy);

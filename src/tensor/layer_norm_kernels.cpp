@@ -4,10 +4,12 @@
 #include <algorithm>
 
 #include "codegen/expr_render.hpp"
+#include "codegen/target.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "kiln/queue.hpp"
 #include "runtime/generated_kernels.hpp"
+#include "runtime/runtime.hpp"
 #include "tensor/reduce_kernel.hpp"
 
 namespace kiln::detail {
@@ -21,6 +23,7 @@ struct text {
   const norm_kernel_key& k;
   const std::string X = type_name(k.x), W = type_name(k.w), A = type_name(norm_acc_type(k.x));
   const bool grouped = k.lanes > 1;
+  const bool warp = grouped && k.warp;
   const std::string L = num(k.lanes), R = num(group / std::max(k.lanes, 1u));
 
   std::string lx(const std::string& e) const { return codegen::load_value(k.x, e); }
@@ -80,6 +83,26 @@ struct text {
   // private kt_tot<j>. tot(j) names the total.
   std::string reduce(std::size_t first, std::size_t count) const {
     std::string s;
+    if (warp) {
+      // Warp32 devices: each warp folds by shuffles (every lane gets its warp's total), lane 0
+      // of each warp keeps it in local memory, and after one barrier each item adds its row's
+      // L / 32 warp totals in order: one barrier per reduction instead of log2(L).
+      for (std::size_t j = first; j < first + count; ++j) {
+        const std::string J = num(j);
+        s += cat("  ", A, " kt_w", J, " = kt_p", J, ";\n",
+                 "  for (uint32_t kt_h = 16; kt_h > 0; kt_h >>= 1) kt_w", J,
+                 " += kiln__warp_shfl_xor(kt_w", J, ", kt_h);\n", "  if ((kt_t & 31u) == 0) kt_sh",
+                 J, "[kt_t >> 5] = kt_w", J, ";\n");
+      }
+      s += "  kiln_barrier();\n";
+      for (std::size_t j = first; j < first + count; ++j) {
+        const std::string J = num(j);
+        s += cat("  ", A, " kt_tot", J, " = 0;\n  for (uint32_t kt_q = 0; kt_q < ",
+                 num(k.lanes / 32), "u; ++kt_q) kt_tot", J, " += kt_sh", J,
+                 "[((kt_t - (uint32_t)kt_lane) >> 5) + kt_q];\n");
+      }
+      return s;
+    }
     if (!grouped) {
       for (std::size_t j = first; j < first + count; ++j)
         s += cat("  const ", A, " kt_tot", num(j), " = kt_p", num(j), ";\n");
@@ -94,7 +117,8 @@ struct text {
     return s + "    }\n    kiln_barrier();\n  }\n";
   }
   std::string tot(std::size_t j) const {
-    return grouped ? cat("kt_sh", num(j), "[kt_t - (uint32_t)kt_lane]") : cat("kt_tot", num(j));
+    return grouped && !warp ? cat("kt_sh", num(j), "[kt_t - (uint32_t)kt_lane]")
+                            : cat("kt_tot", num(j));
   }
   std::string locals(std::size_t count) const {
     std::string s;
@@ -193,6 +217,9 @@ struct text {
     if (k.vec <= 1)
       return each(cat("  const ", A, " ", name, "T_ = kt_iT_ < kt_end ? ",
                       lx(cat(ptr, "[kt_base + kt_iT_]")), " : (", A, ")0;\n"));
+    return word_loads(ptr, name);
+  }
+  std::string word_loads(const std::string& ptr, const std::string& name) const {
     std::string s;
     for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
       const std::string q = cat(name, "_q", num(w));
@@ -237,7 +264,14 @@ struct text {
     if (k.has_b) s += in(W, "kt_b");
     s += cat(", int64_t kt_n, int64_t kt_rows, ", A, " kt_eps) {\n");
     s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
-    s += prologue() + indices() + loads("kt_x", "kt_c");
+    s += prologue();
+    // f32: each slot's index beside its load (hoisting the indices cost 8% on an H200)
+    if (k.vec <= 1)
+      s += each(cat("  const int64_t kt_iT_ = kt_lane + T_ * ", L, ";\n  const ", A,
+                    " kt_cT_ = kt_iT_ < kt_end ? ", lx("kt_x[kt_base + kt_iT_]"), " : (", A,
+                    ")0;\n"));
+    else
+      s += indices() + word_loads("kt_x", "kt_c");
     std::string mean = "0";
     if (!k.rms) {
       s += cat("  const ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
@@ -404,6 +438,13 @@ std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec) {
   return cap <= 32 ? std::uint32_t(cap) : 0;  // more would spill registers
 }
 
+bool norm_warp(const device& dev, scalar_type x, std::uint32_t lanes) {
+  if (lanes < 32 || lanes % 32 != 0 || !dev.supports(feature::warp32)) return false;
+  const codegen::warp_ops* w = codegen::target_for(dev.impl()->api->dialect).warp;
+  (void)x;  // the accumulators are f32 or f64, both moved by the targets' shuffles
+  return w && w->lanes == 32;
+}
+
 std::uint32_t norm_vec(const device& dev, scalar_type x, std::int64_t n,
                        std::initializer_list<std::int64_t> offsets) {
   if (!is_reduced_float(x) || n % 8 != 0) return 1;
@@ -434,14 +475,17 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
       .add(std::uint64_t(k.rms) | std::uint64_t(k.has_w) << 1 | std::uint64_t(k.has_b) << 2)
       .add(std::uint64_t(k.lanes))
       .add(std::uint64_t(k.cap))
-      .add(std::uint64_t(k.vec));
+      .add(std::uint64_t(k.vec) | std::uint64_t(k.warp) << 8);
   const generated_kernels g = get_generated(dev, "tensor_layer_norm", h.value(), [&] {
+    const char* warp_definitions =
+        k.warp ? codegen::target_for(dev.impl()->api->dialect).warp->definitions : "";
     return generated_program{
-        norm_source(k),
+        warp_definitions + norm_source(k),
         {"kt_ln"},
         cat(k.rms ? "rms_norm " : "layer_norm ", kind_name(k.kind), " of ", type_name(k.x), ", ",
             num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string(),
-            k.vec > 1 ? cat(" in words of ", num(k.vec)) : std::string())};
+            k.vec > 1 ? cat(" in words of ", num(k.vec)) : std::string(),
+            k.warp ? ", warp reductions" : "")};
   });
   if (g.compiled) stats_now().programs_compiled++;
   queue& q = dev.default_queue();

@@ -42,6 +42,9 @@ struct norm_kernel_key {
   // cached forms with 16-bit x: 8 when each lane moves x, dy, y and dx as 16-byte words of 8
   // consecutive elements (rows of a multiple of 8, starting on a word), 1: element by element
   std::uint32_t vec = 1;
+  // forward, backward with lanes > 1 on warp32 devices: rows folded by warp shuffles, then one
+  // barrier (prepend the target's warp definitions), else by a tree in local memory
+  bool warp = false;
 };
 
 // The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.
@@ -51,6 +54,8 @@ std::uint32_t norm_lanes(const device& dev, std::int64_t n);
 // Elements per lane to keep in registers for rows of n over `lanes` (0: too long to keep), in
 // whole words of `vec`.
 std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec = 1);
+// Whether forward and backward kernels over `lanes` lanes fold rows by warp shuffles on dev.
+bool norm_warp(const device& dev, scalar_type x, std::uint32_t lanes);
 // The cached forms' word size for x of type x on dev, rows of n, and the element offsets of the
 // 16-bit arrays read (8 or 1, as norm_kernel_key::vec).
 std::uint32_t norm_vec(const device& dev, scalar_type x, std::int64_t n,

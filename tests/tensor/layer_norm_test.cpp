@@ -6,6 +6,7 @@
 #include <kiln/nn/normalization.hpp>
 #include <kiln/tensor/layer_norm.hpp>
 
+#include "codegen/target.hpp"
 #include "tensor/layer_norm_kernels.hpp"
 #include "tensor/tensor_fixture.hpp"
 
@@ -384,6 +385,17 @@ TEST_P(TensorLayerNormTest, NormSourcesCompileEverywhere) {
   EXPECT_NO_THROW(conformance::compile_everywhere(
       kiln::detail::norm_source({norm_kernel_kind::forward, scalar_type::f32, scalar_type::f32,
                                  false, false, false, 32, 3})));
+  // The warp32 forms (CUDA's shuffles), 16-bit words or not, cached or re-read.
+  const std::string warp = kiln::codegen::target_for("cuda").warp->definitions;
+  for (bool rms : {false, true})
+    for (norm_kernel_kind kind : {norm_kernel_kind::forward, norm_kernel_kind::backward})
+      for (const auto& [t, lanes, cap, vec] :
+           {std::tuple{scalar_type::bf16, 64u, 16u, 8u}, std::tuple{scalar_type::f16, 32u, 24u, 8u},
+            std::tuple{scalar_type::f32, 128u, 9u, 1u}, std::tuple{scalar_type::f32, 256u, 0u, 1u}})
+        EXPECT_NO_THROW(kiln::compile_only(
+            "cuda", conformance::cuda_check_arch,
+            warp + kiln::detail::norm_source(
+                       {kind, t, scalar_type::f32, rms, true, !rms, lanes, cap, vec, true})));
 }
 
 }  // namespace
