@@ -134,6 +134,27 @@ struct text {
                "    if (kt_i >= kt_end) continue;\n", body, "  }\n");
   }
 
+  // kt_mu and kt_r, the row's mean and rstd (texts over the row totals), also stored. The
+  // local-memory tree leaves the totals in lane 0's slots: lane 0 shares both through kt_st
+  // after a barrier. Warp reductions and single items hold them privately: no exchange.
+  std::string statistics(const std::string& mean, const std::string& rstd) const {
+    if (grouped && !warp)
+      return cat("  if (kt_lane == 0) {\n    kt_st[2 * (kt_t / ", L, ")] = ", mean, ";\n",
+                 "    kt_st[2 * (kt_t / ", L, ") + 1] = ", rstd, ";\n",
+                 "    if (kt_row < kt_rows) {\n",
+                 k.rms ? "" : cat("      kt_mean[kt_row] = kt_st[2 * (kt_t / ", L, ")];\n"),
+                 "      kt_rstd[kt_row] = kt_st[2 * (kt_t / ", L, ") + 1];\n    }\n  }\n",
+                 "  kiln_barrier();\n  const ", A, " kt_mu = kt_st[2 * (kt_t / ", L,
+                 ")], kt_r = kt_st[2 * (kt_t / ", L, ") + 1];\n");
+    return cat("  const ", A, " kt_mu = ", mean, ", kt_r = ", rstd, ";\n",
+               grouped ? "  if (kt_lane == 0 && kt_row < kt_rows) {\n" : "  {\n",
+               k.rms ? "" : "    kt_mean[kt_row] = kt_mu;\n", "    kt_rstd[kt_row] = kt_r;\n  }\n");
+  }
+
+  std::string stat_local() const {
+    return warp ? "" : cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
+  }
+
   std::string forward() const {
     std::string s = cat("KILN_KERNEL void kt_ln(", out(X, "kt_y"), ", ");
     if (!k.rms) s += out(A, "kt_mean") + ", ";
@@ -141,8 +162,7 @@ struct text {
     if (k.has_w) s += in(W, "kt_w");
     if (k.has_b) s += in(W, "kt_b");
     s += cat(", int64_t kt_n, int64_t kt_rows, ", A, " kt_eps) {\n");
-    if (grouped)
-      s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
+    if (grouped) s += locals(2) + stat_local();
     s += prologue();
     const std::string xv = cat("        const ", A, " kt_v = ", lx("kt_x[kt_base + kt_i]"), ";\n");
     std::string mean = "0";
@@ -157,19 +177,7 @@ struct text {
     s += fold(1, xv + cat("        const ", A, " kt_d = kt_v - ", mean, ";\n"), {"kt_d * kt_d"}) +
          reduce(1, 1);
     const std::string rstd = cat("rsqrt(", tot(1), " / (", A, ")kt_n + kt_eps)");
-    if (grouped) {
-      s += cat("  if (kt_lane == 0) {\n    kt_st[2 * (kt_t / ", L, ")] = ", mean, ";\n",
-               "    kt_st[2 * (kt_t / ", L, ") + 1] = ", rstd, ";\n",
-               "    if (kt_row < kt_rows) {\n",
-               k.rms ? "" : cat("      kt_mean[kt_row] = kt_st[2 * (kt_t / ", L, ")];\n"),
-               "      kt_rstd[kt_row] = kt_st[2 * (kt_t / ", L, ") + 1];\n    }\n  }\n",
-               "  kiln_barrier();\n");
-      s += cat("  const ", A, " kt_mu = kt_st[2 * (kt_t / ", L, ")], kt_r = kt_st[2 * (kt_t / ", L,
-               ") + 1];\n");
-    } else {
-      s += cat("  const ", A, " kt_mu = ", mean, ", kt_r = ", rstd, ";\n",
-               k.rms ? "" : "  kt_mean[kt_row] = kt_mu;\n", "  kt_rstd[kt_row] = kt_r;\n");
-    }
+    s += statistics(mean, rstd);
     std::string v = cat("(", lx("kt_x[kt_base + kt_i]"), " - kt_mu) * kt_r");
     if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_i]"));
     if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_i]"));
@@ -263,8 +271,7 @@ struct text {
     if (k.has_w) s += in(W, "kt_w");
     if (k.has_b) s += in(W, "kt_b");
     s += cat(", int64_t kt_n, int64_t kt_rows, ", A, " kt_eps) {\n");
-    s += locals(2) + cat("  KILN_LOCAL ", A, " kt_st[", num(2 * group / k.lanes), "];\n");
-    s += prologue();
+    s += locals(2) + stat_local() + prologue();
     // f32: each slot's index beside its load (hoisting the indices cost 8% on an H200)
     if (k.vec <= 1)
       s += each(cat("  const int64_t kt_iT_ = kt_lane + T_ * ", L, ";\n  const ", A,
@@ -280,14 +287,7 @@ struct text {
     s +=
         each(cat("  const ", A, " kt_dT_ = kt_iT_ < kt_end ? kt_cT_ - ", mean, " : (", A, ")0;\n"));
     s += cat("  const ", A, " kt_p1 = ", tree("kt_dT_ * kt_dT_"), ";\n") + reduce(1, 1);
-    s += cat("  if (kt_lane == 0) {\n    kt_st[2 * (kt_t / ", L, ")] = ", mean, ";\n",
-             "    kt_st[2 * (kt_t / ", L, ") + 1] = rsqrt(", tot(1), " / (", A,
-             ")kt_n + kt_eps);\n    if (kt_row < kt_rows) {\n",
-             k.rms ? "" : cat("      kt_mean[kt_row] = kt_st[2 * (kt_t / ", L, ")];\n"),
-             "      kt_rstd[kt_row] = kt_st[2 * (kt_t / ", L, ") + 1];\n    }\n  }\n",
-             "  kiln_barrier();\n");
-    s += cat("  const ", A, " kt_mu = kt_st[2 * (kt_t / ", L, ")], kt_r = kt_st[2 * (kt_t / ", L,
-             ") + 1];\n");
+    s += statistics(mean, cat("rsqrt(", tot(1), " / (", A, ")kt_n + kt_eps)"));
     std::string v = "(kt_cT_ - kt_mu) * kt_r";
     if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_iT_]"));
     if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_iT_]"));
