@@ -4,7 +4,8 @@
 # (default build-run), then the parts (default all): tests (the tests the change touches, every
 # device), norms (bench_tensor's norm and bf16 chain rows, an older libkiln in $build/lib-old
 # and the build's own alternated, then PyTorch's same rows), gpt (the GPT step beside
-# torch_gpt.py). Outputs go to $OUT (or /tmp); a short summary is printed.
+# torch_gpt.py). Not in the default: tests2 (the changed tests, two binaries at once, for the
+# 2-GPU machine), norms_new (the norm rows beside PyTorch, the build's libkiln only). Outputs go to $OUT (or /tmp); a short summary is printed.
 set -u
 build=${1:-build-run}
 shift || true
@@ -28,6 +29,23 @@ for part in $parts; do
       timeout 200 "$build"/bin/nn_test --gtest_filter='*ayerNorm*:*ransformer*:*Gpt*:*GPT*:*Autocast*' >"$out/tests_nn.txt" 2>&1
       summary nn_test "$out/tests_nn.txt" $? $((SECONDS - t0))
       grep -hE '^\[  FAILED  \]' "$out"/tests_*.txt | head -20
+      ;;
+    tests2)  # the changed tests, tensor_test and nn_test at once; SKIP: a gtest pattern to leave out
+      skip=${SKIP:+-$SKIP}
+      timeout 400 "$build"/bin/tensor_test --gtest_filter="*LongChains*:*WordLane*:*LayerNorm*:*FusedChains*:*ReducedPrecision*$skip" >"$out/tests2_tensor.txt" 2>&1 &
+      timeout 400 "$build"/bin/nn_test --gtest_filter="*ayerNorm*:*Gpt*:*GPT*:*Autocast*$skip" >"$out/tests2_nn.txt" 2>&1
+      rc_nn=$?
+      wait $!
+      rc_t=$?
+      summary tensor_test "$out/tests2_tensor.txt" $rc_t $((SECONDS - t0))
+      summary nn_test "$out/tests2_nn.txt" $rc_nn $((SECONDS - t0))
+      grep -hE '^\[  FAILED  \]' "$out"/tests2_*.txt | head -20
+      grep -hoE '^\[       OK \] [^ ]*' "$out"/tests2_*.txt | sed 's|.*/||' | sort | uniq -c
+      ;;
+    norms_new)
+      timeout 300 "$build"/bin/bench_tensor --device cuda:0 --runs 20 --only elementwise \
+        --no-compile --filter "$rows" >"$out/bench_norms.txt" 2>&1
+      grep -E '^\|' "$out/bench_norms.txt" | tail -30
       ;;
     norms)
       for r in 1 2; do
