@@ -124,6 +124,9 @@ struct renderer {
   std::uint32_t items;  // > 0: the warp form, `items` elements per lane in registers
   bool full;            // warp form: rows of exactly 32 * items elements (no bounds checks)
   const char* warp_definitions;
+  // warp form, full rows, items % 8 == 0: a lane's elements are 8 consecutive ones per 256
+  // (element e at 8 lane + 256 (e / 8) + e % 8), 16-bit arrays moved as 16-byte words
+  bool words = false;
   const ir::graph& g = r.l.g;
   const std::size_t K = r.l.kept.size(), M = r.l.reduced.size();
   const bool warp = items > 0;
@@ -208,24 +211,62 @@ struct renderer {
   // Warp form: every input's elements of the row read once, all loads issued before any use
   // (contiguous rows through a pointer at constant offsets, as a hand-written kernel would).
   std::string preload() const {
-    std::string s, body;
+    std::string s, body, word_body;
     for (std::size_t k = 0; k < g.inputs.size(); ++k) {
       const std::string K_ = num(k), T = codegen::value_type(g.inputs[k].type);
+      const scalar_type t = g.inputs[k].type;
       if (along_row(g, k, K, M) == along::row_constant) {
         s += cat("  const ", T, " kt_C", K_, " = ",
-                 codegen::load_value(g.inputs[k].type, cat("kt_in", K_, "[kt_b", K_, "]")), ";\n");
+                 codegen::load_value(t, cat("kt_in", K_, "[kt_b", K_, "]")), ";\n");
         continue;
       }
-      s += cat("  ", T, " kt_L", K_, "[", num(items), "];\n  KILN_GLOBAL const ",
-               type_name(g.inputs[k].type), "* kt_p", K_, " = kt_in", K_, " + kt_b", K_,
-               " + kt_lane;\n");
+      s += cat("  ", T, " kt_L", K_, "[", num(items), "];\n  KILN_GLOBAL const ", type_name(t),
+               "* kt_p", K_, " = kt_in", K_, " + kt_b", K_, " + kt_lane", words ? " * 8" : "",
+               ";\n");
+      if (words && is_reduced_float(t)) {
+        word_body += cat("    const uint4 kt_q", K_, " = ((KILN_GLOBAL const uint4*)kt_p", K_,
+                         ")[32 * kt_w];\n");
+        for (int c = 0; c < 8; ++c)
+          word_body += cat("    kt_L", K_, "[8 * kt_w + ", num(c),
+                           "] = ", t == scalar_type::f16 ? "KILN__F16_TO_F32" : "KILN__BF16_TO_F32",
+                           "((uint16_t)(kt_q", K_, ".", std::string(1, "xyzw"[c / 2]),
+                           c % 2 ? " >> 16));\n" : " & 0xffffu));\n");
+        continue;
+      }
       body += cat("    kt_L", K_, "[kt_e] = ", full ? "" : "kt_e < kt_ne ? ",
-                  codegen::load_value(g.inputs[k].type, cat("kt_p", K_, "[32 * kt_e]")),
+                  codegen::load_value(t, cat("kt_p", K_, "[", at(), "]")),
                   full ? "" : cat(" : (", T, ")0"), ";\n");
     }
+    if (!word_body.empty())
+      s += cat("#pragma unroll\n  for (int kt_w = 0; kt_w < ", num(items / 8), "; ++kt_w) {\n",
+               word_body, "  }\n");
     if (body.empty()) return s;
     return s + cat("#pragma unroll\n  for (int kt_e = 0; kt_e < ", num(items), "; ++kt_e) {\n",
                    body, "  }\n");
+  }
+  // Lane element kt_e's offset from the lane's first element.
+  std::string at() const { return words ? "256 * (kt_e >> 3) + (kt_e & 7)" : "32 * kt_e"; }
+
+  // Warp form: the output row, element by element or (words, 16-bit output) as 16-byte words.
+  std::string store_row(ir::node_id root) const {
+    const scalar_type t = g[root].dtype;
+    std::string s = cat("  KILN_GLOBAL ", type_name(t), "* kt_q = kt_out + kt_oi * kt_rn + kt_lane",
+                        words ? " * 8" : "", ";\n");
+    if (!words || !is_reduced_float(t))
+      return s +
+             each_item(element(root, r.reds.size()) +
+                       cat("    kt_q[", at(), "] = ", codegen::store_value(t, name(root)), ";\n"));
+    const char* narrow = t == scalar_type::f16 ? "KILN__F32_TO_F16(" : "KILN__F32_TO_BF16(";
+    s += cat("  uint32_t kt_O[", num(items), "];\n");
+    s += each_item(element(root, r.reds.size()) +
+                   cat("    kt_O[kt_e] = (uint32_t)", narrow, name(root), ");\n"));
+    return s + cat("#pragma unroll\n  for (int kt_w = 0; kt_w < ", num(items / 8),
+                   "; ++kt_w) {\n    uint4 kt_o;\n",
+                   "    kt_o.x = kt_O[8 * kt_w] | (kt_O[8 * kt_w + 1] << 16);\n",
+                   "    kt_o.y = kt_O[8 * kt_w + 2] | (kt_O[8 * kt_w + 3] << 16);\n",
+                   "    kt_o.z = kt_O[8 * kt_w + 4] | (kt_O[8 * kt_w + 5] << 16);\n",
+                   "    kt_o.w = kt_O[8 * kt_w + 6] | (kt_O[8 * kt_w + 7] << 16);\n",
+                   "    ((KILN_GLOBAL uint4*)kt_q)[32 * kt_w] = kt_o;\n  }\n");
   }
 
   // Warp form of pass j: the lane's elements folded in registers, then a butterfly over the
@@ -313,13 +354,7 @@ struct renderer {
           "  const int kt_ne = (int)((kt_rn - (int64_t)kt_lane + 31) / 32);  // this lane's\n");
       s += output_position(g, K) + preload();
       for (std::size_t j = 0; j < r.reds.size(); ++j) s += warp_pass(j);
-      s += cat("  KILN_GLOBAL ", type_name(g[root].dtype),
-               "* kt_q = kt_out + kt_oi * kt_rn + kt_lane;\n");
-      return s +
-             each_item(element(root, r.reds.size()) +
-                       cat("    kt_q[32 * kt_e] = ",
-                           codegen::store_value(g[root].dtype, name(root)), ";\n")) +
-             "}\n";
+      return s + store_row(root) + "}\n";
     }
     if (group) {
       for (std::size_t j = 0; j < r.reds.size(); ++j)
@@ -376,12 +411,31 @@ std::string render_rows(const row_lowered& r, std::uint32_t lanes) {
   return renderer{r, lanes, 0, false, nullptr}.render();
 }
 
+bool warp_row_words(const row_lowered& r, std::uint32_t items, bool full) {
+  if (!items || !full || items % 8 != 0) return false;
+  const ir::graph& g = r.l.g;
+  const std::size_t K = r.l.kept.size(), M = r.l.reduced.size();
+  bool any = is_reduced_float(g[g.roots.at(0)].dtype);
+  for (std::size_t k = 0; k < g.inputs.size(); ++k) {
+    if (!is_reduced_float(g.inputs[k].type) || along_row(g, k, K, M) != along::contiguous) continue;
+    any = true;
+    if (r.l.leaves[k]->offset % 8 != 0) return false;  // every row must start on a word
+    for (std::size_t d = 0; d < K; ++d)
+      if (g.inputs[k].l.strides[d] % 8 != 0) return false;
+  }
+  return any;
+}
+
 std::string render_warp_rows(const row_lowered& r, std::uint32_t items, bool full,
-                             const char* warp_definitions) {
+                             const char* warp_definitions, bool words) {
   for (std::size_t k = 0; k < r.l.g.inputs.size(); ++k)
     if (along_row(r.l.g, k, r.l.kept.size(), r.l.reduced.size()) == along::other)
       throw invalid_argument("kiln: the warp form of a row kernel needs contiguous rows");
-  return renderer{r, 32, items, full, warp_definitions}.render();
+  if (words && !warp_row_words(r, items, full))
+    throw invalid_argument(
+        "kiln: the word form of a row kernel needs full rows of 16-bit arrays "
+        "starting on 16-byte words");
+  return renderer{r, 32, items, full, warp_definitions, words}.render();
 }
 
 std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64_t len) {
@@ -434,13 +488,15 @@ std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
   ir::hasher h;
   h.add("tensor rows v2").add(r.l.kept.size()).add(r.l.reduced.size()).add(std::uint64_t{lanes});
   const bool full = items && len == 32 * std::int64_t{items};
-  h.add(std::uint64_t{items}).add(std::uint64_t{full});
+  const bool words = warp_row_words(r, items, full);
+  h.add(std::uint64_t{items}).add(std::uint64_t{full} | std::uint64_t{words} << 1);
   for (const ir::input& in : r.l.g.inputs) h.add_input(in);
   h.add_nodes(r.l.g);
   generated_kernels k = get_generated(t.dev, "tensor_rows", h.value(), [&] {
     return generated_program{
         items ? render_warp_rows(r, items, full,
-                                 codegen::target_for(t.dev.impl()->api->dialect).warp->definitions)
+                                 codegen::target_for(t.dev.impl()->api->dialect).warp->definitions,
+                                 words)
               : render_rows(r, lanes),
         {"kt_rows"},
         ir::print(r.l.g)};
@@ -449,7 +505,8 @@ std::shared_ptr<tensor_impl> run_rows(const tensor_impl& t) {
   if (log_enabled(log_level::trace))  // the arguments cost even when not logged
     logf(log_level::trace, "tensor rows {} {} on {}: {} rows of {}, {}", to_string(t.shape),
          type_name(t.dtype), t.dev.id(), rows, len,
-         items ? fmt::format("warp form, {} per lane", items) : fmt::format("{} lanes", lanes));
+         items ? fmt::format("warp form, {} per lane{}", items, words ? " in words" : "")
+               : fmt::format("{} lanes", lanes));
 
   std::vector<arg_binding> a;
   add_mem(a, *out->mem, 0, t.dtype);

@@ -50,7 +50,13 @@ std::uint32_t warp_row_items(const device& dev, const row_lowered& r, std::int64
 // The warp form (groups of reduce_policy::group items, a row per warp); full: rows of exactly
 // 32 * items elements (no bounds checks); warp_definitions: the target's (codegen::target::warp).
 // r's inputs must be contiguous or constant along the row (kiln::invalid_argument otherwise).
+// words (warp_row_words): a lane's elements are 8 consecutive ones per 256, and 16-bit arrays
+// move as 16-byte words.
 std::string render_warp_rows(const row_lowered& r, std::uint32_t items, bool full,
-                             const char* warp_definitions);
+                             const char* warp_definitions, bool words = false);
+// Whether the warp form of r with `items` per lane (full rows) can take the word form: items a
+// multiple of 8, a 16-bit float input along the row or output, and every 16-bit input along the
+// row starting each row on a 16-byte word.
+bool warp_row_words(const row_lowered& r, std::uint32_t items, bool full);
 
 }  // namespace kiln::detail

@@ -219,6 +219,24 @@ TEST(TensorCodegen, RowKernelsCompileForCuda) {
         EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
       }
   }
+  // The word form: 16-bit rows of 256 (8 per lane), a bf16 weight, an f32 value along the row.
+  const kiln::tensor h = kiln::tensor::from(cpu, std::vector<float>(1536, 1.f), {2, 3, 256});
+  const kiln::tensor hb = h.to(kiln::scalar_type::bf16).eval();
+  const kiln::tensor w256 = kiln::tensor::from(cpu, std::vector<float>(256, 2.f), {256});
+  const kiln::tensor w16 = w256.to(kiln::scalar_type::bf16).eval();
+  for (const kiln::tensor& e :
+       {hb.softmax(-1), hb.log_softmax(2), (hb - hb.mean(-1, true)) * w16 + w256 + hb.max(-1, true),
+        hb.softmax(-1).to(kiln::scalar_type::f32)}) {
+    const auto r = kiln::detail::lower_rows(*e.impl());
+    for (std::uint32_t items : {8u, 16u}) {
+      ASSERT_TRUE(kiln::detail::warp_row_words(r, items, true));
+      const std::string src = kiln::detail::render_warp_rows(
+          r, items, true, kiln::codegen::target_for("cuda").warp->definitions, true);
+      EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch, src)) << src;
+    }
+    EXPECT_FALSE(kiln::detail::warp_row_words(r, 12, true));
+    EXPECT_FALSE(kiln::detail::warp_row_words(r, 8, false));
+  }
 }
 
 }  // namespace

@@ -345,6 +345,48 @@ void check_matmul(const kiln::device& dev, std::int64_t batch, std::int64_t m, s
       }
 }
 
+// Row kernels over 16-bit rows of 256, 512 and 1024 elements (on warp32 GPUs a lane's elements
+// come as 16-byte words of 8 consecutive ones), a 16-bit weight along the row, and a view
+// starting off a word: softmax and a normalisation chain against the host, in double.
+template <class H>
+void check_word_rows(const kiln::device& dev) {
+  for (std::int64_t cols : {256, 512, 1024}) {
+    const std::int64_t rows = 19;
+    const auto v = random_reduced<H>(std::size_t(rows * cols + 4), std::uint64_t(60 + cols));
+    const auto w = random_reduced<H>(std::size_t(cols), 61, 0.5f, 2.f);
+    const kiln::tensor all = kiln::tensor::from(dev, v);
+    const kiln::tensor tw = kiln::tensor::from(dev, w);
+    for (std::int64_t off : {0, 4}) {
+      SCOPED_TRACE("rows of " + std::to_string(cols) + ", offset " + std::to_string(off));
+      const kiln::tensor x = all.slice(0, off, off + rows * cols).reshape({rows, cols});
+      const std::vector<H> sm = x.softmax(1).template to_vector<H>();
+      const std::vector<H> nm = ((x - x.mean(1, true)) * tw).template to_vector<H>();
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double mx = -1e30, sum = 0;
+        const auto at = [&](std::int64_t c) {
+          return double(float(v[std::size_t(off + r * cols + c)]));
+        };
+        for (std::int64_t c = 0; c < cols; ++c) mx = std::max(mx, at(c)), sum += at(c);
+        double z = 0;
+        for (std::int64_t c = 0; c < cols; ++c) z += std::exp(at(c) - mx);
+        const double mean = sum / double(cols);
+        for (std::int64_t c = 0; c < cols; ++c) {
+          const std::size_t i = std::size_t(r * cols + c);
+          ASSERT_TRUE(close<H>(float(sm[i]), std::exp(at(c) - mx) / z, 2)) << r << "," << c;
+          // computed in float, rounded once at the store (bf16: 8 bits), the mean in float
+          const double want = (at(c) - mean) * double(float(w[std::size_t(c)]));
+          ASSERT_NEAR(float(nm[i]), want, 4 * std::abs(want) / 128 + 1e-2) << r << "," << c;
+        }
+      }
+    }
+  }
+}
+
+TEST_P(ReducedPrecisionTest, RowKernelsOverSixteenBitRows) {
+  check_word_rows<half>(dev());
+  check_word_rows<bfloat16>(dev());
+}
+
 TEST_P(ReducedPrecisionTest, MatmulAccumulatesInFloat) {
   check_matmul<half>(dev(), 1, 67, 129, 45);
   check_matmul<bfloat16>(dev(), 1, 67, 129, 45);
