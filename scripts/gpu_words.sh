@@ -18,7 +18,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
 summary() {  # name file rc seconds
   echo "$1: rc=$3 $(grep -E '^\[  (PASSED|FAILED)' "$2" | tr '\n' ' ') ($4 s)"
 }
-rows='norm,relu(a * b + c) bf16,copy'
+rows=${ROWS:-'norm,relu(a * b + c) bf16,copy'}
 for part in $parts; do
   t0=$SECONDS
   case $part in
@@ -32,7 +32,7 @@ for part in $parts; do
       ;;
     tests2)  # the changed tests, tensor_test and nn_test at once; SKIP: a gtest pattern to leave out
       skip=${SKIP:+-$SKIP}
-      timeout 400 "$build"/bin/tensor_test --gtest_filter="*LongChains*:*WordLane*:*LayerNorm*:*FusedChains*:*ReducedPrecision*$skip" >"$out/tests2_tensor.txt" 2>&1 &
+      timeout 400 "$build"/bin/tensor_test --gtest_filter="*LongChains*:*WordLane*:*LayerNorm*:*FusedChains*:*ReducedPrecision*:*ReduceFusion*:*Statistics*:*RowKernels*$skip" >"$out/tests2_tensor.txt" 2>&1 &
       timeout 400 "$build"/bin/nn_test --gtest_filter="*ayerNorm*:*Gpt*:*GPT*:*Autocast*$skip" >"$out/tests2_nn.txt" 2>&1
       rc_nn=$?
       wait $!
