@@ -4,6 +4,7 @@
 #include <unordered_map>
 
 #include "codegen/expr_render.hpp"
+#include "codegen/half_words.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
 #include "ir/layout.hpp"
@@ -92,14 +93,6 @@ std::string statements(const ir::graph& g, const char* indent) {
   return s;
 }
 
-// The bits <-> float conversions of a 16-bit float type (reduced_float.hpp's macros).
-std::string widen_bits(scalar_type t, const std::string& bits) {
-  return cat(t == scalar_type::f16 ? "KILN__F16_TO_F32(" : "KILN__BF16_TO_F32(", bits, ")");
-}
-std::string narrow_bits(scalar_type t, const std::string& v) {
-  return cat(t == scalar_type::f16 ? "KILN__F32_TO_F16(" : "KILN__F32_TO_BF16(", v, ")");
-}
-
 // Vector lanes (every input flat): item v computes elements [v * lanes, v * lanes + lanes), each
 // 16-bit float array moved as one word of 2 * lanes bytes (uint32_t, uint2 or uint4: the field
 // names .x .y .z .w are CUDA's and OpenCL's alike); other inputs are read per lane. A ragged
@@ -111,10 +104,8 @@ std::string render_lanes(const lowered& l, std::uint32_t items, std::uint32_t la
   const scalar_type out_t = g[root].dtype;
   const bool out_words = is_reduced_float(out_t);
   const std::uint32_t words = lanes / 2;
-  const std::string word = words == 1 ? "uint32_t" : words == 2 ? "uint2" : "uint4";
-  const auto part = [&](std::uint32_t w) {
-    return words == 1 ? std::string() : std::string(".") + "xyzw"[w];
-  };
+  const std::string word = codegen::word_type(words);
+  const auto part = [&](std::uint32_t w) { return codegen::word_field(words, w); };
   const auto bits = [&](std::size_t k, std::uint32_t j) {
     return cat("kt_b", num(k), "_", num(j));
   };
@@ -149,17 +140,18 @@ std::string render_lanes(const lowered& l, std::uint32_t items, std::uint32_t la
       const scalar_type t = g.inputs[k].type;
       s += cat(
           "    const ", codegen::value_type(t), " ", codegen::load_name(static_cast<int>(k)), " = ",
-          is_reduced_float(t) ? widen_bits(t, bits(k, j)) : cat("kt_in", num(k), "[kq_i]"), ";\n");
+          is_reduced_float(t) ? codegen::widen_bits(t, bits(k, j)) : cat("kt_in", num(k), "[kq_i]"),
+          ";\n");
     }
     s += statements(g, "    ");
     const std::string v = node_name(g, root);
-    s += cat("    kt_r", num(j), " = ", out_words ? narrow_bits(out_t, v) : v, ";\n  }\n");
+    s += cat("    kt_r", num(j), " = ", out_words ? codegen::bits_of(out_t, v) : v, ";\n  }\n");
   }
   if (out_words) {
     s += cat("  if (kt_full) {\n    ", word, " kt_o;\n");
     for (std::uint32_t w = 0; w < words; ++w)
-      s += cat("    kt_o", part(w), " = (uint32_t)kt_r", num(2 * w), " | ((uint32_t)kt_r",
-               num(2 * w + 1), " << 16);\n");
+      s += cat("    kt_o", part(w), " = ",
+               codegen::pack_bits(cat("kt_r", num(2 * w)), cat("kt_r", num(2 * w + 1))), ";\n");
     s += cat("    ((KILN_GLOBAL ", word, "*)kt_out)[kt_v] = kt_o;\n  } else {\n");
     for (std::uint32_t j = 0; j < lanes; ++j)
       s += cat("    if (kt_i0 + ", num(j), "u < kt_total) kt_out[kt_i0 + ", num(j),

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "codegen/expr_render.hpp"
+#include "codegen/half_words.hpp"
 #include "codegen/target.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
@@ -236,8 +237,7 @@ struct text {
                ptr, " + kt_base))[kt_lane + ", num(w * k.lanes), "];\n");
       for (std::uint32_t e = 0; e < k.vec; ++e)
         s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ",
-                 k.x == scalar_type::f16 ? "KILN__F16_TO_F32" : "KILN__BF16_TO_F32", "((uint16_t)(",
-                 q, ".", std::string(1, "xyzw"[e / 2]), e % 2 ? " >> 16));\n" : " & 0xffffu));\n");
+                 codegen::half_of_word(k.x, q + codegen::word_field(4, e / 2), e % 2), ";\n");
     }
     return s;
   }
@@ -251,13 +251,11 @@ struct text {
     for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
       s += cat("  if (kt_i", num(w * k.vec), " < kt_end) {\n    uint4 kt_q;\n");
       const auto bits = [&](std::uint32_t c) {
-        return cat("(uint32_t)",
-                   k.x == scalar_type::f16 ? "KILN__F32_TO_F16(" : "KILN__F32_TO_BF16(",
-                   codegen::with_element_type(value, num(c)), ")");
+        return codegen::bits_of(k.x, codegen::with_element_type(value, num(c)));
       };
       for (std::uint32_t e = 0; e < k.vec; e += 2)
-        s += cat("    kt_q.", std::string(1, "xyzw"[e / 2]), " = ", bits(w * k.vec + e), " | (",
-                 bits(w * k.vec + e + 1), " << 16);\n");
+        s += cat("    kt_q", codegen::word_field(4, e / 2), " = ",
+                 codegen::pack_bits(bits(w * k.vec + e), bits(w * k.vec + e + 1)), ";\n");
       s += cat("    ((KILN_GLOBAL uint4*)(", ptr, " + kt_base))[kt_lane + ", num(w * k.lanes),
                "] = kt_q;\n  }\n");
     }

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "codegen/expr_render.hpp"
+#include "codegen/half_words.hpp"
 #include "codegen/target.hpp"
 #include "codegen/text.hpp"
 #include "ir/hash.hpp"
@@ -226,11 +227,11 @@ struct renderer {
       if (words && is_reduced_float(t)) {
         word_body += cat("    const uint4 kt_q", K_, " = ((KILN_GLOBAL const uint4*)kt_p", K_,
                          ")[32 * kt_w];\n");
-        for (int c = 0; c < 8; ++c)
-          word_body += cat("    kt_L", K_, "[8 * kt_w + ", num(c),
-                           "] = ", t == scalar_type::f16 ? "KILN__F16_TO_F32" : "KILN__BF16_TO_F32",
-                           "((uint16_t)(kt_q", K_, ".", std::string(1, "xyzw"[c / 2]),
-                           c % 2 ? " >> 16));\n" : " & 0xffffu));\n");
+        for (unsigned c = 0; c < 8; ++c)
+          word_body +=
+              cat("    kt_L", K_, "[8 * kt_w + ", num(c), "] = ",
+                  codegen::half_of_word(t, cat("kt_q", K_, codegen::word_field(4, c / 2)), c % 2),
+                  ";\n");
         continue;
       }
       body += cat("    kt_L", K_, "[kt_e] = ", full ? "" : "kt_e < kt_ne ? ",
@@ -256,10 +257,9 @@ struct renderer {
       return s +
              each_item(element(root, r.reds.size()) +
                        cat("    kt_q[", at(), "] = ", codegen::store_value(t, name(root)), ";\n"));
-    const char* narrow = t == scalar_type::f16 ? "KILN__F32_TO_F16(" : "KILN__F32_TO_BF16(";
     s += cat("  uint32_t kt_O[", num(items), "];\n");
     s += each_item(element(root, r.reds.size()) +
-                   cat("    kt_O[kt_e] = (uint32_t)", narrow, name(root), ");\n"));
+                   cat("    kt_O[kt_e] = (uint32_t)", codegen::bits_of(t, name(root)), ";\n"));
     return s + cat("#pragma unroll\n  for (int kt_w = 0; kt_w < ", num(items / 8),
                    "; ++kt_w) {\n    uint4 kt_o;\n",
                    "    kt_o.x = kt_O[8 * kt_w] | (kt_O[8 * kt_w + 1] << 16);\n",
