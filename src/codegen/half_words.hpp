@@ -32,9 +32,14 @@ inline std::string widen_bits(scalar_type t, const std::string& bits) {
   return cat(t == scalar_type::f16 ? "KILN__F16_TO_F32(" : "KILN__BF16_TO_F32(", bits, ")");
 }
 
-// The 16-bit element of a 32-bit word expression (its high half or its low half), as float.
+// The bits (uint16_t) of the 16-bit element in a 32-bit word expression: its high or low half.
+inline std::string half_bits(const std::string& word, bool high) {
+  return cat("(uint16_t)(", word, high ? " >> 16)" : " & 0xffffu)");
+}
+
+// The same element as float.
 inline std::string half_of_word(scalar_type t, const std::string& word, bool high) {
-  return widen_bits(t, cat("(uint16_t)(", word, high ? " >> 16)" : " & 0xffffu)"));
+  return widen_bits(t, half_bits(word, high));
 }
 
 // Float value v rounded to t's bits (uint16_t).

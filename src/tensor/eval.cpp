@@ -47,6 +47,17 @@ std::uint32_t word_lanes(const lowered& l) {
   return lanes;
 }
 
+// Iterations per item of a multi-element kernel with `lanes`: word forms keep
+// elementwise_lane_elements per item; otherwise 16 bytes of the widest type in flight (4 f32,
+// 8 bf16, 16 int8): with 4 per item, element-by-element 16-bit chains ran at 80% of a copy on an
+// H100, f32 ones at 100%.
+std::uint32_t items_per_item(const lowered& l, std::uint32_t lanes) {
+  if (lanes > 1) return std::max<std::uint32_t>(1, elementwise_lane_elements / lanes);
+  std::size_t widest = size_of(l.g[l.g.roots[0]].dtype);
+  for (const ir::input& in : l.g.inputs) widest = std::max(widest, size_of(in.type));
+  return std::clamp<std::uint32_t>(elementwise_bytes / std::uint32_t(widest), 4, 16);
+}
+
 // The arguments in render_kernel's order.
 std::vector<arg_binding> arguments(const lowered& l, memory_impl& out) {
   std::vector<arg_binding> a;
@@ -145,17 +156,10 @@ void materialise(tensor_impl& t) {
   auto out = allocate_tensor(t.dev, t.shape, t.dtype);
   const auto n = static_cast<std::uint64_t>(numel_of(t.shape));
   if (n) {
-    // Large outputs on devices with work-groups of threads (GPUs): several elements per item,
-    // 16 bytes of the widest type in flight (4 f32, 8 bf16): with 4, 16-bit chains ran at 80%
-    // of a copy on an H100, f32 ones at 100%.
-    std::size_t widest = size_of(l.g[l.g.roots[0]].dtype);
-    for (const ir::input& in : l.g.inputs) widest = std::max(widest, size_of(in.type));
+    // Large outputs on devices with work-groups of threads (GPUs): several elements per item.
     const bool multi = t.dev.supports(feature::barrier) && n >= elementwise_multi_min;
     const std::uint32_t lanes = multi ? word_lanes(l) : 1;
-    const std::uint32_t items =
-        !multi      ? 1
-        : lanes > 1 ? std::max<std::uint32_t>(1, elementwise_lane_elements / lanes)
-                    : std::clamp<std::uint32_t>(elementwise_bytes / std::uint32_t(widest), 4, 16);
+    const std::uint32_t items = multi ? items_per_item(l, lanes) : 1;
     generated_kernels g = get_generated(t.dev, "tensor", kernel_key(l, items, lanes), [&] {
       return generated_program{render_kernel(l, items, lanes), {"kt_eval"}, ir::print(l.g)};
     });

@@ -125,8 +125,8 @@ std::string render_lanes(const lowered& l, std::uint32_t items, std::uint32_t la
     whole += cat("    const ", word, " kt_w", num(k), " = ((KILN_GLOBAL const ", word, "*)kt_in",
                  num(k), ")[kt_v];\n");
     for (std::uint32_t j = 0; j < lanes; ++j)
-      whole += cat("    ", bits(k, j), " = (uint16_t)(kt_w", num(k), part(j / 2),
-                   j % 2 ? " >> 16);\n" : " & 0xffffu);\n");
+      whole += cat("    ", bits(k, j), " = ",
+                   codegen::half_bits(cat("kt_w", num(k), part(j / 2)), j % 2), ";\n");
     for (std::uint32_t j = 0; j < lanes; ++j)
       ragged += cat("    ", bits(k, j), " = kt_in", num(k), "[kt_i0 + ", num(j),
                     "u < kt_total ? kt_i0 + ", num(j), "u : kt_i0].bits;\n");

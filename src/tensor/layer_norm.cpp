@@ -98,7 +98,7 @@ layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, cons
   if (!rms) res.mean = tensor(detail::allocate_tensor(dev, r.stat_shape, acc));
   res.rstd = tensor(detail::allocate_tensor(dev, r.stat_shape, acc));
   const std::uint32_t lanes = detail::norm_lanes(dev, r.n);
-  const std::uint32_t vec = detail::norm_vec(dev, x.dtype(), r.n, {x.impl()->offset});
+  const std::uint32_t vec = detail::norm_vec(x.dtype(), lanes, r.n, {x.impl()->offset});
   const norm_kernel_key k{norm_kernel_kind::forward,
                           x.dtype(),
                           param_type(x, w, b),
@@ -108,7 +108,7 @@ layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, cons
                           lanes,
                           detail::norm_cap(lanes, r.n, vec),
                           vec,
-                          detail::norm_warp(dev, x.dtype(), lanes)};
+                          detail::norm_warp(dev, lanes)};
   std::vector<detail::arg_binding> a;
   add(a, res.output);
   if (!rms) add(a, res.mean);
@@ -187,7 +187,7 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   {
     const std::uint32_t lanes = detail::norm_lanes(dev, r.n);
     const std::uint32_t vec =
-        detail::norm_vec(dev, x.dtype(), r.n, {x.impl()->offset, dy.impl()->offset});
+        detail::norm_vec(x.dtype(), lanes, r.n, {x.impl()->offset, dy.impl()->offset});
     const norm_kernel_key k{norm_kernel_kind::backward,
                             x.dtype(),
                             pt,
@@ -197,7 +197,7 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
                             lanes,
                             detail::norm_cap(lanes, r.n, vec),
                             vec,
-                            detail::norm_warp(dev, x.dtype(), lanes)};
+                            detail::norm_warp(dev, lanes)};
     std::vector<detail::arg_binding> a;
     add(a, g.input);
     add(a, dy);

@@ -312,22 +312,18 @@ struct text {
     else
       s += indices() + word_loads("kt_x", "kt_c");
     if (one_fold()) {
-      s += merged_moments();
-      s += statistics("kt_gm", cat("rsqrt(kt_gq / (", A, ")kt_n + kt_eps)"));
-      std::string v = "(kt_cT_ - kt_mu) * kt_r";
-      if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_iT_]"));
-      if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_iT_]"));
-      return s + stores("kt_y", v) + "}\n";
+      s += merged_moments() + statistics("kt_gm", cat("rsqrt(kt_gq / (", A, ")kt_n + kt_eps)"));
+    } else {
+      std::string mean = "0";
+      if (!k.rms) {
+        s += cat("  const ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
+        mean = cat("(", tot(0), " / (", A, ")kt_n)");
+      }
+      s += each(
+          cat("  const ", A, " kt_dT_ = kt_iT_ < kt_end ? kt_cT_ - ", mean, " : (", A, ")0;\n"));
+      s += cat("  const ", A, " kt_p1 = ", tree("kt_dT_ * kt_dT_"), ";\n") + reduce(1, 1);
+      s += statistics(mean, cat("rsqrt(", tot(1), " / (", A, ")kt_n + kt_eps)"));
     }
-    std::string mean = "0";
-    if (!k.rms) {
-      s += cat("  const ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
-      mean = cat("(", tot(0), " / (", A, ")kt_n)");
-    }
-    s +=
-        each(cat("  const ", A, " kt_dT_ = kt_iT_ < kt_end ? kt_cT_ - ", mean, " : (", A, ")0;\n"));
-    s += cat("  const ", A, " kt_p1 = ", tree("kt_dT_ * kt_dT_"), ";\n") + reduce(1, 1);
-    s += statistics(mean, cat("rsqrt(", tot(1), " / (", A, ")kt_n + kt_eps)"));
     std::string v = "(kt_cT_ - kt_mu) * kt_r";
     if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_iT_]"));
     if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_iT_]"));
@@ -478,19 +474,18 @@ std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec) {
   return cap <= 32 ? std::uint32_t(cap) : 0;  // more would spill registers
 }
 
-bool norm_warp(const device& dev, scalar_type x, std::uint32_t lanes) {
+bool norm_warp(const device& dev, std::uint32_t lanes) {
+  // The accumulators are f32 or f64, both moved by the targets' shuffles.
   if (lanes < 32 || lanes % 32 != 0 || !dev.supports(feature::warp32)) return false;
   const codegen::warp_ops* w = codegen::target_for(dev.impl()->api->dialect).warp;
-  (void)x;  // the accumulators are f32 or f64, both moved by the targets' shuffles
   return w && w->lanes == 32;
 }
 
-std::uint32_t norm_vec(const device& dev, scalar_type x, std::int64_t n,
+std::uint32_t norm_vec(scalar_type x, std::uint32_t lanes, std::int64_t n,
                        std::initializer_list<std::int64_t> offsets) {
   if (!is_reduced_float(x) || n % 8 != 0) return 1;
   for (std::int64_t o : offsets)
     if (o % 8 != 0) return 1;
-  const std::uint32_t lanes = norm_lanes(dev, n);
   return lanes > 1 && norm_cap(lanes, n, 8) ? 8 : 1;
 }
 

@@ -55,10 +55,10 @@ std::uint32_t norm_lanes(const device& dev, std::int64_t n);
 // whole words of `vec`.
 std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec = 1);
 // Whether forward and backward kernels over `lanes` lanes fold rows by warp shuffles on dev.
-bool norm_warp(const device& dev, scalar_type x, std::uint32_t lanes);
-// The cached forms' word size for x of type x on dev, rows of n, and the element offsets of the
-// 16-bit arrays read (8 or 1, as norm_kernel_key::vec).
-std::uint32_t norm_vec(const device& dev, scalar_type x, std::int64_t n,
+bool norm_warp(const device& dev, std::uint32_t lanes);
+// The cached forms' word size for x of type x, rows of n over `lanes` (norm_lanes), and the
+// element offsets of the 16-bit arrays read (8 or 1, as norm_kernel_key::vec).
+std::uint32_t norm_vec(scalar_type x, std::uint32_t lanes, std::int64_t n,
                        std::initializer_list<std::int64_t> offsets);
 std::string norm_source(const norm_kernel_key& k);
 
