@@ -4,7 +4,9 @@
 // bench/torch_gpt.py times the same model in PyTorch. --check DIR loads DIR/gpt.safetensors
 // (written by torch_gpt.py --save) and compares kiln's logits with DIR/logits.safetensors.
 //
-//   bench_gpt [--device cuda:0] [--runs 20] [--batch 64] [--check DIR]
+//   bench_gpt [--device cuda:0] [--runs 20] [--warmup 3] [--batch 64] [--precision fp32|bf16]
+//             [--check DIR]
+// --precision runs one of the two (for profilers: --warmup 1 --runs 1 gives two steps).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -49,14 +51,16 @@ int check(const kiln::device& dev, const std::string& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string spec = "cuda:0", check_dir;
-  int runs = 20;
+  std::string spec = "cuda:0", check_dir, only;
+  int runs = 20, warmup = 3;
   std::int64_t batch = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     if (!std::strcmp(argv[i], "--device")) spec = argv[i + 1];
     if (!std::strcmp(argv[i], "--runs")) runs = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--batch")) batch = std::atoll(argv[i + 1]);
     if (!std::strcmp(argv[i], "--check")) check_dir = argv[i + 1];
+    if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
+    if (!std::strcmp(argv[i], "--precision")) only = argv[i + 1];
   }
   try {
     const kiln::device dev = kiln::device::get(spec);
@@ -64,6 +68,7 @@ int main(int argc, char** argv) {
     std::printf("bench_gpt on %s (%s), batch %lld x context 256\n", dev.id().c_str(),
                 dev.info().name.c_str(), (long long)batch);
     for (const char* precision : {"fp32", "bf16"}) {
+      if (!only.empty() && only != precision) continue;
       kiln::nn::gpt model(dev, shape(65));
       auto params = model.parameters();
       auto opt = kiln::optim::adamw(params, {.lr = 1e-3,
@@ -87,7 +92,7 @@ int main(int argc, char** argv) {
         opt.step();
         opt.zero_grad();
       };
-      for (int i = 0; i < 3; ++i) step();
+      for (int i = 0; i < warmup; ++i) step();
       dev.synchronize();
       std::vector<double> t;
       for (int i = 0; i < runs; ++i) {

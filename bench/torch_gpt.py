@@ -85,6 +85,9 @@ def main():
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--compile", action="store_true")
     p.add_argument("--save")
+    p.add_argument("--precision", choices=["fp32", "bf16"])
+    p.add_argument("--profile", action="store_true",
+                   help="after the timing, one step under torch.profiler: CUDA time per kernel")
     a = p.parse_args()
     dev = torch.device(a.device)
     torch.manual_seed(0)
@@ -104,6 +107,8 @@ def main():
     if a.compile:
         modes.append(("bf16 compiled", True, True))
     for name, bf16, compiled in modes:
+        if a.precision and name.split()[0] != a.precision:
+            continue
         m = Gpt().to(dev)
         decay = [q for q in m.parameters() if q.dim() >= 2]
         rest = [q for q in m.parameters() if q.dim() < 2]
@@ -135,6 +140,18 @@ def main():
         n = sum(q.numel() for q in m.parameters())
         print(f"torch gpt step {name}: {ms:.2f} ms  ({a.batch * 256 / ms * 1e3:.0f} tokens/s, "
               f"{n} parameters)")
+        if a.profile:
+            from torch.profiler import ProfilerActivity, profile
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                step()
+                torch.cuda.synchronize()
+            try:
+                table = prof.key_averages().table(sort_by="self_device_time_total",
+                                                  row_limit=60, max_name_column_width=90)
+            except Exception:
+                table = prof.key_averages().table(sort_by="self_cuda_time_total",
+                                                  row_limit=60, max_name_column_width=90)
+            print(table)
 
 
 if __name__ == "__main__":

@@ -23,29 +23,10 @@ namespace {
 constexpr std::uint32_t elementwise_bytes = 16;  // bytes in flight per item, widest type
 constexpr std::uint64_t elementwise_multi_min = std::uint64_t(1) << 20;
 
-// 16-bit float chains on GPUs: elements per item and iteration in vector lanes (each 16-bit
-// array moved as one word of 2 * lanes bytes), and elements per item in all. Two-byte loads,
-// 8 per item, reached 68% of a copy on an H200; 8 lanes (16-byte words) twice per item 99%
-// (4 lanes x 4: 96-98%, 2 x 8: 86-88%, 8 x 1: 95-99%, 8 x 4: 97-98%).
-constexpr std::uint32_t elementwise_max_lanes = 8;
+// Elements per item of the vector-lane forms (tensor/kernel.hpp vector_lanes): 8 lanes twice
+// per item ran at 99% of a copy on an H200 (4 lanes x 4: 96-98%, 2 x 8: 86-88%, 8 x 1: 95-99%,
+// 8 x 4: 97-98%).
 constexpr std::uint32_t elementwise_lane_elements = 16;
-
-// The vector lanes of l's kernel: 1 unless every input is flat and a 16-bit float array is read
-// or written; then the most (up to elementwise_max_lanes) whose word every 16-bit input starts
-// on (the output is a fresh allocation).
-std::uint32_t word_lanes(const lowered& l) {
-  bool words = is_reduced_float(l.g[l.g.roots[0]].dtype);
-  for (const ir::input& in : l.g.inputs) {
-    if (!ir::is_flat(in.l)) return 1;
-    words |= is_reduced_float(in.type);
-  }
-  if (!words) return 1;
-  std::uint32_t lanes = elementwise_max_lanes;
-  for (std::size_t k = 0; k < l.leaves.size(); ++k)
-    if (is_reduced_float(l.g.inputs[k].type))
-      while (lanes > 1 && l.leaves[k]->offset % lanes != 0) lanes /= 2;
-  return lanes;
-}
 
 // Iterations per item of a multi-element kernel with `lanes`: word forms keep
 // elementwise_lane_elements per item; otherwise 16 bytes of the widest type in flight (4 f32,
@@ -158,7 +139,7 @@ void materialise(tensor_impl& t) {
   if (n) {
     // Large outputs on devices with work-groups of threads (GPUs): several elements per item.
     const bool multi = t.dev.supports(feature::barrier) && n >= elementwise_multi_min;
-    const std::uint32_t lanes = multi ? word_lanes(l) : 1;
+    const std::uint32_t lanes = multi ? vector_lanes(l) : 1;
     const std::uint32_t items = multi ? items_per_item(l, lanes) : 1;
     generated_kernels g = get_generated(t.dev, "tensor", kernel_key(l, items, lanes), [&] {
       return generated_program{render_kernel(l, items, lanes), {"kt_eval"}, ir::print(l.g)};

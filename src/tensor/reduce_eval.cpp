@@ -78,12 +78,17 @@ std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_im
     // Few long work-items on the CPU: one per work-group, so they spread over the cores.
     const local_size ls(1);
     launch(*k.kernels.at(0).impl(), *q.impl(), range(items), &ls, a.data(), a.size());
+  } else if (p.fold_lanes > 1) {  // the program has a barrier: whole groups
+    const std::uint64_t g = reduce_policy::group;
+    launch(*k.kernels.at(0).impl(), *q.impl(), range((items + g - 1) / g * g), &whole, a.data(),
+           a.size());
   } else {
     launch(*k.kernels.at(0).impl(), *q.impl(), range(items), nullptr, a.data(), a.size());
   }
   stats_now().kernel_launches++;
-  if (split && group) {
-    const std::uint64_t groups = (std::uint64_t(outs) + per_group - 1) / per_group;
+  if (split && (group || p.fold_lanes > 1)) {
+    const std::uint64_t fold_per_group = reduce_policy::group / (group ? p.lanes : p.fold_lanes);
+    const std::uint64_t groups = (std::uint64_t(outs) + fold_per_group - 1) / fold_per_group;
     launch(*k.kernels.at(1).impl(), *q.impl(), range(groups * reduce_policy::group), &whole,
            a.data(), a.size());
     stats_now().kernel_launches++;

@@ -33,11 +33,13 @@ struct reduce_policy {
   // load group at a time, so few outputs over a few hundred rows are latency-bound (layer norm's
   // weight gradient, 384 outputs over 503 partial rows, took 40 us unsplit on an H200).
   static constexpr std::int64_t gpu_split_item_elems = 32;
-  static constexpr std::uint32_t min_lanes = 32;           // items folding one work, at least
-  static constexpr std::int64_t elems_per_lane = 16;       // ... and at most rows / this
+  static constexpr std::uint32_t min_lanes = 32;      // items folding one work, at least
+  static constexpr std::int64_t elems_per_lane = 16;  // ... and at most rows / this
   static constexpr std::int64_t gpu_groups_per_unit = 8;
   static constexpr std::int64_t gpu_items_per_unit = 2048;
   static constexpr std::int64_t cpu_items_per_unit = 4;
+  static constexpr std::int64_t fold_parts_per_lane = 8;  // thread strategy's fold: at least
+  static constexpr std::uint32_t max_fold_lanes = 32;
 };
 
 enum class reduce_strategy : std::uint8_t { thread, group };
@@ -47,6 +49,10 @@ struct reduce_plan {
   std::int64_t chunks = 1;  // > 1: split into partials and a second, folding kernel
   std::int64_t chunk_len = 0;
   std::uint32_t lanes = reduce_policy::group;  // group: items per work (a power of two)
+  // Thread strategy, split: items per output of the folding kernel (1: one). Folding 512
+  // partials per output in one item (a bias gradient: 384 outputs over 16384 rows) was a chain
+  // of dependent loads, 60 us on an H200; lanes of a group fold them in a few.
+  std::uint32_t fold_lanes = 1;
 };
 
 struct reduce_lowered {

@@ -163,6 +163,10 @@ reduce_plan plan_reduce(const reduce_lowered& l, const device& dev) {
     p.chunks = (rows + p.chunk_len - 1) / p.chunk_len;
   }
   if (p.chunks < 2) p = {p.strategy, 1, 0};
+  if (p.chunks > 1 && barrier && !group)
+    while (p.fold_lanes < P::max_fold_lanes &&
+           std::int64_t(p.fold_lanes) * 2 * P::fold_parts_per_lane <= p.chunks)
+      p.fold_lanes *= 2;
   if (p.strategy == reduce_strategy::group) {
     // Enough lanes that each folds about elems_per_lane elements: short rows share a group.
     const std::int64_t per_work = p.chunks > 1 ? p.chunk_len : rows;
@@ -177,6 +181,7 @@ std::uint64_t reduce_key(const reduce_lowered& l, const reduce_plan& p) {
   h.add("tensor reduce v1").add(l.kept.size()).add(l.reduced.size());
   h.add(static_cast<std::uint64_t>(p.strategy)).add(std::uint64_t{p.chunks > 1});
   h.add(std::uint64_t{reduce_policy::group}).add(std::uint64_t{p.lanes});
+  h.add(std::uint64_t{p.fold_lanes});
   for (std::uint8_t e : l.in_epilogue) h.add(std::uint64_t{e});
   for (const ir::input& in : l.g.inputs) h.add_input(in);
   h.add_nodes(l.g);

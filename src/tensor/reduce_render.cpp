@@ -157,6 +157,9 @@ struct renderer {
   }
 
   std::string lanes() const { return num(p.lanes); }
+  // The fold kernel's lanes per output: the main kernel's in the group strategy, else
+  // p.fold_lanes (1: one work-item per output).
+  std::uint32_t fold_lanes() const { return group ? p.lanes : p.fold_lanes; }
   std::string out_value() const {
     return codegen::store_value(g[g.roots[0]].dtype, name(g.roots[0]));
   }
@@ -164,21 +167,21 @@ struct renderer {
   // Group strategy: G / lanes outputs per group, `lanes` items each; kt_w is this item's work
   // (an output, or an output's chunk), kt_live whether it has one (the last group's tail
   // has none, and still takes part in the barriers).
-  std::string group_prologue(const char* works) const {
-    const std::string G = num(reduce_policy::group);
+  std::string group_prologue(const char* works, std::uint32_t lanes) const {
+    const std::string G = num(reduce_policy::group), L = num(lanes);
     return cat("  KILN_LOCAL ", A, " kt_sh[", G, "];\n",
                arg ? cat("  KILN_LOCAL int64_t kt_shi[", G, "];\n") : std::string(),
                "  const uint32_t kt_t = (uint32_t)kiln_local_id(0);\n",
-               "  const uint32_t kt_lane = kt_t % ", lanes(), "u;\n",
+               "  const uint32_t kt_lane = kt_t % ", L, "u;\n",
                "  const int64_t kt_w = (int64_t)kiln_group_id(0) * ",
-               num(reduce_policy::group / p.lanes), " + kt_t / ", lanes(), ";\n",
+               num(reduce_policy::group / lanes), " + kt_t / ", L, ";\n",
                "  const bool kt_live = kt_w < ", works, ";\n");
   }
 
   // Folds the lanes' accumulators of one work in local memory, then `done` in its lane 0.
-  std::string tree(const std::string& done) const {
+  std::string tree(const std::string& done, std::uint32_t lanes) const {
     std::string s = cat("  kt_sh[kt_t] = kt_acc;\n", arg ? "  kt_shi[kt_t] = kt_acci;\n" : "",
-                        "  kiln_barrier();\n  for (uint32_t kt_h = ", lanes(),
+                        "  kiln_barrier();\n  for (uint32_t kt_h = ", num(lanes),
                         " / 2; kt_h > 0; kt_h >>= 1) {\n    if (kt_lane < kt_h) {\n");
     s += arg ? "      if (kt_take(kt_sh[kt_t], kt_shi[kt_t], kt_sh[kt_t + kt_h], "
                "kt_shi[kt_t + kt_h])) {\n"
@@ -194,7 +197,10 @@ struct renderer {
   std::string main_kernel() const {
     std::string s =
         cat("KILN_KERNEL void ", split ? "kt_part" : "kt_reduce", "(", params(), ") {\n");
-    s += group ? group_prologue("kt_nw") : "  const int64_t kt_w = (int64_t)kiln_global_id(0);\n";
+    s += group ? group_prologue("kt_nw", p.lanes)
+               : "  const int64_t kt_w = (int64_t)kiln_global_id(0);\n";
+    // A lanes fold puts a barrier in the program: whole groups, the tail idle.
+    if (split && !group && p.fold_lanes > 1) s += "  if (kt_w >= kt_nc * kt_on) return;\n";
     const char* live = group ? "kt_live ? " : "";
     const char* dead = group ? " : kt_r0" : "";
     s += split ? cat("  const int64_t kt_oi = kt_w % kt_on, kt_c = kt_w / kt_on;\n"
@@ -205,18 +211,20 @@ struct renderer {
                      group ? " : 0" : "", ";\n");
     s += output_position(g, K) + fold_rows();
     if (!group) return s + finish("  ") + "}\n";
-    return s + tree(finish("    ")) + "}\n";
+    return s + tree(finish("    "), p.lanes) + "}\n";
   }
 
-  // Split: the partials of each output folded in chunk order (by its lanes, then their tree,
-  // in the group strategy), then the epilogue.
+  // Split: the partials of each output folded in chunk order (by fold_lanes() lanes, then their
+  // tree, when there are several), then the epilogue.
   std::string fold_kernel() const {
+    const std::uint32_t fl = fold_lanes();
+    const bool lanes_fold = fl > 1;
     std::string s = cat("KILN_KERNEL void kt_fold_parts(", params(), ") {\n");
-    s += group ? group_prologue("kt_on") + "  const int64_t kt_oi = kt_w;\n"
-               : "  const int64_t kt_oi = (int64_t)kiln_global_id(0);\n";
+    s += lanes_fold ? group_prologue("kt_on", fl) + "  const int64_t kt_oi = kt_w;\n"
+                    : "  const int64_t kt_oi = (int64_t)kiln_global_id(0);\n";
     s += output_position(g, K) + accumulators();
-    s += cat("  for (int64_t kt_c = ", group ? "kt_live ? kt_lane : kt_nc" : "0",
-             "; kt_c < kt_nc; kt_c += ", group ? lanes() : "1", ") {\n", "    const ", A,
+    s += cat("  for (int64_t kt_c = ", lanes_fold ? "kt_live ? kt_lane : kt_nc" : "0",
+             "; kt_c < kt_nc; kt_c += ", lanes_fold ? num(fl) : "1", ") {\n", "    const ", A,
              " kt_v = kt_pv[kt_c * kt_on + kt_oi];\n");
     s +=
         arg ? "    const int64_t kt_vi = kt_pi[kt_c * kt_on + kt_oi];\n"
@@ -225,7 +233,7 @@ struct renderer {
     s += "  }\n";
     const std::string done =
         loads(true, "    ") + nodes(true, "    ") + cat("    kt_out[kt_oi] = ", out_value(), ";\n");
-    if (group) return s + tree(done) + "}\n";
+    if (lanes_fold) return s + tree(done, fl) + "}\n";
     return s + loads(true, "  ") + nodes(true, "  ") +
            cat("  kt_out[kt_oi] = ", out_value(), ";\n}\n");
   }

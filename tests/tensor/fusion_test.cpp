@@ -145,7 +145,15 @@ TEST(TensorCodegen, WordLaneKernelsCompileForCuda) {
   const kiln::tensor f = kiln::tensor::from(cpu, std::vector<float>(12, 0.5f), {3, 4});
   for (auto t : {kiln::scalar_type::bf16, kiln::scalar_type::f16}) {
     const kiln::tensor h = f.to(t).eval();
-    for (const kiln::tensor& x : {kiln::relu(h * h + h), h * f, h < h, f.to(t)}) {
+    // Strided forms too: a permuted view (head split), a bias row, a transposed input, a
+    // column broadcast along the last dimension, f32 words.
+    const kiln::tensor p = kiln::tensor::from(cpu, std::vector<float>(48, 0.5f), {2, 3, 8});
+    const kiln::tensor hp = p.to(t).eval(), row = p.slice(0, 0, 1).slice(1, 0, 1).reshape({8});
+    for (const kiln::tensor& x :
+         {kiln::relu(h * h + h), h * f, h < h, f.to(t), hp.transpose(0, 1).contiguous(), hp + row,
+          hp.transpose(0, 1) * 2.f, p.transpose(0, 1) + p.transpose(0, 1),
+          hp.slice(2, 0, 3).transpose(1, 2) - hp.slice(2, 0, 3).transpose(1, 2),
+          hp * hp.slice(2, 0, 1)}) {
       const auto l = kiln::detail::lower(*x.impl());
       for (std::uint32_t lanes : {2u, 4u, 8u}) {
         const std::string src = kiln::detail::render_kernel(l, 2, lanes);

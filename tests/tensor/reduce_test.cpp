@@ -137,7 +137,9 @@ TEST_P(ReduceTest, LongRowsAndColumns) {
     shape_t shape;
     std::vector<int> axes;
   };
-  for (const c& k : {c{{3, 3000}, {1}}, c{{20000}, {}}, c{{9000, 3}, {0}}, c{{2, 40000}, {1}}}) {
+  // {9000, 3} and {4099, 387} over axis 0: split into chunks whose partials a group folds.
+  for (const c& k : {c{{3, 3000}, {1}}, c{{20000}, {}}, c{{9000, 3}, {0}}, c{{2, 40000}, {1}},
+                     c{{4099, 387}, {0}}}) {
     SCOPED_TRACE(kiln::to_string(k.shape));
     const host<float> h = random_host<float>(k.shape, 16);
     const kiln::tensor x = upload(dev(), h);
