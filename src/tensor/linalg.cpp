@@ -106,6 +106,14 @@ prepared prepare(const tensor& x, const shape_t& batch, std::int64_t nbatch) {
   const auto s = batch_stride(xi, batch);
   if (l && s && (nbatch <= 1 || *s > 0)) return {x, *l, nbatch > 1 ? *s : 0};
   const std::int64_t r = x.size(-2), c = x.size(-1);
+  const std::size_t d = xi.shape.size();
+  if (r > 1 && c > 1 && xi.strides[d - 2] == 1 && xi.strides[d - 1] != 1) {
+    // Stored column by column (a transposed view, attention's k^T): copy its transpose, whose
+    // rows are contiguous in memory (a copy at copy speed, not a transpose), and take it
+    // transposed.
+    const tensor copy = detail::contiguous_of(x.transpose(-1, -2).expand(with_matrix(batch, c, r)));
+    return {copy, layout{true, r}, nbatch > 1 ? r * c : 0};
+  }
   const tensor copy = detail::contiguous_of(x.expand(with_matrix(batch, r, c)));
   return {copy, layout{false, std::max<std::int64_t>(c, 1)}, nbatch > 1 ? r * c : 0};
 }

@@ -159,6 +159,17 @@ TEST_P(TensorLinalgTest, MatmulLayoutsAndCopies) {
   r = kiln::matmul(a, upload(dev(), y).transpose(-1, -2));
   EXPECT_EQ(stats().kernel_launches, 2u);
   EXPECT_TRUE(close_to<float>(r, reference(swapped(at), swapped(y))));
+  // Attention's heads: q a [B, H, T, D] view of [B, T, H, D] (batch strides that do not
+  // collapse: copied), k^T its transpose (stored column by column: its transpose is copied,
+  // along rows, and taken transposed). Two copies and the product.
+  const host<float> bthd = random_host<float>({2, 5, 3, 4}, 7);
+  const kiln::tensor q = upload(dev(), bthd).transpose(1, 2);
+  const host<float> qh = remap<float>(bthd, {2, 3, 5, 4}, [](shape_t c) {
+    return shape_t{c[0], c[2], c[1], c[3]};
+  });
+  r = kiln::matmul(q, q.transpose(-1, -2));
+  EXPECT_EQ(stats().kernel_launches, 3u);
+  EXPECT_TRUE(close_to<float>(r, reference(qh, swapped(qh))));
   // A strided vector is a matrix with ld = its stride: no copy.
   const host<float> v = random_host<float>({8}, 6);
   const kiln::tensor vs = upload(dev(), v).slice(0, 0, 8, 2);
