@@ -1,7 +1,7 @@
 // Gradients of the indexing operations: index_select / embedding sum back into rows by a device
 // sort of the indices (no host wait); gather and scatter_add are each other's transposes; cat's
-// pieces are views of the gradient; a split piece's gradient is itself padded with zeros along dim
-// (one kernel).
+// pieces are views of the gradient; a split's pieces place their gradients into one shared
+// gradient of the input.
 #include "autograd/derivatives_index.hpp"
 
 namespace kiln::detail::grad {
@@ -51,12 +51,23 @@ tensor cat(const std::vector<tensor>& xs, int dim, const tensor& out) {
                           });
 }
 
-tensor split_piece(const tensor& x, int dim, std::int64_t start, const tensor& out) {
+tensor split_piece(const tensor& x, int dim, std::int64_t start, const tensor& out,
+                   std::shared_ptr<split_gradient> shared) {
   const shape_t xs = x.shape();
-  return autograd::record("split", out, {x},
-                          [xs, dim, start](const tensor& g, const tensor&) -> std::vector<tensor> {
-                            return {pad_along(g, dim, start, xs)};
-                          });
+  const scalar_type t = x.dtype();
+  return autograd::record(
+      "split", out, {x},
+      [xs, t, dim, start, shared](const tensor& g, const tensor&) -> std::vector<tensor> {
+        const std::uint64_t pass = backward_pass();
+        if (pass == 0) return {pad_along(g, dim, start, xs)};
+        const bool first = shared->pass != pass;
+        if (first) {
+          shared->pass = pass;
+          shared->buffer = tensor::zeros(g.get_device(), xs, t).eval();
+        }
+        place_along(shared->buffer, g.dtype() == t ? g : g.to(t), dim, start);
+        return {first ? shared->buffer : tensor()};
+      });
 }
 
 }  // namespace kiln::detail::grad

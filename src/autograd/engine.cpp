@@ -2,6 +2,7 @@
 // after every consumer of its output has handed it a gradient; gradients meeting at a tensor
 // are summed lazily, and each node's backward builds lazy expressions, so elementwise chains
 // fuse into one kernel per fusion boundary (a product, a reduction, a gradient used twice).
+#include <atomic>
 #include <exception>
 #include <unordered_map>
 #include <unordered_set>
@@ -57,7 +58,19 @@ void accumulate_leaf(grad_meta& m, const tensor& g, const tensor_impl& leaf) {
 
 // One backward(): consumer counts, the gradients waiting at each tensor, and the node whose
 // backward is running (so deliver_early can reach it).
+namespace {
+std::atomic<std::uint64_t> next_pass{1};
+thread_local std::uint64_t t_pass = 0;  // the backward() sweep running on this thread
+}  // namespace
+
+std::uint64_t backward_pass() { return t_pass; }
+
 class sweep {
+  struct pass_scope {  // this sweep's id while it runs (restored after: sweeps may nest)
+    std::uint64_t outer = std::exchange(t_pass, next_pass.fetch_add(1));
+    ~pass_scope() { t_pass = outer; }
+  } pass_;
+
  public:
   sweep(const impl_ptr& root, bool retain_graph) : retain_graph_(retain_graph) {
     // Consumers per tensor within the graph (depth-first, iterative: graphs can be deep).

@@ -56,6 +56,9 @@ std::uint64_t register_gradient_only_hook(const tensor& leaf, autograd::post_acc
 // then the gradient waits for the node's end, as in PyTorch.
 bool early_delivery_safe(const tensor_impl& leaf);
 
+// The backward() sweep running on this thread (a new id for each sweep), 0 outside one.
+std::uint64_t backward_pass();
+
 // Inside a node's backward: hands input k's gradient to the engine now instead of in the
 // returned vector (whose entry k is then ignored), so what it completes (a parameter's
 // accumulation and its post-accumulate hooks, data_parallel's bucket all-reduce) is queued

@@ -179,6 +179,15 @@ tensor pad_along(const tensor& g0, int dim, std::int64_t start, const shape_t& x
   return tensor(std::move(out));
 }
 
+void place_along(const tensor& out, const tensor& g0, int dim, std::int64_t start) {
+  if (g0.numel() == 0) return;
+  const tensor g = detail::contiguous_of(g0);
+  const shape_t& xs = out.shape();
+  const std::size_t d = std::size_t(dim);
+  launch_place(*out.impl(), *g.impl(), prod(xs, 0, d), xs[d], g.size(dim), start,
+               prod(xs, d + 1, xs.size()));
+}
+
 tensor scatter_add_into(const tensor& x0, int dim, const tensor& index0, const tensor& src0,
                         const shape_t& shape) {
   const tensor x = x0.defined() ? stored(x0) : x0, index = stored(index0), src = stored(src0);
@@ -357,6 +366,7 @@ std::vector<tensor> split(const tensor& x, const std::vector<std::int64_t>& size
                       std::to_string(d) + " of " + to_string(x.shape()) + " has " +
                       std::to_string(x.size(d)));
   const bool want = detail::grad_wanted({&x});
+  const auto shared = want ? std::make_shared<detail::grad::split_gradient>() : nullptr;
   std::vector<tensor> r;
   std::int64_t at = 0;
   for (std::int64_t s : sizes) {
@@ -365,7 +375,7 @@ std::vector<tensor> split(const tensor& x, const std::vector<std::int64_t>& size
       no_grad off;
       v = x.slice(d, at, at + s);
     }
-    r.push_back(want ? detail::grad::split_piece(x, d, at, v) : v);
+    r.push_back(want ? detail::grad::split_piece(x, d, at, v, shared) : v);
     at += s;
   }
   return r;

@@ -513,6 +513,20 @@ TEST_P(TensorIndexingTest, CatStackSplit) {
   const std::vector<tensor> pb = kiln::split(xb, std::vector<std::int64_t>{2, 0, 3}, 1);
   (pb[0].sum() + pb[1].sum() + pb[2].sum() * 2.f).backward();
   EXPECT_EQ(read32(xb.grad()), (std::vector<float>{1, 1, 2, 2, 2, 1, 1, 2, 2, 2}));
+  // The pieces share one gradient of x: an unused piece leaves zeros in its slice, x also read
+  // directly adds to it, and a second backward of the same graph gives a fresh one (the leaf's
+  // gradient accumulates, the first is not overwritten).
+  tensor xs = upload(dev(), random_host<float>({2, 6}, 76));
+  xs.requires_grad_();
+  const std::vector<tensor> ps = kiln::split(xs, 2, 1);
+  const tensor loss = ps[1].sum() * 2.f + ps[2].sum() * 3.f + xs.sum();
+  loss.backward(tensor(), true);
+  const std::vector<float> want{1, 1, 3, 3, 4, 4, 1, 1, 3, 3, 4, 4};
+  EXPECT_EQ(xs.grad().to_vector<float>(), want);
+  loss.backward();
+  std::vector<float> twice = want;
+  for (float& v : twice) v *= 2;
+  EXPECT_EQ(xs.grad().to_vector<float>(), twice);
 }
 
 // Every operation's gradient in one f64 composite against central differences of the loss.
