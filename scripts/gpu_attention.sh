@@ -13,9 +13,6 @@ out=${OUT:-/tmp}
 . scripts/gpu_env.sh "$build" >/dev/null
 export LD_LIBRARY_PATH=$PWD/$build/lib:${LD_LIBRARY_PATH:-}
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
-summary() {  # name file rc seconds
-  echo "$1: rc=$3 $(grep -E '^\[  (PASSED|FAILED)' "$2" | tr '\n' ' ') ($4 s)"
-}
 for part in $parts; do
   t0=$SECONDS
   case $part in

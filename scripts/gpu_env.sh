@@ -48,3 +48,8 @@ if ! ldconfig -p 2>/dev/null | grep -q 'libcudnn\.so\.9'; then
   done
   unset _kiln_site
 fi
+
+# One line per test binary's run: summary NAME OUTPUT_FILE RC SECONDS (used by the gpu_*.sh parts).
+summary() {
+  echo "$1: rc=$3 $(grep -E '^\[  (PASSED|FAILED)' "$2" | tr '\n' ' ') ($4 s)"
+}

@@ -15,9 +15,6 @@ out=${OUT:-/tmp}
 base=$PWD/$build/lib:${LD_LIBRARY_PATH:-}
 export LD_LIBRARY_PATH=$base
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1
-summary() {  # name file rc seconds
-  echo "$1: rc=$3 $(grep -E '^\[  (PASSED|FAILED)' "$2" | tr '\n' ' ') ($4 s)"
-}
 rows=${ROWS:-'norm,relu(a * b + c) bf16,copy'}
 for part in $parts; do
   t0=$SECONDS

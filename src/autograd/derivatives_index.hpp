@@ -28,8 +28,6 @@ tensor index_add_rows(const tensor& g, int dim, const sort_keyed_index& index, c
 tensor scatter_add_into(const tensor& x, int dim, const tensor& index, const tensor& src,
                         const shape_t& shape);
 
-// g placed at [start, start + g.size(dim)) along dim of zeros of shape xs (one kernel).
-tensor pad_along(const tensor& g, int dim, std::int64_t start, const shape_t& xs);
 // g written into [start, start + g.size(dim)) along dim of out (stored, contiguous, g's dtype),
 // in place (one kernel).
 void place_along(const tensor& out, const tensor& g, int dim, std::int64_t start);

@@ -169,16 +169,6 @@ tensor index_add_rows(const tensor& g0, int dim, const sort_keyed_index& index, 
   return tensor(std::move(dx));
 }
 
-tensor pad_along(const tensor& g0, int dim, std::int64_t start, const shape_t& xs) {
-  if (g0.numel() == 0) return tensor::zeros(g0.get_device(), xs, g0.dtype());
-  const tensor g = detail::contiguous_of(g0);
-  const std::size_t d = std::size_t(dim);
-  auto out = allocate_tensor(g.get_device(), xs, g.dtype());
-  launch_pad(*out, *g.impl(), prod(xs, 0, d), xs[d], g.size(dim), start,
-             prod(xs, d + 1, xs.size()));
-  return tensor(std::move(out));
-}
-
 void place_along(const tensor& out, const tensor& g0, int dim, std::int64_t start) {
   if (g0.numel() == 0) return;
   const tensor g = detail::contiguous_of(g0);

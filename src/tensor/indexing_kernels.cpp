@@ -61,17 +61,6 @@ std::string dot(const char* p, std::size_t rank) {
   return s;
 }
 
-// out [outer, row] = src [outer, m] at columns [off, off + m), zero bits elsewhere.
-constexpr const char* pad_text = R"(
-KILN_KERNEL void kt_index(KILN_GLOBAL T_* KILN_RESTRICT out, KILN_GLOBAL const T_* KILN_RESTRICT src,
-                          int64_t total, int64_t m, int64_t row, int64_t off) {
-  const int64_t i = (int64_t)kiln_global_id(0);
-  if (i >= total) return;
-  const int64_t j = i % row - off;
-  out[i] = (j >= 0 && j < m) ? src[(i / row) * m + j] : (T_)0;
-}
-)";
-
 std::string gather_source(std::size_t rank, scalar_type w, scalar_type it) {
   const std::string W = type_name(w), I = type_name(it);
   return cat("KILN_KERNEL void kt_index(KILN_GLOBAL ", W, "* KILN_RESTRICT out, KILN_GLOBAL const ",
@@ -191,7 +180,6 @@ const char* name_of(kind k) {
   switch (k) {
     case kind::gather: return "gather";
     case kind::place: return "place";
-    case kind::pad: return "pad";
     case kind::scatter: return "scatter_add";
     case kind::sort_keys: return "index_add sort keys";
     case kind::run_offsets: return "index_add run offsets";
@@ -234,7 +222,6 @@ std::string index_source(index_kernel_kind k, std::size_t rank, scalar_type t, s
   switch (k) {
     case kind::gather: return gather_source(rank, t, it);
     case kind::place: return codegen::with_element_type(place_text, type_name(t));
-    case kind::pad: return codegen::with_element_type(pad_text, type_name(t));
     case kind::scatter: return scatter_source(rank, t, it);
     case kind::sort_keys: return sort_keys_source(t, it, pt);
     case kind::run_offsets: return run_offsets_source(t);
@@ -262,8 +249,7 @@ void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& id
 
 namespace {
 
-// place (src into a slab of out) and pad (src into a slab of zeros): the same arguments; only
-// the items launched differ (src's elements, or all of out's).
+// place: src into a slab of out.
 void launch_slab(kind which, tensor_impl& out, const tensor_impl& src, std::int64_t total,
                  std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
   if (total == 0) return;
@@ -279,11 +265,6 @@ void launch_slab(kind which, tensor_impl& out, const tensor_impl& src, std::int6
 void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
                   std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
   launch_slab(kind::place, out, src, outer * n * inner, total_dim, n, offset, inner);
-}
-
-void launch_pad(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
-                std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner) {
-  launch_slab(kind::pad, out, src, outer * total_dim * inner, total_dim, n, offset, inner);
 }
 
 void launch_scatter(tensor_impl& out, const tensor_impl* x, const tensor_impl& idx,

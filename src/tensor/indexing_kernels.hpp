@@ -25,7 +25,6 @@ namespace kiln::detail {
 enum class index_kernel_kind : std::uint8_t {
   gather,
   place,
-  pad,
   scatter,
   sort_keys,
   run_offsets,
@@ -51,10 +50,6 @@ void launch_gather(tensor_impl& out, const tensor_impl& x, const tensor_impl& id
 // columns [offset * inner, (offset + n) * inner).
 void launch_place(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
                   std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner);
-
-// The same, every other element of out written with zero bits (a split piece's gradient).
-void launch_pad(tensor_impl& out, const tensor_impl& src, std::int64_t outer,
-                std::int64_t total_dim, std::int64_t n, std::int64_t offset, std::int64_t inner);
 
 // out (contiguous, x's shape) = x (or zeros when x is null) + the scatter of src by idx along
 // dim. idx and src are read through strides over out's rank; idx_sizes bound the positions

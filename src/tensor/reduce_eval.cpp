@@ -86,8 +86,8 @@ std::shared_ptr<tensor_impl> run_reduce(const tensor_impl& root, const tensor_im
     launch(*k.kernels.at(0).impl(), *q.impl(), range(items), nullptr, a.data(), a.size());
   }
   stats_now().kernel_launches++;
-  if (split && (group || p.fold_lanes > 1)) {
-    const std::uint64_t fold_per_group = reduce_policy::group / (group ? p.lanes : p.fold_lanes);
+  if (split && p.fold_lanes > 1) {
+    const std::uint64_t fold_per_group = reduce_policy::group / p.fold_lanes;
     const std::uint64_t groups = (std::uint64_t(outs) + fold_per_group - 1) / fold_per_group;
     launch(*k.kernels.at(1).impl(), *q.impl(), range(groups * reduce_policy::group), &whole,
            a.data(), a.size());

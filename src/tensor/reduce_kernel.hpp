@@ -49,9 +49,9 @@ struct reduce_plan {
   std::int64_t chunks = 1;  // > 1: split into partials and a second, folding kernel
   std::int64_t chunk_len = 0;
   std::uint32_t lanes = reduce_policy::group;  // group: items per work (a power of two)
-  // Thread strategy, split: items per output of the folding kernel (1: one). Folding 512
-  // partials per output in one item (a bias gradient: 384 outputs over 16384 rows) was a chain
-  // of dependent loads, 60 us on an H200; lanes of a group fold them in a few.
+  // Split: items per output of the folding kernel (1: one; `lanes` in the group strategy).
+  // Folding 512 partials per output in one item (a bias gradient: 384 outputs over 16384 rows)
+  // was a chain of dependent loads, 60 us on an H200; lanes of a group fold them in a few.
   std::uint32_t fold_lanes = 1;
 };
 

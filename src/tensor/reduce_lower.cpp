@@ -172,6 +172,7 @@ reduce_plan plan_reduce(const reduce_lowered& l, const device& dev) {
     const std::int64_t per_work = p.chunks > 1 ? p.chunk_len : rows;
     p.lanes = P::min_lanes;
     while (p.lanes < P::group && p.lanes * 2 * P::elems_per_lane <= per_work) p.lanes *= 2;
+    if (p.chunks > 1) p.fold_lanes = p.lanes;
   }
   return p;
 }

@@ -157,9 +157,6 @@ struct renderer {
   }
 
   std::string lanes() const { return num(p.lanes); }
-  // The fold kernel's lanes per output: the main kernel's in the group strategy, else
-  // p.fold_lanes (1: one work-item per output).
-  std::uint32_t fold_lanes() const { return group ? p.lanes : p.fold_lanes; }
   std::string out_value() const {
     return codegen::store_value(g[g.roots[0]].dtype, name(g.roots[0]));
   }
@@ -214,10 +211,10 @@ struct renderer {
     return s + tree(finish("    "), p.lanes) + "}\n";
   }
 
-  // Split: the partials of each output folded in chunk order (by fold_lanes() lanes, then their
+  // Split: the partials of each output folded in chunk order (by p.fold_lanes lanes, then their
   // tree, when there are several), then the epilogue.
   std::string fold_kernel() const {
-    const std::uint32_t fl = fold_lanes();
+    const std::uint32_t fl = p.fold_lanes;
     const bool lanes_fold = fl > 1;
     std::string s = cat("KILN_KERNEL void kt_fold_parts(", params(), ") {\n");
     s += lanes_fold ? group_prologue("kt_on", fl) + "  const int64_t kt_oi = kt_w;\n"

@@ -32,6 +32,11 @@ std::string device_param_name(const ::testing::TestParamInfo<std::string>& info)
 
 // True when the CUDA backend is loaded but has no device (NVRTC only: compile-only).
 bool cuda_compile_only();
+// In a test that compiles CUDA sources through NVRTC: skips it unless CUDA is compile-only.
+#define KILN_SKIP_UNLESS_CUDA_COMPILE_ONLY()                                                 \
+  if (!::conformance::cuda_compile_only())                                                   \
+  GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests " \
+                  "run the CUDA kernels"
 // Compiles source for CUDA with kiln::compile_only("cuda", "sm_90", ...) when the CUDA backend
 // is loaded without a device; a no-op otherwise (a GPU compiles it in its own tests). Throws
 // what compile_only throws (kiln::compile_error with NVRTC's log). Each (source, options) is

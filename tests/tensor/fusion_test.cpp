@@ -118,9 +118,7 @@ TEST_P(FusionTest, LargeOutputsAreEvaluatedWhole) {
 }
 
 TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
-  if (!conformance::cuda_compile_only())
-    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
-                    "run the CUDA kernels";
+  KILN_SKIP_UNLESS_CUDA_COMPILE_ONLY();
   const kiln::device cpu = kiln::device::get("cpu");
   const kiln::tensor a = kiln::tensor::from(cpu, std::vector<float>(12, 1.f), {3, 4});
   const kiln::tensor b = kiln::tensor::from(cpu, std::vector<std::int8_t>(4, 2), {4});
@@ -138,9 +136,7 @@ TEST(TensorCodegen, GeneratedKernelCompilesForCuda) {
 // The 16-bit word forms (2, 4 and 8 lanes: uint32_t, uint2, uint4) compile for CUDA, with
 // 16-bit, f32 and bool results.
 TEST(TensorCodegen, WordLaneKernelsCompileForCuda) {
-  if (!conformance::cuda_compile_only())
-    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
-                    "run the CUDA kernels";
+  KILN_SKIP_UNLESS_CUDA_COMPILE_ONLY();
   const kiln::device cpu = kiln::device::get("cpu");
   const kiln::tensor f = kiln::tensor::from(cpu, std::vector<float>(12, 0.5f), {3, 4});
   for (auto t : {kiln::scalar_type::bf16, kiln::scalar_type::f16}) {
@@ -165,9 +161,7 @@ TEST(TensorCodegen, WordLaneKernelsCompileForCuda) {
 
 // Every operation added after the first slice, in each dtype it renders in, compiles for CUDA.
 TEST(TensorCodegen, NewOperationsCompileForCuda) {
-  if (!conformance::cuda_compile_only())
-    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
-                    "run the CUDA kernels";
+  KILN_SKIP_UNLESS_CUDA_COMPILE_ONLY();
   const kiln::device cpu = kiln::device::get("cpu");
   const kiln::tensor f = kiln::tensor::from(cpu, std::vector<float>(12, 0.5f), {3, 4});
   const kiln::tensor d = kiln::tensor::from(cpu, std::vector<double>(4, 0.25), {4});

@@ -165,9 +165,7 @@ TEST_P(ReduceFusionTest, RowKernelsOfEveryLengthMatchADoubleReference) {
 }
 
 TEST(TensorCodegen, ReductionKernelsCompileForCuda) {
-  if (!conformance::cuda_compile_only())
-    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
-                    "run the CUDA kernels";
+  KILN_SKIP_UNLESS_CUDA_COMPILE_ONLY();
   const kiln::device cpu = kiln::device::get("cpu");
   const kiln::tensor a = kiln::tensor::from(cpu, std::vector<float>(24, 1.f), {2, 3, 4});
   const kiln::tensor b = kiln::tensor::from(cpu, std::vector<std::int8_t>(4, 2), {4});
@@ -191,9 +189,7 @@ TEST(TensorCodegen, ReductionKernelsCompileForCuda) {
 }
 
 TEST(TensorCodegen, RowKernelsCompileForCuda) {
-  if (!conformance::cuda_compile_only())
-    GTEST_SKIP() << "CUDA is not in compile-only mode here: with a GPU, the per-device tests "
-                    "run the CUDA kernels";
+  KILN_SKIP_UNLESS_CUDA_COMPILE_ONLY();
   const kiln::device cpu = kiln::device::get("cpu");
   const kiln::tensor x = kiln::tensor::from(cpu, std::vector<double>(24, 1.0), {2, 3, 4});
   // A weight along the row, a value constant along it, two reductions.
