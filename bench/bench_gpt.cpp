@@ -62,6 +62,10 @@ int main(int argc, char** argv) {
     if (!std::strcmp(argv[i], "--warmup")) warmup = std::atoi(argv[i + 1]);
     if (!std::strcmp(argv[i], "--precision")) only = argv[i + 1];
   }
+  if (!only.empty() && only != "fp32" && only != "bf16") {
+    std::fprintf(stderr, "bench_gpt: --precision takes fp32 or bf16, got '%s'\n", only.c_str());
+    return 2;
+  }
   try {
     const kiln::device dev = kiln::device::get(spec);
     if (!check_dir.empty()) return check(dev, check_dir);
