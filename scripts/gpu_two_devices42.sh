@@ -18,5 +18,5 @@ summary tensor_test_attention_norm "$out/t2.txt" $r2 $((SECONDS - t0))
 summary autograd_test "$out/a.txt" $r3 $((SECONDS - t0))
 summary nn_test "$out/n.txt" $r4 $((SECONDS - t0))
 grep -h "devices:" "$out/t1.txt" | head -1
-for d in cuda_1 opencl_1; do echo "$d: $(grep -hc "OK .*/$d " "$out"/*.txt | paste -sd+ | bc) passed"; done
+for d in cuda_0 cuda_1 opencl_0 opencl_1; do echo "$d: $(cat "$out"/*.txt | grep -c "OK .*/$d ") passed"; done
 grep -hE '^\[  FAILED  \]' "$out"/*.txt | head -20
