@@ -1,9 +1,9 @@
-// Causal scaled_dot_product_attention, forward and forward + backward, Kiln's fused kernels
-// beside the composed path (KILN_ATTENTION=composed: two batched GEMMs around a fused
-// softmax), at issue 25's shapes: the GPT's 64 x 6 x 256 x 64 and 8 x 16 x 2048 x 128.
-// Median wall time of `runs` calls with the device synchronised, after 3 warm-ups; TFLOP/s
-// counts the causal half of the products (forward 2 L S E, backward 2.5x that).
-// bench/torch_attention.py times torch's scaled_dot_product_attention at the same shapes.
+// Causal scaled_dot_product_attention, forward and forward + backward, each of Kiln's paths
+// (KILN_ATTENTION=vendor: cuDNN's flash attention, 16-bit only; composed: two batched GEMMs
+// around a fused softmax; fused: Kiln's own kernels), at issue 25's shapes: the GPT's 64 x 6 x 256
+// x 64 and 8 x 16 x 2048 x 128. Median wall time of `runs` calls with the device synchronised,
+// after 3 warm-ups; TFLOP/s counts the causal half of the products (forward 2 L S E, backward 2.5x
+// that). bench/torch_attention.py times torch's scaled_dot_product_attention at the same shapes.
 //
 //   bench_attention [--device cuda:0] [--runs 20] [--dtype f32|bf16|f16|all] [--shapes gpt|all]
 #include <cstdio>
@@ -74,18 +74,24 @@ int main(int argc, char** argv) {
         char label[64];
         std::snprintf(label, sizeof label, "%lld x %lld x %lld x %lld", (long long)s.b,
                       (long long)s.h, (long long)s.l, (long long)s.e);
-        for (const char* path : {"fused", "composed"}) {
+        for (const char* path : {"vendor", "composed", "fused"}) {
+          if (t == kiln::scalar_type::f32 && !std::strcmp(path, "vendor")) continue;
           ::setenv("KILN_ATTENTION", path, 1);
           const double fwd = median_ms(dev, runs, [&] {
             kiln::no_grad off;
             kiln::scaled_dot_product_attention(q, k, v, {}, true).eval();
           });
+          // The path that ran (vendor falls back where the library refuses the shape).
+          const kiln::attention_path ran = kiln::last_attention_path();
+          const char* ran_name = ran == kiln::attention_path::vendor     ? "vendor"
+                                 : ran == kiln::attention_path::composed ? "composed"
+                                                                         : "fused";
           const double both = median_ms(dev, runs, [&] {
             kiln::tensor y = kiln::scaled_dot_product_attention(q, k, v, {}, true);
             (y * g).to(kiln::scalar_type::f32).sum().backward();
             for (const kiln::tensor* x : {&q, &k, &v}) x->set_grad(kiln::tensor());
           });
-          std::printf("%-6s %-22s %-9s %10.3f %8.1f %10.3f %8.1f\n", name, label, path, fwd,
+          std::printf("%-6s %-22s %-9s %10.3f %8.1f %10.3f %8.1f\n", name, label, ran_name, fwd,
                       flop / fwd / 1e9, both, 3.5 * flop / both / 1e9);
         }
         ::unsetenv("KILN_ATTENTION");

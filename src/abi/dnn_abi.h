@@ -1,4 +1,5 @@
-/* Kiln "dnn" extension table, version 1: convolution and pooling from a vendor library.
+/* Kiln "dnn" extension table, version 1: convolution, pooling and fused attention from a vendor
+ * library.
  *
  * A backend that has one returns a kiln_dnn_v1 from get_extension("dnn", 1) and answers
  * supports_op(dev, KILN_OP_CONV2D, dtype) = 1 for each dtype it takes (F32, F64; F16 and BF16
@@ -70,6 +71,31 @@ typedef struct kiln_dnn_pool_desc {
   kiln_mem_ref x, y, dy, dx; /* pool_forward reads x, writes y; pool_backward reads x, y, dy */
 } kiln_dnn_pool_desc;
 
+/* One [batch, heads, rows, cols] operand of attention: element strides of the first three
+ * dimensions (the columns are contiguous); any of them may be 0 for a broadcast dimension only
+ * where the call says so. */
+typedef struct kiln_dnn_view {
+  kiln_mem_ref mem;  /* device memory; offset in bytes */
+  int64_t stride[3]; /* batch, head, row, in elements */
+} kiln_dnn_view;
+
+/* Scaled dot-product attention as flash attention computes it: per batch and head
+ *   o = softmax(scale q k^T, with causal: key j > query i dropped) v
+ * without the lq x lk scores in memory, and its backward from the saved row statistics.
+ * q is lq x d_qk, k lk x d_qk, v lk x d_v, o and grad_o lq x d_v (grad_q, grad_k, grad_v as q,
+ * k, v). stats is batch x heads x lq f32, contiguous: each query row's log-sum-exp of its kept
+ * scaled scores (natural log), written by attention_forward and read by attention_backward.
+ * Calls are asynchronous on the queue; no operand may alias another. */
+typedef struct kiln_dnn_attention_desc {
+  kiln_dtype dtype; /* F16 or BF16: every view's storage; work in f32 */
+  uint32_t causal;  /* nonzero: query i sees keys j <= i (top-left aligned, as PyTorch) */
+  uint64_t batch, heads, lq, lk, d_qk, d_v;
+  float scale;
+  kiln_dnn_view q, k, v, o;
+  kiln_mem_ref stats;
+  kiln_dnn_view grad_o, grad_q, grad_k, grad_v; /* attention_backward only */
+} kiln_dnn_attention_desc;
+
 typedef struct kiln_dnn_v1 {
   kiln_extension_header header; /* {KILN_DNN_VERSION, sizeof(kiln_dnn_v1)} */
   /* What backs the table, for listings and reports: "cuDNN 9.19.0". */
@@ -80,6 +106,12 @@ typedef struct kiln_dnn_v1 {
   kiln_status (*conv_backward_filter)(kiln_queue_h queue, const kiln_dnn_conv_desc* desc);
   kiln_status (*pool_forward)(kiln_queue_h queue, const kiln_dnn_pool_desc* desc);
   kiln_status (*pool_backward)(kiln_queue_h queue, const kiln_dnn_pool_desc* desc);
+  /* Appended within version 1: present when header.struct_size covers them, and then may
+   * still be NULL (the library has no fused attention). A shape the library lacks (head
+   * widths, strides, alignment) returns KILN_ERR_UNSUPPORTED: the core then computes attention
+   * itself. */
+  kiln_status (*attention_forward)(kiln_queue_h queue, const kiln_dnn_attention_desc* desc);
+  kiln_status (*attention_backward)(kiln_queue_h queue, const kiln_dnn_attention_desc* desc);
 } kiln_dnn_v1;
 
 #ifdef __cplusplus

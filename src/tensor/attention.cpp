@@ -1,9 +1,13 @@
-// scaled_dot_product_attention, two paths (use_fused chooses):
+// scaled_dot_product_attention, three paths (choose_path picks):
+//   vendor:   the device's "dnn" table (cuDNN's flash attention on tensor cores, CUDA): 16-bit
+//             q, k, v, no mask or causal; forward and backward each one library call;
 //   composed: matmul, the masked scale and softmax (one fused row kernel), matmul; autograd
 //             through the same ops; every mask;
 //   fused:    the kernels of attention_kernels.cpp (no mask or causal, widths up to
 //             attn_max_width): one launch forward, three backward, the [L, S] scores never in
 //             memory, so sequences whose scores would not fit still run.
+// The vendor and fused paths save the same row statistics (log-sum-exp), so a vendor forward
+// whose backward the library refuses is differentiated by the fused kernels.
 #include "kiln/tensor/attention.hpp"
 
 #include <algorithm>
@@ -16,13 +20,17 @@
 #include "autograd/graph.hpp"
 #include "kiln/tensor/autograd.hpp"
 #include "kiln/tensor/indexing.hpp"
+#include "runtime/log.hpp"
 #include "tensor/attention_kernels.hpp"
+#include "tensor/dnn.hpp"
 #include "tensor/kernel_args.hpp"
 #include "tensor/shape.hpp"
 #include "tensor/tensor_impl.hpp"
 
 namespace kiln {
 namespace {
+
+thread_local attention_path last = attention_path::none;
 
 using detail::attn_kernel_key;
 using detail::attn_kernel_kind;
@@ -191,29 +199,163 @@ tensor fused(const tensor& q, const tensor& k, const tensor& v, bool causal, dou
       });
 }
 
-// Which path. Both apply to no mask and causal: the composed one is the faster (its products
-// run on cuBLAS or OpenBLAS; the fused kernels are scalar code: 0.4-0.75x its time on an H200
-// and on the CPU, docs/benchmarks.md), so it is taken unless the score tensors the composed
-// path keeps for training (scores, probabilities, their gradient) would fill more than a
-// quarter of the device's memory. KILN_ATTENTION=fused or composed overrides the choice.
-bool use_fused(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
-  if (mask.defined() || q.dtype() != k.dtype() || q.dtype() != v.dtype()) return false;
-  if (q.size(-1) > detail::attn_max_width || v.size(-1) > detail::attn_max_width) return false;
-  if (q.size(-2) < 1 || k.size(-2) < 1 || q.size(-1) < 1 || v.size(-1) < 1) return false;
-  if (q.impl()->automatic || k.impl()->automatic || v.impl()->automatic) return false;
-  if (const char* env = std::getenv("KILN_ATTENTION")) {
-    if (std::strcmp(env, "fused") == 0) return true;
-    if (std::strcmp(env, "composed") == 0) return false;
-    throw invalid_argument(std::string("KILN_ATTENTION is '") + env +
-                           "'; expected fused or composed (or unset)");
+// The vendor path's operand: 16-byte aligned (the base and every stride: 8 16-bit elements), as
+// the library's tensor-core kernels load it, and no stride-0 (broadcast) dimension; a view that
+// is not so is copied.
+tensor vendor_operand(const tensor& x4) {
+  const detail::tensor_impl& x = *x4.impl();
+  bool ok = x.offset % 8 == 0;
+  for (int d = 0; d < 3; ++d) {
+    const std::int64_t stride = x.strides[std::size_t(d)];
+    ok = ok && stride % 8 == 0 && (stride != 0 || x4.size(d) == 1);
   }
+  return ok ? x4 : detail::contiguous_of(x4);
+}
+
+kiln_dnn_attention_desc vendor_desc(const tensor& q4, const tensor& k4, const tensor& v4,
+                                    bool causal, double scale) {
+  kiln_dnn_attention_desc d{};
+  d.dtype = detail::dnn_dtype(q4.dtype());
+  d.causal = causal ? 1u : 0u;
+  d.batch = std::uint64_t(q4.size(0)), d.heads = std::uint64_t(q4.size(1));
+  d.lq = std::uint64_t(q4.size(2)), d.lk = std::uint64_t(k4.size(2));
+  d.d_qk = std::uint64_t(q4.size(3)), d.d_v = std::uint64_t(v4.size(3));
+  d.scale = float(scale);
+  d.q = detail::dnn_view(*q4.impl());
+  d.k = detail::dnn_view(*k4.impl());
+  d.v = detail::dnn_view(*v4.impl());
+  return d;
+}
+
+// The backward of the vendor forward: dq, dk, dv in q4, k4, v4's shapes (contiguous). Where the
+// library refuses it, the fused kernels (same statistics).
+std::vector<tensor> vendor_backward(const kiln_dnn_v1& t, const tensor& g_in, const tensor& q4,
+                                    const tensor& k4, const tensor& v4, const tensor& o_in,
+                                    const tensor& lse, bool causal, double scale) {
+  no_grad off;
+  const tensor g =
+      vendor_operand(as_rows4(g_in.dtype() == q4.dtype() ? g_in : g_in.to(q4.dtype())));
+  const tensor o4 = vendor_operand(as_rows4(o_in.detach()));
+  const device& dev = q4.get_device();
+  const tensor dq(detail::allocate_tensor(dev, q4.shape(), q4.dtype()));
+  const tensor dk(detail::allocate_tensor(dev, k4.shape(), q4.dtype()));
+  const tensor dv(detail::allocate_tensor(dev, v4.shape(), q4.dtype()));
+  kiln_dnn_attention_desc d = vendor_desc(q4, k4, v4, causal, scale);
+  d.o = detail::dnn_view(*o4.impl());
+  d.stats = detail::dnn_ref(*lse.impl());
+  d.grad_o = detail::dnn_view(*g.impl());
+  d.grad_q = detail::dnn_view(*dq.impl());
+  d.grad_k = detail::dnn_view(*dk.impl());
+  d.grad_v = detail::dnn_view(*dv.impl());
+  const kiln_status st = t.attention_backward(dev.default_queue().impl()->handle, &d);
+  if (st == KILN_ERR_UNSUPPORTED) {
+    detail::logf(log_level::debug,
+                 "scaled_dot_product_attention backward on {}: {}; the fused kernels run", dev.id(),
+                 dev.impl()->api->last_error());
+    return fused_backward(g, q4, k4, v4, o4, lse, causal, scale);
+  }
+  detail::check(*dev.impl()->api, st, "kiln::scaled_dot_product_attention (backward)");
+  detail::stats_now().kernel_launches++;
+  return {dq, dk, dv};
+}
+
+// The vendor forward, recorded for autograd; undefined where the library refuses the shape.
+tensor vendor(const kiln_dnn_v1& t, const tensor& q, const tensor& k, const tensor& v, bool causal,
+              double scale) {
+  tensor q4, k4, v4, o4, lse;
+  {
+    no_grad off;
+    q4 = vendor_operand(as_rows4(q.detach()));
+    k4 = vendor_operand(as_rows4(k.detach()));
+    v4 = vendor_operand(as_rows4(v.detach()));
+    const device& dev = q.get_device();
+    const fused_shape f = shape_of(q4, v4);
+    // With heads, o as [B, L, H, Ev] viewed as [B, H, L, Ev]: merging the heads back
+    // ([B, L, H * Ev]) is then a view.
+    o4 = q.dim() == 4
+             ? tensor(detail::allocate_tensor(dev, {f.outer, f.l, f.inner, f.ev}, q.dtype()))
+                   .transpose(1, 2)
+             : tensor(detail::allocate_tensor(dev, {f.outer, f.inner, f.l, f.ev}, q.dtype()));
+    lse = tensor(detail::allocate_tensor(dev, {f.outer * f.inner, f.l}, scalar_type::f32));
+    kiln_dnn_attention_desc d = vendor_desc(q4, k4, v4, causal, scale);
+    d.o = detail::dnn_view(*o4.impl());
+    d.stats = detail::dnn_ref(*lse.impl());
+    const kiln_status st = t.attention_forward(dev.default_queue().impl()->handle, &d);
+    if (st == KILN_ERR_UNSUPPORTED) {
+      detail::logf(log_level::debug, "scaled_dot_product_attention on {}: {}; Kiln computes it",
+                   dev.id(), dev.impl()->api->last_error());
+      return {};
+    }
+    detail::check(*dev.impl()->api, st, "kiln::scaled_dot_product_attention");
+    detail::stats_now().kernel_launches++;
+  }
+  last = attention_path::vendor;
+  const shape_t out_shape = [&] {
+    shape_t s = q.shape();
+    s.back() = v.size(-1);
+    return s;
+  }();
+  tensor out = o4.dim() == int(out_shape.size()) ? o4 : o4.reshape(out_shape);
+  if (!detail::grad_wanted({&q, &k, &v})) return out;
+  const shape_t own[] = {q.shape(), k.shape(), v.shape()};
+  return autograd::record("scaled_dot_product_attention", out, {q, k, v},
+                          [=, &t](const tensor& g, const tensor& o) -> std::vector<tensor> {
+                            const std::vector<tensor> d =
+                                vendor_backward(t, g, q4, k4, v4, o, lse, causal, scale);
+                            std::vector<tensor> r;
+                            for (std::size_t x = 0; x < 3; ++x) r.push_back(d[x].reshape(own[x]));
+                            return r;
+                          });
+}
+
+// Whether the vendor path may take the call: 16-bit operands of one dtype and one batch shape
+// (no broadcast: the library's gradients would race), no mask, a table with fused attention.
+const kiln_dnn_v1* vendor_table(const tensor& q, const tensor& k, const tensor& v,
+                                const tensor& mask) {
+  if (mask.defined() || q.dtype() != k.dtype() || q.dtype() != v.dtype()) return nullptr;
+  if (q.dtype() != scalar_type::bf16 && q.dtype() != scalar_type::f16) return nullptr;
+  if (q.impl()->automatic || k.impl()->automatic || v.impl()->automatic) return nullptr;
+  if (q.dim() < 2 || q.dim() > 4 || k.dim() != q.dim() || v.dim() != q.dim()) return nullptr;
+  for (int d = 0; d + 2 < q.dim(); ++d)
+    if (q.size(d) != k.size(d) || q.size(d) != v.size(d)) return nullptr;
+  if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return nullptr;
+  return detail::dnn_attention_table(q.get_device());
+}
+
+// Which path. The vendor one where it applies (cuDNN's flash attention is several times faster
+// than either of Kiln's at every shape measured: docs/benchmarks.md). Else composed and fused
+// both apply to no mask and causal: the composed one is the faster (its products run on cuBLAS
+// or OpenBLAS; the fused kernels are scalar code: 0.4-0.75x its time on an H200 and on the CPU),
+// so it is taken unless the score tensors the composed path keeps for training (scores,
+// probabilities, their gradient) would fill more than a quarter of the device's memory.
+// KILN_ATTENTION=vendor, fused or composed overrides the choice (vendor where it applies, else
+// the default of the other two).
+enum class choice { vendor, fused, composed };
+
+choice choose_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
+  const bool fusable = !mask.defined() && q.dtype() == k.dtype() && q.dtype() == v.dtype() &&
+                       q.size(-1) <= detail::attn_max_width &&
+                       v.size(-1) <= detail::attn_max_width && q.size(-2) >= 1 && k.size(-2) >= 1 &&
+                       q.size(-1) >= 1 && v.size(-1) >= 1 && !q.impl()->automatic &&
+                       !k.impl()->automatic && !v.impl()->automatic;
+  std::string_view forced;
+  if (const char* env = std::getenv("KILN_ATTENTION")) {
+    forced = env;
+    if (forced != "vendor" && forced != "fused" && forced != "composed")
+      throw invalid_argument(std::string("KILN_ATTENTION is '") + env +
+                             "'; expected vendor, fused or composed (or unset)");
+    if (forced == "fused") return fusable ? choice::fused : choice::composed;
+    if (forced == "composed") return choice::composed;
+  }
+  if (vendor_table(q, k, v, mask)) return choice::vendor;
+  if (!fusable) return choice::composed;
   // Batches: the larger operand's (broadcasting a size-1 batch dim only repeats the other).
   const double batches = std::max(double(q.numel()) / double(q.size(-2) * q.size(-1)),
                                   double(k.numel()) / double(k.size(-2) * k.size(-1)));
   const double scores =
       batches * double(q.size(-2)) * double(k.size(-2)) * double(size_of(q.dtype()));
   const double memory = double(q.get_device().info().global_mem_bytes);
-  return memory > 0 && 3 * scores > memory / 4;
+  return memory > 0 && 3 * scores > memory / 4 ? choice::fused : choice::composed;
 }
 
 }  // namespace
@@ -244,7 +386,15 @@ tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tens
   const double s = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
   if (!std::isfinite(s))
     throw invalid_argument(std::string(fn) + ": scale must be finite, got " + std::to_string(s));
-  if (use_fused(q, k, v, attn_mask)) return fused(q, k, v, is_causal, s);
+  switch (choose_path(q, k, v, attn_mask)) {
+    case choice::vendor:
+      if (tensor y = vendor(*vendor_table(q, k, v, attn_mask), q, k, v, is_causal, s); y.defined())
+        return y;
+      break;  // the library refused the shape: the composed path
+    case choice::fused: last = attention_path::fused; return fused(q, k, v, is_causal, s);
+    case choice::composed: break;
+  }
+  last = attention_path::composed;
   // The scores stay in q's dtype (a C++ scalar promotes: a double would turn f32 into f64, a
   // float bf16 into f32), as PyTorch's math path keeps them; the cast fuses into the kernel.
   const tensor product = matmul(q, k.transpose(-2, -1));
@@ -261,5 +411,7 @@ tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tens
   }
   return matmul(scores.softmax(-1), v);
 }
+
+attention_path last_attention_path() noexcept { return last; }
 
 }  // namespace kiln

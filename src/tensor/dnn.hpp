@@ -1,7 +1,8 @@
-// The device's "dnn" extension (cuDNN on CUDA) as conv2d and pooling use it, and the helpers
-// that turn stored tensors into its memory references.
+// The device's "dnn" extension (cuDNN on CUDA) as conv2d, pooling and attention use it, and the
+// helpers that turn stored tensors into its memory references.
 #pragma once
 
+#include <cstddef>
 #include <cstdlib>
 #include <string_view>
 
@@ -32,10 +33,29 @@ inline const kiln_dnn_v1* dnn_table(const device& dev, scalar_type t) {
   return table && table->header.struct_size >= sizeof(kiln_dnn_v1) ? table : nullptr;
 }
 
+// The table when the device runs fused attention through it (the CUDA plugin: cuDNN's flash
+// attention), else null; KILN_DNN_PORTABLE=1 skips it too.
+inline const kiln_dnn_v1* dnn_attention_table(const device& dev) {
+  const char* portable = std::getenv("KILN_DNN_PORTABLE");
+  if (portable && *portable && std::string_view(portable) != "0") return nullptr;
+  const auto* table =
+      static_cast<const kiln_dnn_v1*>(dev.impl()->extension(KILN_DNN_EXTENSION, KILN_DNN_VERSION));
+  const std::size_t need = offsetof(kiln_dnn_v1, attention_backward) + sizeof(void*);
+  return table && table->header.struct_size >= need && table->attention_forward &&
+                 table->attention_backward
+             ? table
+             : nullptr;
+}
+
 // A stored tensor's (allocation, byte offset), marked as used by the device's default queue.
 inline kiln_mem_ref dnn_ref(const tensor_impl& x) {
   note_queue_use(*x.mem, *x.dev.default_queue().impl());
   return {x.mem->handle, static_cast<std::uint64_t>(x.offset) * size_of(x.dtype)};
+}
+
+// A stored 4-d tensor ([batch, heads, rows, cols], columns contiguous) as an attention operand.
+inline kiln_dnn_view dnn_view(const tensor_impl& x) {
+  return {dnn_ref(x), {x.strides[0], x.strides[1], x.strides[2]}};
 }
 
 }  // namespace kiln::detail

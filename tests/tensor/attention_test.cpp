@@ -2,11 +2,13 @@
 // causal (more keys than queries: top-left aligned), a broadcast bool mask, an additive mask,
 // a custom scale, bf16; gradients against central differences in f64; the fused kernels
 // against the composed path over many tiles and work-groups (head-split views, a broadcast
-// batch, 16-bit storage); clear errors.
+// batch, 16-bit storage); the vendor path (cuDNN's flash attention on CUDA) against the
+// composed one in f32, and its refusals; clear errors.
 #include <cmath>
 #include <cstdlib>
 #include <kiln/kiln.hpp>
 #include <kiln/tensor/attention.hpp>
+#include <kiln/tensor/conv.hpp>
 #include <kiln/tensor/indexing.hpp>
 #include <limits>
 #include <optional>
@@ -28,8 +30,8 @@ constexpr std::int64_t B = 2, H = 3, L = 5, S = 7, E = 4, EV = 6;
 
 enum class mask_kind { none, causal, boolean, additive };
 
-// KILN_ATTENTION=path for the scope: "fused" (attention_kernels.cpp) or "composed" (matmul,
-// softmax, matmul).
+// KILN_ATTENTION=path for the scope: "vendor" (the device's library), "fused"
+// (attention_kernels.cpp) or "composed" (matmul, softmax, matmul).
 struct path_scope {
   explicit path_scope(const char* path) { ::setenv("KILN_ATTENTION", path, 1); }
   ~path_scope() { ::unsetenv("KILN_ATTENTION"); }
@@ -295,6 +297,121 @@ TEST_P(AttentionTest, SixteenBitFusedMatchesFloatWithOneRounding) {
     // The gradient g is rounded too: compare the gradients loosely.
     for (std::size_t x = 0; x < 3; ++x) expect_close(r16.grads[x], r32.grads[x], 8 * tol, "grad");
   }
+}
+
+// Whether the device runs convolutions in cuDNN: then it has cuDNN's flash attention too (every
+// GPU cuDNN 9 runs on, sm80 and later, has it), and the vendor path must run.
+bool has_cudnn(const kiln::device& dev) {
+  if (dev.backend() != "cuda") return false;
+  kiln::conv2d(kiln::tensor::randn(dev, {1, 2, 5, 5}, 3),
+               kiln::tensor::randn(dev, {2, 2, 3, 3}, 4));
+  return kiln::last_conv_path() == kiln::conv_path::vendor;
+}
+
+TEST_P(AttentionTest, VendorPathMatchesComposedInFloat) {
+  if (!has_cudnn(dev()))
+    GTEST_SKIP() << dev().id() << " has no vendor flash attention (CUDA with cuDNN only)";
+  struct shape_case {
+    std::int64_t b, h, l, s, e, ev;
+    bool causal;
+  };
+  // Sequences that are and are not multiples of the library's tiles, more keys than queries
+  // and fewer (causal: top-left aligned), head widths 32-128, one value width unlike the key's.
+  const shape_case cases[] = {{2, 3, 128, 128, 64, 64, true},   {2, 2, 100, 130, 64, 64, false},
+                              {1, 2, 70, 150, 32, 32, true},    {1, 2, 150, 70, 128, 128, true},
+                              {1, 4, 256, 256, 128, 128, true}, {2, 1, 33, 33, 64, 64, false}};
+  for (scalar_type t : {scalar_type::bf16, scalar_type::f16})
+    for (const shape_case& c : cases) {
+      SCOPED_TRACE(std::string(kiln::type_name(t)) + " L " + std::to_string(c.l) + " S " +
+                   std::to_string(c.s) + " E " + std::to_string(c.e) + (c.causal ? " causal" : ""));
+      auto make16 = [&] {
+        return std::vector<kiln::tensor>{
+            kiln::tensor::randn(dev(), {c.b, c.h, c.l, c.e}, 61).to(t).eval(),
+            kiln::tensor::randn(dev(), {c.b, c.h, c.s, c.e}, 62).to(t).eval(),
+            kiln::tensor::randn(dev(), {c.b, c.h, c.s, c.ev}, 63).to(t).eval()};
+      };
+      auto make32 = [&] {
+        std::vector<kiln::tensor> x = make16();
+        for (kiln::tensor& y : x) y = y.to(scalar_type::f32).eval();
+        return x;
+      };
+      auto split = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
+      attention_run r16;
+      {
+        const path_scope scope("vendor");
+        r16 = run_attention(make16, split, c.causal, 64);
+        EXPECT_EQ(kiln::last_attention_path(), kiln::attention_path::vendor);
+      }
+      const composed_scope scope;
+      const attention_run r32 = run_attention(make32, split, c.causal, 64);
+      ASSERT_EQ(r16.y.dtype(), t);
+      // The library rounds the probabilities to 16 bits before their product with v (as every
+      // flash attention does): a few units of the storage's rounding.
+      const double tol = t == scalar_type::bf16 ? 2e-2 : 4e-3;
+      expect_close(r16.y, r32.y, tol, "output");
+      for (std::size_t x = 0; x < 3; ++x) expect_close(r16.grads[x], r32.grads[x], 8 * tol, "grad");
+    }
+}
+
+TEST_P(AttentionTest, VendorPathReadsHeadSplitViewsAndRefusesWhatItCannotTake) {
+  if (!has_cudnn(dev()))
+    GTEST_SKIP() << dev().id() << " has no vendor flash attention (CUDA with cuDNN only)";
+  constexpr std::int64_t b = 2, t = 96, h = 3, e = 64;
+  // Self-attention over one packed [B, T, 3 H E] projection (the GPT's), heads as strided views;
+  // and [B, T, E] operands with no head dimension.
+  auto make_packed = [&] {
+    return std::vector<kiln::tensor>{
+        kiln::tensor::randn(dev(), {b, t, 3 * h * e}, 71).to(scalar_type::bf16).eval()};
+  };
+  auto split_packed = [&](const std::vector<kiln::tensor>& x) {
+    const std::vector<kiln::tensor> p = kiln::split(x[0], h * e, 2);
+    auto heads = [&](const kiln::tensor& y) { return y.reshape({b, t, h, e}).transpose(1, 2); };
+    return std::tuple{heads(p[0]), heads(p[1]), heads(p[2])};
+  };
+  auto make3 = [&] {
+    std::vector<kiln::tensor> x;
+    for (std::uint64_t seed : {72, 73, 74})
+      x.push_back(kiln::tensor::randn(dev(), {b, t, e}, seed).to(scalar_type::bf16).eval());
+    return x;
+  };
+  auto same = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
+  for (bool causal : {false, true}) {
+    SCOPED_TRACE(causal ? "causal" : "full");
+    attention_run packed, three;
+    {
+      const path_scope scope("vendor");
+      packed = run_attention(make_packed, split_packed, causal, 75);
+      EXPECT_EQ(kiln::last_attention_path(), kiln::attention_path::vendor);
+      three = run_attention(make3, same, causal, 76);
+      EXPECT_EQ(kiln::last_attention_path(), kiln::attention_path::vendor);
+    }
+    EXPECT_EQ(packed.y.shape(), (shape_t{b, h, t, e}));
+    EXPECT_EQ(three.y.shape(), (shape_t{b, t, e}));
+    const composed_scope scope;
+    const attention_run packed_c = run_attention(make_packed, split_packed, causal, 75);
+    const attention_run three_c = run_attention(make3, same, causal, 76);
+    expect_close(packed.y, packed_c.y, 3e-2, "packed output");
+    expect_close(packed.grads[0], packed_c.grads[0], 0.15, "packed gradient");
+    expect_close(three.y, three_c.y, 3e-2, "3-d output");
+    for (std::size_t x = 0; x < 3; ++x) expect_close(three.grads[x], three_c.grads[x], 0.15, "3-d");
+  }
+  // What the library cannot take runs elsewhere, with the same result: a head width that is
+  // not a multiple of 8, f32, a mask.
+  const auto q = kiln::tensor::randn(dev(), {1, 2, 40, 20}, 77).to(scalar_type::bf16).eval();
+  const auto k = kiln::tensor::randn(dev(), {1, 2, 40, 20}, 78).to(scalar_type::bf16).eval();
+  const auto v = kiln::tensor::randn(dev(), {1, 2, 40, 20}, 79).to(scalar_type::bf16).eval();
+  const path_scope scope("vendor");
+  const kiln::tensor narrow = kiln::scaled_dot_product_attention(q, k, v, {}, true);
+  EXPECT_NE(kiln::last_attention_path(), kiln::attention_path::vendor);
+  kiln::tensor ref;
+  {
+    const composed_scope composed;
+    ref = kiln::scaled_dot_product_attention(q, k, v, {}, true);
+  }
+  expect_close(narrow, ref, 1e-2, "narrow heads");
+  kiln::scaled_dot_product_attention(q.to(scalar_type::f32), k.to(scalar_type::f32),
+                                     v.to(scalar_type::f32));
+  EXPECT_NE(kiln::last_attention_path(), kiln::attention_path::vendor);
 }
 
 TEST_P(AttentionTest, BadInputGetsClearErrors) {

@@ -1,9 +1,9 @@
 // Scaled dot-product attention (PyTorch's torch.nn.functional.scaled_dot_product_attention):
 // softmax(q k^T * scale + mask) v over the last two dimensions, every leading dimension a batch
-// (heads included) that broadcasts. Today it is composed of Kiln's ops, each fused where it
-// can be (the scale, the mask and the softmax's input in one kernel with the softmax): correct
-// on every backend and differentiable, and the reference a fused (flash-attention) kernel
-// will be tested against (issue 25).
+// (heads included) that broadcasts. Three ways to compute it, chosen per call (docs/tensor.md):
+// the device library's flash attention (cuDNN on CUDA: bf16/f16, no mask or causal), Kiln's
+// composed ops (matmuls and a fused masked softmax: every mask, every backend) and Kiln's own
+// fused kernels (the scores never in memory, for sequences whose scores would not fit).
 //
 //   #include "kiln/tensor/attention.hpp"
 //   auto q = kiln::tensor::randn(dev, {8, 6, 256, 64}, 1);   // [batch, heads, tokens, dim]
@@ -29,5 +29,12 @@ namespace kiln {
 tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tensor& v,
                                     const tensor& attn_mask = {}, bool is_causal = false,
                                     std::optional<double> scale = std::nullopt);
+
+// Which way this thread's last scaled_dot_product_attention call went: vendor (the device's
+// library), composed or fused (Kiln's kernels); none before the first call. For tests and
+// benchmarks; KILN_ATTENTION=vendor|composed|fused asks for one (vendor falls back to the
+// others where the library does not take the call).
+enum class attention_path { none, vendor, composed, fused };
+attention_path last_attention_path() noexcept;
 
 }  // namespace kiln

@@ -635,7 +635,9 @@ const void* dnn_extension(const char* name, uint32_t version) noexcept {
                                     conv_backward_data,
                                     conv_backward_filter,
                                     pool_forward,
-                                    pool_backward};
+                                    pool_backward,
+                                    nullptr,  // no fused attention: the core computes it
+                                    nullptr};
   return &table;
 }
 bool dnn_loaded() noexcept { return loaded(); }

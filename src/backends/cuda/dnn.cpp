@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstdlib>
 #include <initializer_list>
 #include <mutex>
@@ -28,6 +29,8 @@ kiln_status conv_backward_data(kiln_queue_h q, const kiln_dnn_conv_desc* d) noex
 kiln_status conv_backward_filter(kiln_queue_h q, const kiln_dnn_conv_desc* d) noexcept;
 kiln_status pool_forward(kiln_queue_h q, const kiln_dnn_pool_desc* d) noexcept;
 kiln_status pool_backward(kiln_queue_h q, const kiln_dnn_pool_desc* d) noexcept;
+kiln_status attention_forward(kiln_queue_h q, const kiln_dnn_attention_desc* d) noexcept;
+kiln_status attention_backward(kiln_queue_h q, const kiln_dnn_attention_desc* d) noexcept;
 
 constexpr const char* kSoname = "libcudnn.so.9";
 
@@ -130,7 +133,9 @@ void load(CudnnApi& api_out) {
                      conv_backward_data,
                      conv_backward_filter,
                      pool_forward,
-                     pool_backward};
+                     pool_backward,
+                     api_out.graph ? attention_forward : nullptr,
+                     api_out.graph ? attention_backward : nullptr};
     return;
   }
   api_out.why = "no cuDNN (" + (first_error.empty() ? std::string("not found") : first_error) +
@@ -434,6 +439,57 @@ kiln_status pool(kiln_queue_h q, const kiln_dnn_pool_desc* d, bool backward) {
   return KILN_OK;
 }
 
+// Validates a fused attention call: what the ABI forbids is an invalid argument; a shape cuDNN's
+// flash attention does not take (its head widths, 16-byte strides and bases, 32-bit sizes) is
+// KILN_ERR_UNSUPPORTED, so the core computes it itself.
+kiln_status attention_check(kiln_queue_h q, const kiln_dnn_attention_desc* d, bool backward) {
+  const char* what = backward ? "cuDNN attention_backward" : "cuDNN attention_forward";
+  if (!q || !d) return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: NULL queue or descriptor", what);
+  if (d->dtype != KILN_DTYPE_F16 && d->dtype != KILN_DTYPE_BF16)
+    return set_error(KILN_ERR_UNSUPPORTED, "%s: only f16 and bf16 (dtype %d)", what,
+                     static_cast<int>(d->dtype));
+  if (!d->batch || !d->heads || !d->lq || !d->lk || !d->d_qk || !d->d_v)
+    return set_error(KILN_ERR_UNSUPPORTED, "%s: empty tensors are left to the core", what);
+  if (!std::isfinite(d->scale))
+    return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: scale is not finite", what);
+  // cuDNN 9 on sm80-sm90: head widths multiples of 8 up to 128 in the backward (256 forward),
+  // value width no larger than the key's.
+  const uint64_t widest = backward ? 128 : 256;
+  if (d->d_qk % 8 || d->d_v % 8 || d->d_qk > widest || d->d_v > widest)
+    return set_error(KILN_ERR_UNSUPPORTED,
+                     "%s: head widths %llu and %llu (cuDNN takes multiples of 8 up to %llu)", what,
+                     static_cast<unsigned long long>(d->d_qk),
+                     static_cast<unsigned long long>(d->d_v),
+                     static_cast<unsigned long long>(widest));
+  if (!fits_int({d->batch, d->heads, d->lq, d->lk}) ||
+      !product_fits_int({d->batch, d->heads, d->lq, std::max(d->d_qk, d->d_v)}) ||
+      !product_fits_int({d->batch, d->heads, d->lk, std::max(d->d_qk, d->d_v)}))
+    return set_error(KILN_ERR_UNSUPPORTED, "%s: a tensor exceeds cuDNN's 32-bit sizes", what);
+  std::vector<const kiln_dnn_view*> views{&d->q, &d->k, &d->v, &d->o};
+  if (backward) views.insert(views.end(), {&d->grad_o, &d->grad_q, &d->grad_k, &d->grad_v});
+  for (const kiln_dnn_view* v : views) {
+    if (!v->mem.base)
+      return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: an operand has no memory", what);
+    bool aligned = dptr(v->mem) % 16 == 0;
+    for (int64_t s : v->stride) aligned = aligned && s > 0 && s % 8 == 0;
+    if (!aligned)
+      return set_error(KILN_ERR_UNSUPPORTED,
+                       "%s: cuDNN needs 16-byte aligned operands with positive strides of a "
+                       "multiple of 8 elements",
+                       what);
+  }
+  if (!d->stats.base) return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: no statistics memory", what);
+  return KILN_OK;
+}
+
+kiln_status attention(kiln_queue_h q, const kiln_dnn_attention_desc* d, bool backward) {
+  if (kiln_status st = attention_check(q, d, backward)) return st;
+  std::lock_guard<std::mutex> lock(q->dnn_mu);
+  DnnQueue* s = nullptr;
+  if (kiln_status st = bind(q, &s)) return st;
+  return graph_attention(q, *s, *d, backward);
+}
+
 // The table's entries: never throw (std::bad_alloc becomes KILN_ERR_OUT_OF_MEMORY).
 template <class F>
 kiln_status guarded(F f) noexcept {
@@ -458,6 +514,12 @@ kiln_status pool_forward(kiln_queue_h q, const kiln_dnn_pool_desc* d) noexcept {
 }
 kiln_status pool_backward(kiln_queue_h q, const kiln_dnn_pool_desc* d) noexcept {
   return guarded([&] { return pool(q, d, true); });
+}
+kiln_status attention_forward(kiln_queue_h q, const kiln_dnn_attention_desc* d) noexcept {
+  return guarded([&] { return attention(q, d, false); });
+}
+kiln_status attention_backward(kiln_queue_h q, const kiln_dnn_attention_desc* d) noexcept {
+  return guarded([&] { return attention(q, d, true); });
 }
 
 }  // namespace
@@ -500,6 +562,7 @@ void dnn_release(kiln_queue_s* q, bool device) noexcept {
   q->dnn = nullptr;
   // Only a queue that used cuDNN has state, so cuDNN is loaded here.
   graph_release(*s, device);
+  attention_release(*s, device);
   destroy(*s);  // host objects
   if (device) {
     free_workspace(q, *s);

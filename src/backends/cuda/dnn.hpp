@@ -1,9 +1,11 @@
 // Internal declarations of the CUDA plugin's "dnn" extension: cuDNN 9's legacy convolution and
 // pooling API, loaded with dlopen (never linked); cudnn.h is included for types only. Built
 // only where CMake found cuDNN 9's headers (KILN_HAVE_CUDNN).
-//   dnn.cpp        finding and loading the library, the table, per-queue state
-//   dnn_algos.cpp  algorithms from cuDNN's heuristics cached per shape, the workspace
-//   dnn_graph.cpp  convolutions through cuDNN's graph (backend) API, tried first
+//   dnn.cpp            finding and loading the library, the table, per-queue state
+//   dnn_algos.cpp      algorithms from cuDNN's heuristics cached per shape, the workspace
+//   dnn_backend.hpp    helpers over the graph (backend) API: descriptors, heuristics, the log
+//   dnn_graph.cpp      convolutions through the graph API, tried first
+//   dnn_attention.cpp  fused attention (flash attention) through the graph API
 #pragma once
 
 #include <cudnn.h>
@@ -83,7 +85,8 @@ const CudnnApi& cudnn();
 
 // A queue's cuDNN state, guarded by kiln_queue_s::dnn_mu. The descriptors are host objects
 // created once and set afresh by every call.
-struct GraphPlans;  // dnn_graph.cpp: execution plans per call shape, tied to the handle
+struct GraphPlans;      // dnn_graph.cpp: execution plans per call shape, tied to the handle
+struct AttentionPlans;  // dnn_attention.cpp: likewise for fused attention
 struct DnnQueue {
   cudnnHandle_t handle = nullptr;  // bound to the queue's stream for good
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -92,7 +95,8 @@ struct DnnQueue {
   cudnnPoolingDescriptor_t pool = nullptr;
   CUdeviceptr ws = 0;  // workspace, allocated in the stream's order
   size_t ws_bytes = 0;
-  GraphPlans* graph = nullptr;  // created on first use of the graph API
+  GraphPlans* graph = nullptr;          // created on first use of the graph API
+  AttentionPlans* attention = nullptr;  // created on first fused attention
 };
 
 enum class ConvDir { forward = 0, backward_data = 1, backward_filter = 2 };
@@ -131,6 +135,14 @@ bool graph_enabled();
 kiln_status graph_conv(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, ConvDir dir);
 // Destroys the queue's plans; without the device they are leaked, as the handle is.
 void graph_release(DnnQueue& s, bool device) noexcept;
+
+// Queues fused attention d (its backward when `backward`) through the graph API: the plan cached
+// for its shape on this queue, else the first engine heuristics offer that finalizes.
+// KILN_ERR_UNSUPPORTED (the message set, the refusal cached per shape) where cuDNN has none.
+// The caller holds q->dnn_mu and has validated d; may throw std::bad_alloc.
+kiln_status graph_attention(kiln_queue_h q, DnnQueue& s, const kiln_dnn_attention_desc& d,
+                            bool backward);
+void attention_release(DnnQueue& s, bool device) noexcept;
 
 // The candidate algorithms for the convolution described by s's descriptors (already set from
 // d), best first: from the cache, else from cuDNN's heuristics, then cached. May be empty.

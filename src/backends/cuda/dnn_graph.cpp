@@ -21,7 +21,7 @@
 #include <tuple>
 #include <vector>
 
-#include "dnn.hpp"
+#include "dnn_backend.hpp"
 
 namespace kiln_cuda {
 
@@ -29,86 +29,13 @@ struct GraphPlans;
 
 namespace {
 
-// One backend descriptor, destroyed with its owner unless leaked (the device gone).
-class Desc {
- public:
-  Desc() = default;
-  Desc(const Desc&) = delete;
-  Desc& operator=(const Desc&) = delete;
-  Desc(Desc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
-  Desc& operator=(Desc&& o) noexcept {
-    if (this != &o) {
-      reset();
-      d_ = o.d_;
-      o.d_ = nullptr;
-    }
-    return *this;
-  }
-  ~Desc() { reset(); }
-  cudnnBackendDescriptor_t get() const { return d_; }
-  cudnnBackendDescriptor_t* out() { return &d_; }
-  void leak() { d_ = nullptr; }
-
- private:
-  void reset() {
-    if (d_) cudnn().cudnnBackendDestroyDescriptor(d_);
-    d_ = nullptr;
-  }
-  cudnnBackendDescriptor_t d_ = nullptr;
-};
-
-#define KILN_GRAPH_CHECK(call, ...)                                               \
-  if (cudnnStatus_t st_ = cudnn().call(__VA_ARGS__); st_ != CUDNN_STATUS_SUCCESS) \
-    return dnn_fail(st_, #call, true);
-
-kiln_status create(cudnnBackendDescriptorType_t type, Desc* out) {
-  KILN_GRAPH_CHECK(cudnnBackendCreateDescriptor, type, out->out());
-  return KILN_OK;
-}
-
-kiln_status set(const Desc& d, cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-                int64_t count, const void* value) {
-  KILN_GRAPH_CHECK(cudnnBackendSetAttribute, d.get(), name, type, count, value);
-  return KILN_OK;
-}
-
-kiln_status finalize(const Desc& d) {
-  KILN_GRAPH_CHECK(cudnnBackendFinalize, d.get());
-  return KILN_OK;
-}
-
 // Tensor unique ids in the variant pack.
 constexpr int64_t kX = 'x', kW = 'w', kY = 'y';
-
-// The largest power of two up to 16 that divides the address: the byte alignment the plan may
-// assume (part of the cache key, so a less aligned operand gets its own plan).
-int64_t alignment(CUdeviceptr p) {
-  int64_t a = 16;
-  while (a > 1 && p % static_cast<uint64_t>(a)) a /= 2;
-  return a;
-}
-
-// Sets attributes on a descriptor in order and finalizes it, stopping at the first failure (its
-// error recorded).
-class Setter {
- public:
-  explicit Setter(const Desc& d) : d_(d) {}
-  Setter& operator()(cudnnBackendAttributeName_t name, cudnnBackendAttributeType_t type,
-                     int64_t count, const void* value) {
-    if (!st_) st_ = set(d_, name, type, count, value);
-    return *this;
-  }
-  kiln_status finalize() { return st_ ? st_ : kiln_cuda::finalize(d_); }
-
- private:
-  const Desc& d_;
-  kiln_status st_ = KILN_OK;
-};
 
 kiln_status tensor(cudnnDataType_t dt, const std::array<int64_t, 4>& dims, int64_t uid,
                    int64_t align, Desc* out) {
   const std::array<int64_t, 4> strides{dims[1] * dims[2] * dims[3], dims[2] * dims[3], dims[3], 1};
-  if (kiln_status st = create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, out)) return st;
+  if (kiln_status st = backend_create(CUDNN_BACKEND_TENSOR_DESCRIPTOR, out)) return st;
   return Setter(*out)(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &dt)(
              CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, dims.data())(
              CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, strides.data())(
@@ -133,21 +60,21 @@ kiln_status build_graph(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, ConvD
   const cudnnDataType_t dt = data_type(d.dtype);
   // 16-bit tensors compute in f32 (as the legacy path and PyTorch do).
   const cudnnDataType_t compute = is_f64(d) ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT;
-  if (kiln_status st =
-          tensor(dt, {i64(d.n), i64(d.c), i64(d.h), i64(d.w)}, kX, alignment(dptr(d.x)), &g->x))
+  if (kiln_status st = tensor(dt, {i64(d.n), i64(d.c), i64(d.h), i64(d.w)}, kX,
+                              byte_alignment(dptr(d.x)), &g->x))
     return st;
   if (kiln_status st = tensor(dt, {i64(d.k), i64(d.c / d.groups), i64(d.r), i64(d.s)}, kW,
-                              alignment(dptr(d.wt)), &g->w))
+                              byte_alignment(dptr(d.wt)), &g->w))
     return st;
-  if (kiln_status st =
-          tensor(dt, {i64(d.n), i64(d.k), i64(d.p), i64(d.q)}, kY, alignment(dptr(d.y)), &g->y))
+  if (kiln_status st = tensor(dt, {i64(d.n), i64(d.k), i64(d.p), i64(d.q)}, kY,
+                              byte_alignment(dptr(d.y)), &g->y))
     return st;
 
   const int64_t spatial = 2;
   const cudnnConvolutionMode_t mode = CUDNN_CROSS_CORRELATION;
   const std::array<int64_t, 2> dil{d.dil_h, d.dil_w}, stride{d.stride_h, d.stride_w},
       pad{d.pad_h, d.pad_w};
-  if (kiln_status st = create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &g->conv)) return st;
+  if (kiln_status st = backend_create(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR, &g->conv)) return st;
   if (kiln_status st =
           Setter(g->conv)(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, 1, &spatial)(
               CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &compute)(
@@ -188,7 +115,7 @@ kiln_status build_graph(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, ConvD
   }
   const cudnnBackendDescriptor_t conv = g->conv.get(), x = g->x.get(), w = g->w.get(),
                                  y = g->y.get();
-  if (kiln_status st = create(op_type, &g->op)) return st;
+  if (kiln_status st = backend_create(op_type, &g->op)) return st;
   if (kiln_status st = Setter(g->op)(a[0], scalar, 1, d.alpha)(a[1], scalar, 1, d.beta)(
                            a[2], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &conv)(
                            a[3], CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)(
@@ -198,7 +125,8 @@ kiln_status build_graph(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, ConvD
     return st;
 
   const cudnnBackendDescriptor_t op = g->op.get();
-  if (kiln_status st = create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g->graph)) return st;
+  if (kiln_status st = backend_create(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, &g->graph))
+    return st;
   return Setter(g->graph)(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &op)(
              CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)
       .finalize();
@@ -225,34 +153,6 @@ bool allowed(const kiln_dnn_conv_desc& d, const Desc& engine) {
   return true;
 }
 
-// The engine configs heuristics mode `mode` offers for g, best first. May be empty.
-kiln_status engine_configs(const Graph& g, cudnnBackendHeurMode_t mode, std::vector<Desc>* out) {
-  Desc heur;
-  const cudnnBackendDescriptor_t graph = g.graph.get();
-  if (kiln_status st = create(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR, &heur)) return st;
-  if (kiln_status st =
-          Setter(heur)(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1,
-                       &graph)(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode)
-              .finalize())
-    return st;
-  int64_t count = 0;
-  KILN_GRAPH_CHECK(cudnnBackendGetAttribute, heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                   CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &count, nullptr);
-  std::vector<Desc> cfgs(static_cast<size_t>(std::max<int64_t>(count, 0)));
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (Desc& c : cfgs) {
-    if (kiln_status st = create(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR, &c)) return st;
-    raw.push_back(c.get());
-  }
-  int64_t got = 0;
-  if (!raw.empty())
-    KILN_GRAPH_CHECK(cudnnBackendGetAttribute, heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS,
-                     CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, raw.data());
-  cfgs.resize(static_cast<size_t>(std::clamp<int64_t>(got, 0, count)));
-  *out = std::move(cfgs);
-  return KILN_OK;
-}
-
 // A finalized plan with its engine config and workspace size.
 struct Plan {
   Desc cfg, plan;
@@ -269,7 +169,7 @@ bool make_plan(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, Desc cfg, Plan
   const CudnnApi& api = cudnn();
   Desc engine;
   int64_t n = 0;
-  if (create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) ||
+  if (backend_create(CUDNN_BACKEND_ENGINE_DESCRIPTOR, &engine) ||
       api.cudnnBackendGetAttribute(cfg.get(), CUDNN_ATTR_ENGINECFG_ENGINE,
                                    CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n,
                                    engine.out()) != CUDNN_STATUS_SUCCESS ||
@@ -279,7 +179,7 @@ bool make_plan(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, Desc cfg, Plan
                                &n, &out->engine);
   Desc plan;
   const cudnnBackendDescriptor_t c = cfg.get();
-  if (create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ||
+  if (backend_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ||
       Setter(plan)(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)(
           CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
           .finalize())
@@ -329,24 +229,6 @@ cudnnStatus_t execute(const DnnQueue& s, const Plan& p, const kiln_dnn_conv_desc
 bool overwrites(const kiln_dnn_conv_desc& d) {
   if (is_f64(d)) return *static_cast<const double*>(d.beta) == 0.0;
   return *static_cast<const float*>(d.beta) == 0.f;
-}
-
-bool env_is(const char* name, const char* value) {
-  const char* v = std::getenv(name);
-  return v && std::strcmp(v, value) == 0;
-}
-
-// One line on stderr with KILN_LOG=debug or trace (the core's log levels): which path and
-// engine each new convolution shape got.
-void debug_log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
-void debug_log(const char* fmt, ...) {
-  if (!env_is("KILN_LOG", "debug") && !env_is("KILN_LOG", "trace")) return;
-  char line[768];
-  va_list ap;
-  va_start(ap, fmt);
-  std::vsnprintf(line, sizeof line, fmt, ap);
-  va_end(ap);
-  std::fprintf(stderr, "[kiln debug] cuda dnn: %s\n", line);
 }
 
 constexpr const char* kDirNames[] = {"conv_forward", "conv_backward_data", "conv_backward_filter"};
@@ -409,9 +291,9 @@ GraphKey key_of(const kiln_dnn_conv_desc& d, ConvDir dir) {
           conv_shape(d),
           scalar_bits(d, d.alpha),
           scalar_bits(d, d.beta),
-          static_cast<uint64_t>(alignment(dptr(d.x))),
-          static_cast<uint64_t>(alignment(dptr(d.wt))),
-          static_cast<uint64_t>(alignment(dptr(d.y)))};
+          static_cast<uint64_t>(byte_alignment(dptr(d.x))),
+          static_cast<uint64_t>(byte_alignment(dptr(d.wt))),
+          static_cast<uint64_t>(byte_alignment(dptr(d.y)))};
 }
 
 // The chosen plan for one key; null plan: cuDNN's graph API has none (the legacy path runs).
@@ -447,7 +329,7 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d, Con
   set_error(KILN_OK, "%s", "");  // so a refusal below names only its own causes
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     std::vector<Desc> cfgs;
-    if (kiln_status st = engine_configs(e->graph, mode, &cfgs)) {
+    if (kiln_status st = engine_configs(e->graph.graph, mode, &cfgs)) {
       if (mode == CUDNN_HEUR_MODE_A) continue;  // the fallback list may still have one
       if (plans.empty()) return st;
       break;

@@ -1,0 +1,46 @@
+#!/bin/bash
+# Session 43's GPU calls (docs/benchmarks.md "Session 43"): the vendor attention path (cuDNN's
+# flash attention through the graph API) probed with cuDNN's own log, its tests and the tests
+# around it on every GPU device, bench_attention beside torch_attention.py, the GPT step beside
+# torch_gpt.py.
+# Usage on the GPU machine: bash scripts/gpu_session43.sh [build-run] [parts]
+#   parts: any of probe tests attention gpt (default: all four)
+build=${1:-build-run}
+parts=${2:-probe tests attention gpt}
+. scripts/gpu_env.sh "$build" >/dev/null
+export LD_LIBRARY_PATH=$PWD/$build/lib:$LD_LIBRARY_PATH
+out=${OUT:-/tmp}
+X='-*opencl_1*:*opencl_2*'
+for part in $parts; do
+  t0=$SECONDS
+  case $part in
+    probe)  # the vendor tests on cuda:0 with Kiln's debug lines and cuDNN's errors and warnings
+      KILN_LOG=debug CUDNN_LOGLEVEL_DBG=2 CUDNN_LOGDEST_DBG="$out/cudnn_log.txt" timeout 300 \
+        $build/bin/tensor_test --gtest_filter='*AttentionTest.Vendor*cuda_0*' >"$out/probe.txt" 2>&1
+      summary probe "$out/probe.txt" $? $((SECONDS - t0))
+      grep -E 'cuda dnn: attention|FAILED|Failure|expected|element' "$out/probe.txt" | sort | uniq -c |
+        sort -rn | head -20 | cut -c1-400
+      grep -iE 'error|warn' "$out/cudnn_log.txt" 2>/dev/null | cut -c1-300 | sort | uniq -c |
+        sort -rn | head -12
+      ;;
+    tests)
+      timeout 400 $build/bin/tensor_test --gtest_filter="*Attention*:*ConvGraph*:$X" \
+        >"$out/tests_tensor.txt" 2>&1
+      summary tensor_test "$out/tests_tensor.txt" $? $((SECONDS - t0))
+      t0=$SECONDS
+      timeout 300 $build/bin/nn_test --gtest_filter="*ttention*:*ransformer*:*Gpt*:*GPT*:$X" \
+        >"$out/tests_nn.txt" 2>&1
+      summary nn_test "$out/tests_nn.txt" $? $((SECONDS - t0))
+      grep -hE '^\[  FAILED  \]' "$out"/tests_*.txt | head -20
+      ;;
+    attention)
+      timeout 240 $build/bin/bench_attention --device cuda:0 --runs 20 >"$out/bench_attention.txt" 2>&1
+      timeout 120 python3 bench/torch_attention.py --runs 20 >"$out/torch_attention.txt" 2>&1
+      cat "$out/bench_attention.txt" "$out/torch_attention.txt" | grep -vE '^\[ kiln'
+      ;;
+    gpt)
+      timeout 150 $build/bin/bench_gpt --runs 10 2>&1 | grep step
+      timeout 150 python3 bench/torch_gpt.py --runs 10 2>&1 | tail -2
+      ;;
+  esac
+done
