@@ -4,7 +4,9 @@
 # around it on every GPU device, bench_attention beside torch_attention.py, the GPT step beside
 # torch_gpt.py.
 # Usage on the GPU machine: bash scripts/gpu_session43.sh [build-run] [parts]
-#   parts: any of probe tests attention gpt (default: all four)
+#   parts: any of probe tests attention gpt lnab (default: the first four); lnab: the layer
+#   norm rows of bench_tensor with $build/lib_old (the library before the change) and $build/lib
+#   alternated, then the LayerNorm tests
 build=${1:-build-run}
 parts=${2:-probe tests attention gpt}
 . scripts/gpu_env.sh "$build" >/dev/null
@@ -37,6 +39,20 @@ for part in $parts; do
       timeout 240 $build/bin/bench_attention --device cuda:0 --runs 20 >"$out/bench_attention.txt" 2>&1
       timeout 120 python3 bench/torch_attention.py --runs 20 >"$out/torch_attention.txt" 2>&1
       cat "$out/bench_attention.txt" "$out/torch_attention.txt" | grep -vE '^\[ kiln'
+      ;;
+    lnab)
+      for round in 1 2; do
+        for lib in lib_old lib; do
+          KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
+            timeout 200 $build/bin/bench_tensor --device cuda:0 --only elementwise --no-compile \
+            --no-torch --runs 20 --filter 'layer_norm,rms_norm' >"$out/ln_${lib}_$round.txt" 2>&1
+          grep -E 'norm' "$out/ln_${lib}_$round.txt" | grep -v '^\[ kiln' | sed "s/^/$lib $round: /" |
+            cut -c1-150
+        done
+      done
+      timeout 300 $build/bin/tensor_test --gtest_filter="*LayerNorm*:*RmsNorm*:*Norm*:$X" \
+        >"$out/tests_ln.txt" 2>&1
+      summary tensor_test_ln "$out/tests_ln.txt" $? $((SECONDS - t0))
       ;;
     gpt)
       timeout 150 $build/bin/bench_gpt --runs 10 2>&1 | grep step

@@ -97,7 +97,7 @@ layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, cons
   res.output = tensor(detail::allocate_tensor(dev, x.shape(), x.dtype()));
   if (!rms) res.mean = tensor(detail::allocate_tensor(dev, r.stat_shape, acc));
   res.rstd = tensor(detail::allocate_tensor(dev, r.stat_shape, acc));
-  const std::uint32_t lanes = detail::norm_lanes(dev, r.n);
+  const std::uint32_t lanes = detail::norm_forward_lanes(dev, x.dtype(), r.n, x.impl()->offset);
   const std::uint32_t vec = detail::norm_vec(x.dtype(), lanes, r.n, {x.impl()->offset});
   const norm_kernel_key k{norm_kernel_kind::forward,
                           x.dtype(),

@@ -467,6 +467,15 @@ std::uint32_t norm_lanes(const device& dev, std::int64_t n) {
   return lanes;
 }
 
+std::uint32_t norm_forward_lanes(const device& dev, scalar_type x, std::int64_t n,
+                                 std::int64_t offset) {
+  const std::uint32_t lanes = norm_lanes(dev, n);
+  const std::uint32_t half = lanes / 2;
+  // Only down to one warp: wider rows (128 of 256 lanes at 4096) measured mixed on an H200.
+  if (half != 32 || norm_vec(x, lanes, n, {offset}) != 8 || !norm_cap(half, n, 8)) return lanes;
+  return half;
+}
+
 std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec) {
   if (lanes <= 1) return 0;
   const std::int64_t per = std::int64_t(lanes) * vec;

@@ -51,6 +51,12 @@ struct norm_kernel_key {
 scalar_type norm_acc_type(scalar_type x);
 // Work-items per row for rows of n elements on dev.
 std::uint32_t norm_lanes(const device& dev, std::int64_t n);
+// The forward's work-items per row: norm_lanes, but one warp (32) for 16-bit rows of 513-1024
+// read in words, each lane keeping its 32 elements (4 words) in registers: no barrier, and
+// twice the rows in flight per work-group (H200: [65536, 1024] bf16 1,743-1,803 -> 2,149-2,230
+// GB/s).
+std::uint32_t norm_forward_lanes(const device& dev, scalar_type x, std::int64_t n,
+                                 std::int64_t offset);
 // Elements per lane to keep in registers for rows of n over `lanes` (0: too long to keep), in
 // whole words of `vec`.
 std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec = 1);
