@@ -79,6 +79,19 @@ scalar_type param_type(const tensor& x, const tensor& w, const tensor& b) {
   return w.impl() ? w.dtype() : b.impl() ? b.dtype() : x.dtype();
 }
 
+// Whether a forward whose x moves in words of 8 (vec) reads its weight and bias in words too:
+// each starts on a 16-byte boundary (16-bit or f32 parameters).
+bool param_words(std::uint32_t vec, const tensor& w, const tensor& b) {
+  if (vec != 8) return false;
+  for (const tensor* p : {&w, &b}) {
+    if (!p->impl()) continue;
+    const scalar_type t = p->dtype();
+    if (!is_reduced_float(t) && t != scalar_type::f32) return false;
+    if (p->impl()->offset % (16 / std::int64_t(size_of(t)))) return false;
+  }
+  return true;
+}
+
 layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, const tensor& weight,
                           const tensor& bias, double eps) {
   const std::string fn = fn_name(rms, false);
@@ -108,7 +121,8 @@ layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, cons
                           lanes,
                           detail::norm_cap(lanes, r.n, vec),
                           vec,
-                          detail::norm_warp(dev, lanes)};
+                          detail::norm_warp(dev, lanes),
+                          param_words(vec, w, b)};
   std::vector<detail::arg_binding> a;
   add(a, res.output);
   if (!rms) add(a, res.mean);

@@ -241,6 +241,35 @@ struct text {
     }
     return s;
   }
+  // "const A <name>c = parameter element of slot c" for every slot, from a weight or bias
+  // (one row, shared by all) read in words of 8: a uint4 of 16-bit or two float4 of f32 values.
+  std::string param_word_loads(const std::string& ptr, const std::string& name) const {
+    std::string s;
+    const bool half = is_reduced_float(k.w);
+    for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
+      const std::string q = cat(name, "_q", num(w)), at = cat("kt_lane + ", num(w * k.lanes));
+      const std::string live = cat("  if (kt_i", num(w * k.vec), " < kt_end) ");
+      if (half) {
+        s += cat("  uint4 ", q, ";\n  ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n", live,
+                 q, " = ((KILN_GLOBAL const uint4*)", ptr, ")[", at, "];\n");
+        for (std::uint32_t e = 0; e < k.vec; ++e)
+          s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ",
+                   codegen::half_of_word(k.w, q + codegen::word_field(4, e / 2), e % 2), ";\n");
+        continue;
+      }
+      for (int h = 0; h < 2; ++h) {
+        const std::string f = cat(q, "_", num(h));
+        s += cat("  float4 ", f, ";\n  ", f, ".x = ", f, ".y = ", f, ".z = ", f, ".w = 0.0f;\n",
+                 live, f, " = ((KILN_GLOBAL const float4*)", ptr, ")[2 * (", at, ") + ", num(h),
+                 "];\n");
+      }
+      for (std::uint32_t e = 0; e < k.vec; ++e)
+        s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ", q, "_", num(e / 4), ".",
+                 std::string(1, "xyzw"[e % 4]), ";\n");
+    }
+    return s;
+  }
+
   // Stores value(c) (text with "T_" for the slot) into row kt_base of `ptr` for every slot in
   // the row.
   std::string stores(const std::string& ptr, const std::string& value) const {
@@ -325,8 +354,12 @@ struct text {
       s += statistics(mean, cat("rsqrt(", tot(1), " / (", A, ")kt_n + kt_eps)"));
     }
     std::string v = "(kt_cT_ - kt_mu) * kt_r";
-    if (k.has_w) v = cat("(", v, ") * ", lw("kt_w[kt_iT_]"));
-    if (k.has_b) v = cat(v, " + ", lw("kt_b[kt_iT_]"));
+    if (k.wvec) {  // the parameters in words too, each loaded before its first use
+      if (k.has_w) s += param_word_loads("kt_w", "kt_wv");
+      if (k.has_b) s += param_word_loads("kt_b", "kt_bv");
+    }
+    if (k.has_w) v = cat("(", v, ") * ", k.wvec ? "kt_wvT_" : lw("kt_w[kt_iT_]"));
+    if (k.has_b) v = cat(v, " + ", k.wvec ? "kt_bvT_" : lw("kt_b[kt_iT_]"));
     return s + stores("kt_y", v) + "}\n";
   }
 
@@ -519,7 +552,7 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
       .add(std::uint64_t(k.rms) | std::uint64_t(k.has_w) << 1 | std::uint64_t(k.has_b) << 2)
       .add(std::uint64_t(k.lanes))
       .add(std::uint64_t(k.cap))
-      .add(std::uint64_t(k.vec) | std::uint64_t(k.warp) << 8);
+      .add(std::uint64_t(k.vec) | std::uint64_t(k.warp) << 8 | std::uint64_t(k.wvec) << 9);
   const generated_kernels g = get_generated(dev, "tensor_layer_norm", h.value(), [&] {
     const char* warp_definitions =
         k.warp ? codegen::target_for(dev.impl()->api->dialect).warp->definitions : "";
@@ -528,7 +561,8 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
         {"kt_ln"},
         cat(k.rms ? "rms_norm " : "layer_norm ", kind_name(k.kind), " of ", type_name(k.x), ", ",
             num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string(),
-            k.vec > 1 ? cat(" in words of ", num(k.vec)) : std::string(),
+            k.vec > 1 ? cat(" in words of ", num(k.vec), k.wvec ? " (parameters too)" : "")
+                      : std::string(),
             k.warp ? ", warp reductions" : "")};
   });
   if (g.compiled) stats_now().programs_compiled++;

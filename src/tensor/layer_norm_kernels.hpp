@@ -45,6 +45,9 @@ struct norm_kernel_key {
   // forward, backward with lanes > 1 on warp32 devices: rows folded by warp shuffles, then one
   // barrier (prepend the target's warp definitions), else by a tree in local memory
   bool warp = false;
+  // cached forward with vec 8: the weight and bias also read as words (8 elements per word:
+  // one uint4 of 16-bit or two float4 of f32 parameters; their offsets on a word boundary)
+  bool wvec = false;
 };
 
 // The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.

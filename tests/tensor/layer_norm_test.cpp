@@ -197,6 +197,10 @@ TEST_P(TensorLayerNormTest, ManyRowsAndMixedWeightDtype) {
   // 16-bit rows of a multiple of 8 move as 16-byte words: lanes past the row's last word.
   check(dev(), false, {{40, 136}, 1}, scalar_type::bf16, true, scalar_type::f32, 7);
   check(dev(), true, {{24, 1040}, 1}, scalar_type::f16, true, scalar_type::f16, 8);
+  // 16-bit rows of 513-1024 over one warp, the weight and bias in words too (16-bit and f32).
+  check(dev(), false, {{40, 1024}, 1}, scalar_type::bf16, true, scalar_type::bf16, 9);
+  check(dev(), false, {{33, 1000}, 1}, scalar_type::bf16, true, scalar_type::f32, 10);
+  check(dev(), true, {{20, 520}, 1}, scalar_type::f16, true, scalar_type::f16, 11);
 }
 
 // 16-bit inputs that start on a 16-byte word (moved in words) or off one (element by element)
@@ -219,6 +223,26 @@ TEST_P(TensorLayerNormTest, SixteenBitViewsStartingAnywhere) {
       const auto gb = kiln::layer_norm_backward(dy.t, own, {n}, b.mean, b.rstd, w.t, true, false);
       EXPECT_TRUE(close("x.grad", read(ga.input), read(gb.input), 2 * tolerance(t)));
       EXPECT_TRUE(close("weight.grad", read(ga.weight), read(gb.weight), 2 * tolerance(t)));
+    }
+  }
+}
+
+// A weight and bias that start on a 16-byte word (read in words by the one-warp 16-bit forward)
+// or off one (element by element) give what the same values give in tensors of their own.
+TEST_P(TensorLayerNormTest, ParametersStartingAnywhere) {
+  const std::int64_t rows = 6, n = 1024;
+  const operand x = make(dev(), {rows, n}, 71, scalar_type::bf16);
+  for (scalar_type pt : {scalar_type::bf16, scalar_type::f32}) {
+    const operand all = make(dev(), {2 * n + 16}, 72, pt, 1);
+    for (std::int64_t off : {8, 3}) {
+      SCOPED_TRACE(std::string(kiln::type_name(pt)) + ", offset " + std::to_string(off));
+      const tensor w = all.t.slice(0, off, off + n), b = all.t.slice(0, n + off, 2 * n + off);
+      const tensor w_own = (w * 1).eval(), b_own = (b * 1).eval();
+      EXPECT_TRUE(close("output", read(kiln::layer_norm(x.t, {n}, w, b)),
+                        read(kiln::layer_norm(x.t, {n}, w_own, b_own)),
+                        tolerance(scalar_type::bf16)));
+      EXPECT_TRUE(close("rms output", read(kiln::rms_norm(x.t, {n}, w)),
+                        read(kiln::rms_norm(x.t, {n}, w_own)), tolerance(scalar_type::bf16)));
     }
   }
 }
@@ -396,6 +420,13 @@ TEST_P(TensorLayerNormTest, NormSourcesCompileEverywhere) {
             "cuda", conformance::cuda_check_arch,
             warp + kiln::detail::norm_source(
                        {kind, t, scalar_type::f32, rms, true, !rms, lanes, cap, vec, true})));
+  // The one-warp forward with its weight and bias in words: 16-bit and f32 parameters.
+  for (scalar_type w : {scalar_type::bf16, scalar_type::f32})
+    for (bool rms : {false, true})
+      EXPECT_NO_THROW(kiln::compile_only(
+          "cuda", conformance::cuda_check_arch,
+          warp + kiln::detail::norm_source({norm_kernel_kind::forward, scalar_type::bf16, w, rms,
+                                            true, !rms, 32u, 32u, 8u, true, true})));
 }
 
 }  // namespace
