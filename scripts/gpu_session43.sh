@@ -56,6 +56,11 @@ for part in $parts; do
             cut -c1-150
         done
       done
+      for lib in lib_old lib; do
+        KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
+          timeout 100 $build/bin/bench_gpt --runs 10 --precision bf16 2>&1 | grep step |
+          sed "s/^/$lib: /"
+      done
       timeout 300 $build/bin/tensor_test --gtest_filter="*LayerNorm*:*RmsNorm*:*Norm*:$X" \
         >"$out/tests_ln.txt" 2>&1
       summary tensor_test_ln "$out/tests_ln.txt" $? $((SECONDS - t0))
