@@ -214,11 +214,29 @@ struct text {
     const std::uint32_t v = k.vec;
     return cat("kt_lane * ", num(v), " + ", num(c / v * k.lanes * v + c % v));
   }
+  // The slots' element indices; with words, also whether each word (kt_okw<w>) and so each
+  // slot (kt_ok<c>) lies in the row: one comparison per word, not per element (the per-element
+  // indices then go unused and the compiler drops them: fewer registers).
   std::string indices() const {
     std::string s;
     for (std::uint32_t c = 0; c < k.cap; ++c)
       s += cat("  const int64_t kt_i", num(c), " = ", slot_index(c), ";\n");
+    if (k.vec <= 1) return s;
+    for (std::uint32_t w = 0; w * k.vec < k.cap; ++w)
+      s += cat("  const bool kt_okw", num(w), " = kt_i", num(w * k.vec), " < kt_end;\n");
+    for (std::uint32_t c = 0; c < k.cap; ++c)
+      s += cat("  const bool kt_ok", num(c), " = kt_okw", num(c / k.vec), ";\n");
     return s;
+  }
+  // Whether slot "T_" lies in the row (after indices() or the f32 forward's own indices).
+  std::string valid() const { return k.vec > 1 ? "kt_okT_" : "kt_iT_ < kt_end"; }
+  // Of this lane's slots, how many lie in the row, as A.
+  std::string count() const {
+    if (k.vec <= 1) return tree(cat("(kt_iT_ < kt_end ? (", A, ")1 : (", A, ")0)"));
+    std::string s;
+    for (std::uint32_t w = 0; w * k.vec < k.cap; ++w)
+      s += cat(w ? " + " : "", "(kt_okw", num(w), " ? (", A, ")", num(k.vec), " : (", A, ")0)");
+    return cat("(", s, ")");
   }
   // "const A <name>c = row element of slot c (0 past the end)" for every slot, from row kt_base
   // of `ptr`: element by element, or (vec) a 16-byte word of 8 elements at a time.
@@ -233,8 +251,8 @@ struct text {
     for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
       const std::string q = cat(name, "_q", num(w));
       s += cat("  uint4 ", q, ";\n  ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n",
-               "  if (kt_i", num(w * k.vec), " < kt_end) ", q, " = ((KILN_GLOBAL const uint4*)(",
-               ptr, " + kt_base))[kt_lane + ", num(w * k.lanes), "];\n");
+               "  if (kt_okw", num(w), ") ", q, " = ((KILN_GLOBAL const uint4*)(", ptr,
+               " + kt_base))[kt_lane + ", num(w * k.lanes), "];\n");
       for (std::uint32_t e = 0; e < k.vec; ++e)
         s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ",
                  codegen::half_of_word(k.x, q + codegen::word_field(4, e / 2), e % 2), ";\n");
@@ -248,7 +266,7 @@ struct text {
     const bool half = is_reduced_float(k.w);
     for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
       const std::string q = cat(name, "_q", num(w)), at = cat("kt_lane + ", num(w * k.lanes));
-      const std::string live = cat("  if (kt_i", num(w * k.vec), " < kt_end) ");
+      const std::string live = cat("  if (kt_okw", num(w), ") ");
       if (half) {
         s += cat("  uint4 ", q, ";\n  ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n", live,
                  q, " = ((KILN_GLOBAL const uint4*)", ptr, ")[", at, "];\n");
@@ -278,7 +296,7 @@ struct text {
                       "[kt_base + kt_iT_] = ", codegen::store_value(k.x, value), ";\n"));
     std::string s;
     for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
-      s += cat("  if (kt_i", num(w * k.vec), " < kt_end) {\n    uint4 kt_q;\n");
+      s += cat("  if (kt_okw", num(w), ") {\n    uint4 kt_q;\n");
       const auto bits = [&](std::uint32_t c) {
         return codegen::bits_of(k.x, codegen::with_element_type(value, num(c)));
       };
@@ -310,10 +328,9 @@ struct text {
                  " + kt_md * kt_md * ", an, " * kt_mf;\n", indent, "  kt_gm = ", am,
                  " + kt_md * kt_mf;\n", indent, "  kt_gn = kt_mn;\n", indent, "}\n");
     };
-    std::string s =
-        cat("  ", A, " kt_gn = ", tree(cat("(kt_iT_ < kt_end ? (", A, ")1 : (", A, ")0)")), ";\n  ",
-            A, " kt_gm = kt_gn > (", A, ")0 ? ", tree("kt_cT_"), " / kt_gn : (", A, ")0;\n");
-    s += each(cat("  const ", A, " kt_eT_ = kt_iT_ < kt_end ? kt_cT_ - kt_gm : (", A, ")0;\n"));
+    std::string s = cat("  ", A, " kt_gn = ", count(), ";\n  ", A, " kt_gm = kt_gn > (", A, ")0 ? ",
+                        tree("kt_cT_"), " / kt_gn : (", A, ")0;\n");
+    s += each(cat("  const ", A, " kt_eT_ = ", valid(), " ? kt_cT_ - kt_gm : (", A, ")0;\n"));
     s += cat("  ", A, " kt_gq = ", tree("kt_eT_ * kt_eT_"), ";\n");
     s += cat("  for (uint32_t kt_h = 16; kt_h > 0; kt_h >>= 1) {\n    const ", A,
              " kt_on = kiln__warp_shfl_xor(kt_gn, kt_h), kt_om = kiln__warp_shfl_xor(kt_gm, kt_h), "
@@ -348,8 +365,8 @@ struct text {
         s += cat("  const ", A, " kt_p0 = ", tree("kt_cT_"), ";\n") + reduce(0, 1);
         mean = cat("(", tot(0), " / (", A, ")kt_n)");
       }
-      s += each(
-          cat("  const ", A, " kt_dT_ = kt_iT_ < kt_end ? kt_cT_ - ", mean, " : (", A, ")0;\n"));
+      s +=
+          each(cat("  const ", A, " kt_dT_ = ", valid(), " ? kt_cT_ - ", mean, " : (", A, ")0;\n"));
       s += cat("  const ", A, " kt_p1 = ", tree("kt_dT_ * kt_dT_"), ";\n") + reduce(1, 1);
       s += statistics(mean, cat("rsqrt(", tot(1), " / (", A, ")kt_n + kt_eps)"));
     }
@@ -377,8 +394,8 @@ struct text {
     s += locals(2) + prologue() + indices() + loads("kt_dy", "kt_u") + loads("kt_x", "kt_v");
     std::string g = "kt_uT_";
     if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_iT_]"));
-    s += each(cat("  const ", A, " kt_gT_ = kt_iT_ < kt_end ? ", g, " : (", A, ")0;\n  const ", A,
-                  " kt_hT_ = kt_iT_ < kt_end ? (kt_vT_", k.rms ? "" : " - kt_mean[kt_rc]",
+    s += each(cat("  const ", A, " kt_gT_ = ", valid(), " ? ", g, " : (", A, ")0;\n  const ", A,
+                  " kt_hT_ = ", valid(), " ? (kt_vT_", k.rms ? "" : " - kt_mean[kt_rc]",
                   ") * kt_rstd[kt_rc] : (", A, ")0;\n"));
     s += cat("  const ", A, " kt_p0 = ", tree("kt_gT_ * kt_hT_"), ";\n");
     if (!k.rms) s += cat("  const ", A, " kt_p1 = ", tree("kt_gT_"), ";\n");
@@ -545,7 +562,7 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
                  std::int64_t rows_or_items) {
   if (rows_or_items <= 0) return;
   ir::hasher h;
-  h.add("tensor layer_norm v1")
+  h.add("tensor layer_norm v2")
       .add(std::uint64_t(k.kind))
       .add(std::uint64_t(k.x))
       .add(std::uint64_t(k.w))
