@@ -72,8 +72,7 @@ typedef struct kiln_dnn_pool_desc {
 } kiln_dnn_pool_desc;
 
 /* One [batch, heads, rows, cols] operand of attention: element strides of the first three
- * dimensions (the columns are contiguous); any of them may be 0 for a broadcast dimension only
- * where the call says so. */
+ * dimensions (the columns are contiguous). */
 typedef struct kiln_dnn_view {
   kiln_mem_ref mem;  /* device memory; offset in bytes */
   int64_t stride[3]; /* batch, head, row, in elements */
@@ -85,10 +84,13 @@ typedef struct kiln_dnn_view {
  * q is lq x d_qk, k lk x d_qk, v lk x d_v, o and grad_o lq x d_v (grad_q, grad_k, grad_v as q,
  * k, v). stats is batch x heads x lq f32, contiguous: each query row's log-sum-exp of its kept
  * scaled scores (natural log), written by attention_forward and read by attention_backward.
- * Calls are asynchronous on the queue; no operand may alias another. */
+ * Calls are asynchronous on the queue. q, k and v may share memory (views of one packed
+ * projection); o, stats and the gradients alias nothing. A library may need its operands
+ * aligned (cuDNN: 16-byte bases and strides) and refuses the call otherwise. */
 typedef struct kiln_dnn_attention_desc {
-  kiln_dtype dtype; /* F16 or BF16: every view's storage; work in f32 */
-  uint32_t causal;  /* nonzero: query i sees keys j <= i (top-left aligned, as PyTorch) */
+  uint32_t struct_size; /* sizeof(kiln_dnn_attention_desc): later fields are appended */
+  kiln_dtype dtype;     /* F16 or BF16: every view's storage; work in f32 */
+  uint32_t causal;      /* nonzero: query i sees keys j <= i (top-left aligned, as PyTorch) */
   uint64_t batch, heads, lq, lk, d_qk, d_v;
   float scale;
   kiln_dnn_view q, k, v, o;

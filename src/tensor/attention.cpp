@@ -207,23 +207,36 @@ tensor vendor_operand(const tensor& x4) {
   bool ok = x.offset % 8 == 0;
   for (int d = 0; d < 3; ++d) {
     const std::int64_t stride = x.strides[std::size_t(d)];
-    ok = ok && stride % 8 == 0 && (stride != 0 || x4.size(d) == 1);
+    ok = ok && (x4.size(d) == 1 || (stride > 0 && stride % 8 == 0));
   }
   return ok ? x4 : detail::contiguous_of(x4);
+}
+
+// x4 as the table's operand. A size-1 dimension's stride addresses nothing: it is given the
+// stride a packed layout would have (a positive multiple of 8, as the library checks).
+kiln_dnn_view vendor_view(const tensor& x4) {
+  kiln_dnn_view v = detail::dnn_view(*x4.impl());
+  std::int64_t inner = x4.size(3);
+  for (int d = 2; d >= 0; --d) {
+    if (x4.size(d) == 1) v.stride[d] = inner;
+    inner = v.stride[d] * x4.size(d);
+  }
+  return v;
 }
 
 kiln_dnn_attention_desc vendor_desc(const tensor& q4, const tensor& k4, const tensor& v4,
                                     bool causal, double scale) {
   kiln_dnn_attention_desc d{};
+  d.struct_size = sizeof d;
   d.dtype = detail::dnn_dtype(q4.dtype());
   d.causal = causal ? 1u : 0u;
   d.batch = std::uint64_t(q4.size(0)), d.heads = std::uint64_t(q4.size(1));
   d.lq = std::uint64_t(q4.size(2)), d.lk = std::uint64_t(k4.size(2));
   d.d_qk = std::uint64_t(q4.size(3)), d.d_v = std::uint64_t(v4.size(3));
   d.scale = float(scale);
-  d.q = detail::dnn_view(*q4.impl());
-  d.k = detail::dnn_view(*k4.impl());
-  d.v = detail::dnn_view(*v4.impl());
+  d.q = vendor_view(q4);
+  d.k = vendor_view(k4);
+  d.v = vendor_view(v4);
   return d;
 }
 
@@ -241,14 +254,15 @@ std::vector<tensor> vendor_backward(const kiln_dnn_v1& t, const tensor& g_in, co
   const tensor dk(detail::allocate_tensor(dev, k4.shape(), q4.dtype()));
   const tensor dv(detail::allocate_tensor(dev, v4.shape(), q4.dtype()));
   kiln_dnn_attention_desc d = vendor_desc(q4, k4, v4, causal, scale);
-  d.o = detail::dnn_view(*o4.impl());
+  d.o = vendor_view(o4);
   d.stats = detail::dnn_ref(*lse.impl());
-  d.grad_o = detail::dnn_view(*g.impl());
-  d.grad_q = detail::dnn_view(*dq.impl());
-  d.grad_k = detail::dnn_view(*dk.impl());
-  d.grad_v = detail::dnn_view(*dv.impl());
+  d.grad_o = vendor_view(g);
+  d.grad_q = vendor_view(dq);
+  d.grad_k = vendor_view(dk);
+  d.grad_v = vendor_view(dv);
   const kiln_status st = t.attention_backward(dev.default_queue().impl()->handle, &d);
-  if (st == KILN_ERR_UNSUPPORTED) {
+  // A shape the library refuses, or no memory for its workspace: the fused kernels need none.
+  if (st == KILN_ERR_UNSUPPORTED || st == KILN_ERR_OUT_OF_MEMORY) {
     detail::logf(log_level::debug,
                  "scaled_dot_product_attention backward on {}: {}; the fused kernels run", dev.id(),
                  dev.impl()->api->last_error());
@@ -278,10 +292,10 @@ tensor vendor(const kiln_dnn_v1& t, const tensor& q, const tensor& k, const tens
              : tensor(detail::allocate_tensor(dev, {f.outer, f.inner, f.l, f.ev}, q.dtype()));
     lse = tensor(detail::allocate_tensor(dev, {f.outer * f.inner, f.l}, scalar_type::f32));
     kiln_dnn_attention_desc d = vendor_desc(q4, k4, v4, causal, scale);
-    d.o = detail::dnn_view(*o4.impl());
+    d.o = vendor_view(o4);
     d.stats = detail::dnn_ref(*lse.impl());
     const kiln_status st = t.attention_forward(dev.default_queue().impl()->handle, &d);
-    if (st == KILN_ERR_UNSUPPORTED) {
+    if (st == KILN_ERR_UNSUPPORTED || st == KILN_ERR_OUT_OF_MEMORY) {
       detail::logf(log_level::debug, "scaled_dot_product_attention on {}: {}; Kiln computes it",
                    dev.id(), dev.impl()->api->last_error());
       return {};
@@ -319,6 +333,10 @@ const kiln_dnn_v1* vendor_table(const tensor& q, const tensor& k, const tensor& 
   for (int d = 0; d + 2 < q.dim(); ++d)
     if (q.size(d) != k.size(d) || q.size(d) != v.size(d)) return nullptr;
   if (q.numel() == 0 || k.numel() == 0 || v.numel() == 0) return nullptr;
+  // Head widths every flash attention library takes (multiples of 8 up to 256), checked here
+  // so that a call the library would refuse allocates and copies nothing first.
+  for (std::int64_t w : {q.size(-1), v.size(-1)})
+    if (w % 8 || w > 256) return nullptr;
   return detail::dnn_attention_table(q.get_device());
 }
 
@@ -332,23 +350,16 @@ const kiln_dnn_v1* vendor_table(const tensor& q, const tensor& k, const tensor& 
 // the default of the other two).
 enum class choice { vendor, fused, composed };
 
-choice choose_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
+// Kiln's own choice between its two paths (also where the library refuses a call).
+choice kiln_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
   const bool fusable = !mask.defined() && q.dtype() == k.dtype() && q.dtype() == v.dtype() &&
                        q.size(-1) <= detail::attn_max_width &&
                        v.size(-1) <= detail::attn_max_width && q.size(-2) >= 1 && k.size(-2) >= 1 &&
                        q.size(-1) >= 1 && v.size(-1) >= 1 && !q.impl()->automatic &&
                        !k.impl()->automatic && !v.impl()->automatic;
-  std::string_view forced;
-  if (const char* env = std::getenv("KILN_ATTENTION")) {
-    forced = env;
-    if (forced != "vendor" && forced != "fused" && forced != "composed")
-      throw invalid_argument(std::string("KILN_ATTENTION is '") + env +
-                             "'; expected vendor, fused or composed (or unset)");
-    if (forced == "fused") return fusable ? choice::fused : choice::composed;
-    if (forced == "composed") return choice::composed;
-  }
-  if (vendor_table(q, k, v, mask)) return choice::vendor;
   if (!fusable) return choice::composed;
+  if (const char* env = std::getenv("KILN_ATTENTION"); env && std::string_view(env) == "fused")
+    return choice::fused;
   // Batches: the larger operand's (broadcasting a size-1 batch dim only repeats the other).
   const double batches = std::max(double(q.numel()) / double(q.size(-2) * q.size(-1)),
                                   double(k.numel()) / double(k.size(-2) * k.size(-1)));
@@ -356,6 +367,18 @@ choice choose_path(const tensor& q, const tensor& k, const tensor& v, const tens
       batches * double(q.size(-2)) * double(k.size(-2)) * double(size_of(q.dtype()));
   const double memory = double(q.get_device().info().global_mem_bytes);
   return memory > 0 && 3 * scores > memory / 4 ? choice::fused : choice::composed;
+}
+
+choice choose_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
+  if (const char* env = std::getenv("KILN_ATTENTION")) {
+    const std::string_view forced = env;
+    if (forced != "vendor" && forced != "fused" && forced != "composed")
+      throw invalid_argument(std::string("KILN_ATTENTION is '") + env +
+                             "'; expected vendor, fused or composed (or unset)");
+    if (forced == "composed") return choice::composed;
+    if (forced == "fused") return kiln_path(q, k, v, mask);
+  }
+  return vendor_table(q, k, v, mask) ? choice::vendor : kiln_path(q, k, v, mask);
 }
 
 }  // namespace
@@ -386,13 +409,15 @@ tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tens
   const double s = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
   if (!std::isfinite(s))
     throw invalid_argument(std::string(fn) + ": scale must be finite, got " + std::to_string(s));
-  switch (choose_path(q, k, v, attn_mask)) {
-    case choice::vendor:
-      if (tensor y = vendor(*vendor_table(q, k, v, attn_mask), q, k, v, is_causal, s); y.defined())
-        return y;
-      break;  // the library refused the shape: the composed path
-    case choice::fused: last = attention_path::fused; return fused(q, k, v, is_causal, s);
-    case choice::composed: break;
+  choice path = choose_path(q, k, v, attn_mask);
+  if (path == choice::vendor) {
+    if (tensor y = vendor(*vendor_table(q, k, v, attn_mask), q, k, v, is_causal, s); y.defined())
+      return y;
+    path = kiln_path(q, k, v, attn_mask);  // the library refused the shape
+  }
+  if (path == choice::fused) {
+    last = attention_path::fused;
+    return fused(q, k, v, is_causal, s);
   }
   last = attention_path::composed;
   // The scores stay in q's dtype (a C++ scalar promotes: a double would turn f32 into f64, a

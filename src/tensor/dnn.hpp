@@ -30,7 +30,9 @@ inline const kiln_dnn_v1* dnn_table(const device& dev, scalar_type t) {
   if (!d.supports_op(KILN_OP_CONV2D, dnn_dtype(t))) return nullptr;
   const auto* table =
       static_cast<const kiln_dnn_v1*>(d.extension(KILN_DNN_EXTENSION, KILN_DNN_VERSION));
-  return table && table->header.struct_size >= sizeof(kiln_dnn_v1) ? table : nullptr;
+  // The fields before the attention entries (appended later within version 1).
+  const std::size_t need = offsetof(kiln_dnn_v1, attention_forward);
+  return table && table->header.struct_size >= need ? table : nullptr;
 }
 
 // The table when the device runs fused attention through it (the CUDA plugin: cuDNN's flash

@@ -81,8 +81,9 @@ scalar_type param_type(const tensor& x, const tensor& w, const tensor& b) {
 
 // Whether a forward whose x moves in words of 8 (vec) reads its weight and bias in words too:
 // each starts on a 16-byte boundary (16-bit or f32 parameters).
-bool param_words(std::uint32_t vec, const tensor& w, const tensor& b) {
-  if (vec != 8) return false;
+bool param_words(std::uint32_t vec, std::int64_t n, const tensor& w, const tensor& b) {
+  // Whole words only (norm_vec gives 8 only for rows of a multiple of 8: kept explicit here).
+  if (vec != 8 || n % 8 || !(w.impl() || b.impl())) return false;
   for (const tensor* p : {&w, &b}) {
     if (!p->impl()) continue;
     const scalar_type t = p->dtype();
@@ -122,7 +123,7 @@ layer_norm_result forward(bool rms, const tensor& input, const shape_t& ns, cons
                           detail::norm_cap(lanes, r.n, vec),
                           vec,
                           detail::norm_warp(dev, lanes),
-                          param_words(vec, w, b)};
+                          param_words(vec, r.n, w, b)};
   std::vector<detail::arg_binding> a;
   add(a, res.output);
   if (!rms) add(a, res.mean);

@@ -316,14 +316,18 @@ TEST_P(AttentionTest, VendorPathMatchesComposedInFloat) {
     bool causal;
   };
   // Sequences that are and are not multiples of the library's tiles, more keys than queries
-  // and fewer (causal: top-left aligned), head widths 32-128, one value width unlike the key's.
+  // and fewer (causal: top-left aligned), head widths 32-128, a value width unlike the key's,
+  // and a width of 192 (forward in the library, backward in Kiln's fused kernels from the
+  // library's statistics).
   const shape_case cases[] = {{2, 3, 128, 128, 64, 64, true},   {2, 2, 100, 130, 64, 64, false},
                               {1, 2, 70, 150, 32, 32, true},    {1, 2, 150, 70, 128, 128, true},
-                              {1, 4, 256, 256, 128, 128, true}, {2, 1, 33, 33, 64, 64, false}};
+                              {1, 4, 256, 256, 128, 128, true}, {2, 1, 33, 33, 64, 64, false},
+                              {1, 2, 64, 96, 64, 32, true},     {1, 1, 40, 72, 192, 192, true}};
   for (scalar_type t : {scalar_type::bf16, scalar_type::f16})
     for (const shape_case& c : cases) {
       SCOPED_TRACE(std::string(kiln::type_name(t)) + " L " + std::to_string(c.l) + " S " +
-                   std::to_string(c.s) + " E " + std::to_string(c.e) + (c.causal ? " causal" : ""));
+                   std::to_string(c.s) + " E " + std::to_string(c.e) + " Ev " +
+                   std::to_string(c.ev) + (c.causal ? " causal" : ""));
       auto make16 = [&] {
         return std::vector<kiln::tensor>{
             kiln::tensor::randn(dev(), {c.b, c.h, c.l, c.e}, 61).to(t).eval(),
@@ -394,6 +398,32 @@ TEST_P(AttentionTest, VendorPathReadsHeadSplitViewsAndRefusesWhatItCannotTake) {
     expect_close(packed.grads[0], packed_c.grads[0], 0.15, "packed gradient");
     expect_close(three.y, three_c.y, 3e-2, "3-d output");
     for (std::size_t x = 0; x < 3; ++x) expect_close(three.grads[x], three_c.grads[x], 0.15, "3-d");
+  }
+  // An operand 4 elements into its memory (copied to a word boundary first) and gradients
+  // wanted for q alone.
+  {
+    const auto base = kiln::tensor::randn(dev(), {2 * 3 * 40 * 64 + 4}, 80).to(scalar_type::bf16);
+    const kiln::tensor q_off = base.slice(0, 4, 4 + 2 * 3 * 40 * 64).reshape({2, 3, 40, 64});
+    kiln::tensor q = (q_off * 1).eval();
+    q.requires_grad_();
+    const auto k = kiln::tensor::randn(dev(), {2, 3, 40, 64}, 81).to(scalar_type::bf16).eval();
+    const auto v = kiln::tensor::randn(dev(), {2, 3, 40, 64}, 82).to(scalar_type::bf16).eval();
+    kiln::tensor y_off, y_ref, g_ref;
+    {
+      const path_scope scope("vendor");
+      y_off = kiln::scaled_dot_product_attention(q_off, k, v, {}, true);
+      EXPECT_EQ(kiln::last_attention_path(), kiln::attention_path::vendor);
+      kiln::scaled_dot_product_attention(q, k, v, {}, true).to(scalar_type::f32).sum().backward();
+    }
+    const kiln::tensor g_vendor = q.grad();
+    q.set_grad(kiln::tensor());
+    {
+      const composed_scope scope;
+      y_ref = kiln::scaled_dot_product_attention(q_off, k, v, {}, true);
+      kiln::scaled_dot_product_attention(q, k, v, {}, true).to(scalar_type::f32).sum().backward();
+    }
+    expect_close(y_off, y_ref, 3e-2, "offset q");
+    expect_close(g_vendor, q.grad(), 0.15, "q-only gradient");
   }
   // What the library cannot take runs elsewhere, with the same result: a head width that is
   // not a multiple of 8, f32, a mask.

@@ -445,6 +445,9 @@ kiln_status pool(kiln_queue_h q, const kiln_dnn_pool_desc* d, bool backward) {
 kiln_status attention_check(kiln_queue_h q, const kiln_dnn_attention_desc* d, bool backward) {
   const char* what = backward ? "cuDNN attention_backward" : "cuDNN attention_forward";
   if (!q || !d) return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: NULL queue or descriptor", what);
+  if (d->struct_size < sizeof(kiln_dnn_attention_desc))
+    return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: descriptor of %u bytes, expected %zu", what,
+                     d->struct_size, sizeof(kiln_dnn_attention_desc));
   if (d->dtype != KILN_DTYPE_F16 && d->dtype != KILN_DTYPE_BF16)
     return set_error(KILN_ERR_UNSUPPORTED, "%s: only f16 and bf16 (dtype %d)", what,
                      static_cast<int>(d->dtype));
@@ -452,8 +455,8 @@ kiln_status attention_check(kiln_queue_h q, const kiln_dnn_attention_desc* d, bo
     return set_error(KILN_ERR_UNSUPPORTED, "%s: empty tensors are left to the core", what);
   if (!std::isfinite(d->scale))
     return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: scale is not finite", what);
-  // cuDNN 9 on sm80-sm90: head widths multiples of 8 up to 128 in the backward (256 forward),
-  // value width no larger than the key's.
+  // cuDNN 9 on sm80-sm90: head widths multiples of 8, up to 256 forward; the backward is kept
+  // to 128 (the widths its Ampere engines take; wider backwards run Kiln's fused kernels).
   const uint64_t widest = backward ? 128 : 256;
   if (d->d_qk % 8 || d->d_v % 8 || d->d_qk > widest || d->d_v > widest)
     return set_error(KILN_ERR_UNSUPPORTED,
@@ -479,6 +482,8 @@ kiln_status attention_check(kiln_queue_h q, const kiln_dnn_attention_desc* d, bo
                        what);
   }
   if (!d->stats.base) return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: no statistics memory", what);
+  if (dptr(d->stats) % 16)
+    return set_error(KILN_ERR_UNSUPPORTED, "%s: statistics not 16-byte aligned", what);
   return KILN_OK;
 }
 

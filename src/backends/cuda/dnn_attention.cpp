@@ -364,6 +364,7 @@ struct Plan {
 kiln_status choose(kiln_queue_h q, DnnQueue& s, const Graph& g, size_t scratch, Plan* out) {
   const CudnnApi& api = cudnn();
   size_t offered = 0;
+  bool short_of_memory = false;  // a plan finalized but its workspace could not be had
   set_error(KILN_OK, "%s", "");
   for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
     std::vector<Desc> cfgs;
@@ -380,8 +381,12 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const Graph& g, size_t scratch, 
       int64_t ws = 0, n = 0;
       if (api.cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
                                        CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
-          ws < 0 || reserve_workspace(q, s, scratch + static_cast<size_t>(ws)) != KILN_OK)
+          ws < 0)
         continue;
+      if (reserve_workspace(q, s, scratch + static_cast<size_t>(ws)) != KILN_OK) {
+        short_of_memory = true;
+        continue;
+      }
       out->engine = engine_index(c);
       out->cfg = std::move(c);
       out->plan = std::move(plan);
@@ -390,6 +395,10 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const Graph& g, size_t scratch, 
     }
   }
   const std::string last = last_error();
+  if (short_of_memory)  // not a refusal to remember: a later call may have the memory
+    return set_error(KILN_ERR_OUT_OF_MEMORY,
+                     "cuDNN attention: no workspace for any plan that finalized%s%s",
+                     last.empty() ? "" : "; ", last.c_str());
   return set_error(
       KILN_ERR_UNSUPPORTED,
       "cuDNN graph API: of %zu engine configs offered for attention, none finalizes%s%s", offered,
@@ -415,8 +424,13 @@ Key key_of(const kiln_dnn_attention_desc& d, bool backward) {
 struct Entry {
   Graph graph;
   std::unique_ptr<Plan> plan;
-  std::string why;  // without a plan
+  std::string why;    // without a plan
+  uint64_t used = 0;  // the queue's call count at its last use
 };
+
+// Plans (and refusals) kept per queue: past this many shapes the least recently used goes, so
+// a run of ever-new sequence lengths does not grow the cache without bound.
+constexpr size_t kMaxPlans = 64;
 
 void* ptr(const kiln_mem_ref& r) { return reinterpret_cast<void*>(dptr(r)); }
 
@@ -467,6 +481,7 @@ cudnnStatus_t execute(const DnnQueue& s, const Plan& p, const kiln_dnn_attention
 
 struct AttentionPlans {
   std::map<Key, Entry> map;
+  uint64_t calls = 0;
 };
 
 kiln_status graph_attention(kiln_queue_h q, DnnQueue& s, const kiln_dnn_attention_desc& d,
@@ -475,10 +490,17 @@ kiln_status graph_attention(kiln_queue_h q, DnnQueue& s, const kiln_dnn_attentio
   if (!graph_enabled())
     return set_error(KILN_ERR_UNSUPPORTED, "cuDNN graph API off (KILN_CUDNN_GRAPH=0 or missing)");
   if (!s.attention) s.attention = new AttentionPlans;
+  AttentionPlans& plans = *s.attention;
   const Key key = key_of(d, backward);
-  auto it = s.attention->map.find(key);
-  if (it == s.attention->map.end()) {
-    it = s.attention->map.emplace(key, Entry{}).first;
+  auto it = plans.map.find(key);
+  if (it == plans.map.end()) {
+    if (plans.map.size() >= kMaxPlans) {
+      auto oldest = plans.map.begin();
+      for (auto j = plans.map.begin(); j != plans.map.end(); ++j)
+        if (j->second.used < oldest->second.used) oldest = j;
+      plans.map.erase(oldest);  // the queue's work queued with it is already with the driver
+    }
+    it = plans.map.emplace(key, Entry{}).first;
     Entry& e = it->second;
     kiln_status st = KILN_OK;
     try {
@@ -487,8 +509,12 @@ kiln_status graph_attention(kiln_queue_h q, DnnQueue& s, const kiln_dnn_attentio
       if (!st) st = choose(q, s, e.graph, scratch_of(d, backward).total, plan.get());
       if (!st) e.plan = std::move(plan);
     } catch (...) {  // std::bad_alloc: no entry, so a later call tries again
-      s.attention->map.erase(it);
+      plans.map.erase(it);
       throw;
+    }
+    if (st && st != KILN_ERR_UNSUPPORTED) {  // out of memory, a failing call: not remembered
+      plans.map.erase(it);
+      return st;
     }
     if (st) {
       e.why = last_error();
@@ -505,7 +531,8 @@ kiln_status graph_attention(kiln_queue_h q, DnnQueue& s, const kiln_dnn_attentio
               static_cast<unsigned long long>(d.d_qk), static_cast<unsigned long long>(d.d_v),
               d.causal ? " causal" : "", static_cast<long long>(e.plan->engine), e.plan->workspace);
   }
-  const Entry& e = it->second;
+  Entry& e = it->second;
+  e.used = ++plans.calls;
   if (!e.plan) return set_error(KILN_ERR_UNSUPPORTED, "cuDNN %s: %s", what, e.why.c_str());
   const Scratch scratch = scratch_of(d, backward);
   if (kiln_status st = reserve_workspace(q, s, scratch.total + e.plan->workspace)) return st;
