@@ -209,7 +209,11 @@ tensor vendor_operand(const tensor& x4) {
     const std::int64_t stride = x.strides[std::size_t(d)];
     ok = ok && (x4.size(d) == 1 || (stride > 0 && stride % 8 == 0));
   }
-  return ok ? x4 : detail::contiguous_of(x4);
+  if (ok) return x4;
+  // A fresh copy: contiguous_of keeps a contiguous view that starts off a word.
+  tensor c = detail::copy_node(x4);
+  detail::materialise(*c.impl());
+  return c;
 }
 
 // x4 as the table's operand. A size-1 dimension's stride addresses nothing: it is given the
