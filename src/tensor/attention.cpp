@@ -354,16 +354,17 @@ const kiln_dnn_v1* vendor_table(const tensor& q, const tensor& k, const tensor& 
 // the default of the other two).
 enum class choice { vendor, fused, composed };
 
-// Kiln's own choice between its two paths (also where the library refuses a call).
-choice kiln_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
+// Kiln's own choice between its two paths (also where the library refuses a call); fused_asked:
+// KILN_ATTENTION=fused.
+choice kiln_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask,
+                 bool fused_asked) {
   const bool fusable = !mask.defined() && q.dtype() == k.dtype() && q.dtype() == v.dtype() &&
                        q.size(-1) <= detail::attn_max_width &&
                        v.size(-1) <= detail::attn_max_width && q.size(-2) >= 1 && k.size(-2) >= 1 &&
                        q.size(-1) >= 1 && v.size(-1) >= 1 && !q.impl()->automatic &&
                        !k.impl()->automatic && !v.impl()->automatic;
   if (!fusable) return choice::composed;
-  if (const char* env = std::getenv("KILN_ATTENTION"); env && std::string_view(env) == "fused")
-    return choice::fused;
+  if (fused_asked) return choice::fused;
   // Batches: the larger operand's (broadcasting a size-1 batch dim only repeats the other).
   const double batches = std::max(double(q.numel()) / double(q.size(-2) * q.size(-1)),
                                   double(k.numel()) / double(k.size(-2) * k.size(-1)));
@@ -373,16 +374,23 @@ choice kiln_path(const tensor& q, const tensor& k, const tensor& v, const tensor
   return memory > 0 && 3 * scores > memory / 4 ? choice::fused : choice::composed;
 }
 
-choice choose_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
+// The path for a call, with the table when it is the vendor's.
+struct route {
+  choice path;
+  const kiln_dnn_v1* table = nullptr;
+};
+
+route choose_path(const tensor& q, const tensor& k, const tensor& v, const tensor& mask) {
   if (const char* env = std::getenv("KILN_ATTENTION")) {
     const std::string_view forced = env;
     if (forced != "vendor" && forced != "fused" && forced != "composed")
       throw invalid_argument(std::string("KILN_ATTENTION is '") + env +
                              "'; expected vendor, fused or composed (or unset)");
-    if (forced == "composed") return choice::composed;
-    if (forced == "fused") return kiln_path(q, k, v, mask);
+    if (forced == "composed") return {choice::composed};
+    if (forced == "fused") return {kiln_path(q, k, v, mask, true)};
   }
-  return vendor_table(q, k, v, mask) ? choice::vendor : kiln_path(q, k, v, mask);
+  if (const kiln_dnn_v1* t = vendor_table(q, k, v, mask)) return {choice::vendor, t};
+  return {kiln_path(q, k, v, mask, false)};
 }
 
 }  // namespace
@@ -413,11 +421,11 @@ tensor scaled_dot_product_attention(const tensor& q, const tensor& k, const tens
   const double s = scale ? *scale : 1.0 / std::sqrt(double(q.size(-1)));
   if (!std::isfinite(s))
     throw invalid_argument(std::string(fn) + ": scale must be finite, got " + std::to_string(s));
-  choice path = choose_path(q, k, v, attn_mask);
+  const route r = choose_path(q, k, v, attn_mask);
+  choice path = r.path;
   if (path == choice::vendor) {
-    if (tensor y = vendor(*vendor_table(q, k, v, attn_mask), q, k, v, is_causal, s); y.defined())
-      return y;
-    path = kiln_path(q, k, v, attn_mask);  // the library refused the shape
+    if (tensor y = vendor(*r.table, q, k, v, is_causal, s); y.defined()) return y;
+    path = kiln_path(q, k, v, attn_mask, false);  // the library refused the shape
   }
   if (path == choice::fused) {
     last = attention_path::fused;

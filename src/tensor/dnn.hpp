@@ -21,11 +21,16 @@ inline kiln_dtype dnn_dtype(scalar_type t) {
   }
 }
 
-// The table when the device runs conv2d on t through it, else null. KILN_DNN_PORTABLE=1
-// skips it (to test and compare the portable kernels where a library exists).
-inline const kiln_dnn_v1* dnn_table(const device& dev, scalar_type t) {
+// KILN_DNN_PORTABLE=1: no table (to test and compare the portable kernels where a library
+// exists).
+inline bool dnn_portable() {
   const char* portable = std::getenv("KILN_DNN_PORTABLE");
-  if (portable && *portable && std::string_view(portable) != "0") return nullptr;
+  return portable && *portable && std::string_view(portable) != "0";
+}
+
+// The table when the device runs conv2d on t through it, else null.
+inline const kiln_dnn_v1* dnn_table(const device& dev, scalar_type t) {
+  if (dnn_portable()) return nullptr;
   const device_impl& d = *dev.impl();
   if (!d.supports_op(KILN_OP_CONV2D, dnn_dtype(t))) return nullptr;
   const auto* table =
@@ -38,8 +43,7 @@ inline const kiln_dnn_v1* dnn_table(const device& dev, scalar_type t) {
 // The table when the device runs fused attention through it (the CUDA plugin: cuDNN's flash
 // attention), else null; KILN_DNN_PORTABLE=1 skips it too.
 inline const kiln_dnn_v1* dnn_attention_table(const device& dev) {
-  const char* portable = std::getenv("KILN_DNN_PORTABLE");
-  if (portable && *portable && std::string_view(portable) != "0") return nullptr;
+  if (dnn_portable()) return nullptr;
   const auto* table =
       static_cast<const kiln_dnn_v1*>(dev.impl()->extension(KILN_DNN_EXTENSION, KILN_DNN_VERSION));
   const std::size_t need = offsetof(kiln_dnn_v1, attention_backward) + sizeof(void*);

@@ -244,42 +244,34 @@ struct text {
     if (k.vec <= 1)
       return each(cat("  const ", A, " ", name, "T_ = kt_iT_ < kt_end ? ",
                       lx(cat(ptr, "[kt_base + kt_iT_]")), " : (", A, ")0;\n"));
-    return word_loads(ptr, name);
+    return word_loads(cat("(", ptr, " + kt_base)"), name, k.x);
   }
-  std::string word_loads(const std::string& ptr, const std::string& name) const {
+  // The same from the row starting at `row` (a pointer expression) of 16-bit type t.
+  std::string word_loads(const std::string& row, const std::string& name, scalar_type t) const {
     std::string s;
     for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
       const std::string q = cat(name, "_q", num(w));
       s += cat("  uint4 ", q, ";\n  ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n",
-               "  if (kt_okw", num(w), ") ", q, " = ((KILN_GLOBAL const uint4*)(", ptr,
-               " + kt_base))[kt_lane + ", num(w * k.lanes), "];\n");
+               "  if (kt_okw", num(w), ") ", q, " = ((KILN_GLOBAL const uint4*)", row,
+               ")[kt_lane + ", num(w * k.lanes), "];\n");
       for (std::uint32_t e = 0; e < k.vec; ++e)
         s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ",
-                 codegen::half_of_word(k.x, q + codegen::word_field(4, e / 2), e % 2), ";\n");
+                 codegen::half_of_word(t, q + codegen::word_field(4, e / 2), e % 2), ";\n");
     }
     return s;
   }
   // "const A <name>c = parameter element of slot c" for every slot, from a weight or bias
   // (one row, shared by all) read in words of 8: a uint4 of 16-bit or two float4 of f32 values.
   std::string param_word_loads(const std::string& ptr, const std::string& name) const {
+    if (is_reduced_float(k.w)) return word_loads(ptr, name, k.w);
     std::string s;
-    const bool half = is_reduced_float(k.w);
     for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
       const std::string q = cat(name, "_q", num(w)), at = cat("kt_lane + ", num(w * k.lanes));
-      const std::string live = cat("  if (kt_okw", num(w), ") ");
-      if (half) {
-        s += cat("  uint4 ", q, ";\n  ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n", live,
-                 q, " = ((KILN_GLOBAL const uint4*)", ptr, ")[", at, "];\n");
-        for (std::uint32_t e = 0; e < k.vec; ++e)
-          s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ",
-                   codegen::half_of_word(k.w, q + codegen::word_field(4, e / 2), e % 2), ";\n");
-        continue;
-      }
       for (int h = 0; h < 2; ++h) {
         const std::string f = cat(q, "_", num(h));
         s += cat("  float4 ", f, ";\n  ", f, ".x = ", f, ".y = ", f, ".z = ", f, ".w = 0.0f;\n",
-                 live, f, " = ((KILN_GLOBAL const float4*)", ptr, ")[2 * (", at, ") + ", num(h),
-                 "];\n");
+                 "  if (kt_okw", num(w), ") ", f, " = ((KILN_GLOBAL const float4*)", ptr, ")[2 * (",
+                 at, ") + ", num(h), "];\n");
       }
       for (std::uint32_t e = 0; e < k.vec; ++e)
         s += cat("  const ", A, " ", name, num(w * k.vec + e), " = ", q, "_", num(e / 4), ".",
@@ -356,7 +348,7 @@ struct text {
                     " kt_cT_ = kt_iT_ < kt_end ? ", lx("kt_x[kt_base + kt_iT_]"), " : (", A,
                     ")0;\n"));
     else
-      s += indices() + word_loads("kt_x", "kt_c");
+      s += indices() + word_loads("(kt_x + kt_base)", "kt_c", k.x);
     if (one_fold()) {
       s += merged_moments() + statistics("kt_gm", cat("rsqrt(kt_gq / (", A, ")kt_n + kt_eps)"));
     } else {

@@ -173,6 +173,21 @@ void expect_close(const kiln::tensor& got, const kiln::tensor& want, double tol,
   EXPECT_LE(worst, tol) << what << ": element " << at << " is " << g[at] << ", expected " << w[at];
 }
 
+// The leaves themselves as q, k and v.
+std::tuple<kiln::tensor, kiln::tensor, kiln::tensor> as_qkv(const std::vector<kiln::tensor>& x) {
+  return {x[0], x[1], x[2]};
+}
+
+// make's leaves widened to f32: the same (rounded) values, as the reference's inputs.
+template <class Make>
+auto in_f32(Make make) {
+  return [make] {
+    std::vector<kiln::tensor> x = make();
+    for (kiln::tensor& y : x) y = y.to(scalar_type::f32).eval();
+    return x;
+  };
+}
+
 // Outputs and gradients of loss = sum(sdpa(q, k, v) * g) for leaves made by make(); q, k, v
 // are derived from the leaves by split(), so head-split views of one packed leaf work too.
 struct attention_run {
@@ -278,19 +293,13 @@ TEST_P(AttentionTest, SixteenBitFusedMatchesFloatWithOneRounding) {
                                        kiln::tensor::randn(dev(), {2, 3, 70, 16}, 52).to(t).eval(),
                                        kiln::tensor::randn(dev(), {2, 3, 70, 24}, 53).to(t).eval()};
     };
-    auto make32 = [&] {
-      std::vector<kiln::tensor> x = make16();
-      for (kiln::tensor& y : x) y = y.to(scalar_type::f32).eval();
-      return x;
-    };
-    auto split = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
     attention_run r16;
     {
       fused_scope scope;
-      r16 = run_attention(make16, split, true, 54);
+      r16 = run_attention(make16, as_qkv, true, 54);
     }
     composed_scope scope;
-    const attention_run r32 = run_attention(make32, split, true, 54);
+    const attention_run r32 = run_attention(in_f32(make16), as_qkv, true, 54);
     EXPECT_EQ(r16.y.dtype(), t);
     const double tol = t == scalar_type::bf16 ? 1e-2 : 2e-3;
     expect_close(r16.y, r32.y, tol, "output");
@@ -334,20 +343,14 @@ TEST_P(AttentionTest, VendorPathMatchesComposedInFloat) {
             kiln::tensor::randn(dev(), {c.b, c.h, c.s, c.e}, 62).to(t).eval(),
             kiln::tensor::randn(dev(), {c.b, c.h, c.s, c.ev}, 63).to(t).eval()};
       };
-      auto make32 = [&] {
-        std::vector<kiln::tensor> x = make16();
-        for (kiln::tensor& y : x) y = y.to(scalar_type::f32).eval();
-        return x;
-      };
-      auto split = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
       attention_run r16;
       {
         const path_scope scope("vendor");
-        r16 = run_attention(make16, split, c.causal, 64);
+        r16 = run_attention(make16, as_qkv, c.causal, 64);
         EXPECT_EQ(kiln::last_attention_path(), kiln::attention_path::vendor);
       }
       const composed_scope scope;
-      const attention_run r32 = run_attention(make32, split, c.causal, 64);
+      const attention_run r32 = run_attention(in_f32(make16), as_qkv, c.causal, 64);
       ASSERT_EQ(r16.y.dtype(), t);
       // The library rounds the probabilities to 16 bits before their product with v (as every
       // flash attention does): a few units of the storage's rounding.
@@ -378,7 +381,6 @@ TEST_P(AttentionTest, VendorPathReadsHeadSplitViewsAndRefusesWhatItCannotTake) {
       x.push_back(kiln::tensor::randn(dev(), {b, t, e}, seed).to(scalar_type::bf16).eval());
     return x;
   };
-  auto same = [](const std::vector<kiln::tensor>& x) { return std::tuple{x[0], x[1], x[2]}; };
   for (bool causal : {false, true}) {
     SCOPED_TRACE(causal ? "causal" : "full");
     attention_run packed, three;
@@ -386,14 +388,14 @@ TEST_P(AttentionTest, VendorPathReadsHeadSplitViewsAndRefusesWhatItCannotTake) {
       const path_scope scope("vendor");
       packed = run_attention(make_packed, split_packed, causal, 75);
       EXPECT_EQ(kiln::last_attention_path(), kiln::attention_path::vendor);
-      three = run_attention(make3, same, causal, 76);
+      three = run_attention(make3, as_qkv, causal, 76);
       EXPECT_EQ(kiln::last_attention_path(), kiln::attention_path::vendor);
     }
     EXPECT_EQ(packed.y.shape(), (shape_t{b, h, t, e}));
     EXPECT_EQ(three.y.shape(), (shape_t{b, t, e}));
     const composed_scope scope;
     const attention_run packed_c = run_attention(make_packed, split_packed, causal, 75);
-    const attention_run three_c = run_attention(make3, same, causal, 76);
+    const attention_run three_c = run_attention(make3, as_qkv, causal, 76);
     expect_close(packed.y, packed_c.y, 3e-2, "packed output");
     expect_close(packed.grads[0], packed_c.grads[0], 0.15, "packed gradient");
     expect_close(three.y, three_c.y, 3e-2, "3-d output");

@@ -468,9 +468,7 @@ kiln_status attention_check(kiln_queue_h q, const kiln_dnn_attention_desc* d, bo
       !product_fits_int({d->batch, d->heads, d->lq, std::max(d->d_qk, d->d_v)}) ||
       !product_fits_int({d->batch, d->heads, d->lk, std::max(d->d_qk, d->d_v)}))
     return set_error(KILN_ERR_UNSUPPORTED, "%s: a tensor exceeds cuDNN's 32-bit sizes", what);
-  std::vector<const kiln_dnn_view*> views{&d->q, &d->k, &d->v, &d->o};
-  if (backward) views.insert(views.end(), {&d->grad_o, &d->grad_q, &d->grad_k, &d->grad_v});
-  for (const kiln_dnn_view* v : views) {
+  for (const kiln_dnn_view* v : attention_views(*d, backward)) {
     if (!v->mem.base)
       return set_error(KILN_ERR_INVALID_ARGUMENT, "%s: an operand has no memory", what);
     bool aligned = dptr(v->mem) % 16 == 0;

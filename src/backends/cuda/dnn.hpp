@@ -136,6 +136,14 @@ kiln_status graph_conv(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d,
 // Destroys the queue's plans; without the device they are leaked, as the handle is.
 void graph_release(DnnQueue& s, bool device) noexcept;
 
+// The views of attention call d: q, k, v, o, and for the backward grad_o, grad_q, grad_k, grad_v.
+inline std::vector<const kiln_dnn_view*> attention_views(const kiln_dnn_attention_desc& d,
+                                                         bool backward) {
+  std::vector<const kiln_dnn_view*> v{&d.q, &d.k, &d.v, &d.o};
+  if (backward) v.insert(v.end(), {&d.grad_o, &d.grad_q, &d.grad_k, &d.grad_v});
+  return v;
+}
+
 // Queues fused attention d (its backward when `backward`) through the graph API: the plan cached
 // for its shape on this queue, else the first engine heuristics offer that finalizes.
 // KILN_ERR_UNSUPPORTED (the message set, the refusal cached per shape) where cuDNN has none.

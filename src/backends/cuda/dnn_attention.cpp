@@ -92,9 +92,37 @@ cudnnBackendDescriptor_t scalar(Graph& g, kiln_status& st, int64_t uid) {
   return tensor(g, st, CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, uid, false, true);
 }
 
-// An operation added to g.
-void op(Graph& g, kiln_status& st, Desc d) {
-  if (!st) g.ops.push_back(std::move(d));
+// An operation of `type` over `tensors` (attribute, tensor; a null tensor is left unset) added to
+// g, with its operation-specific descriptor `desc` (pointwise, reduction, matmul; none for a
+// reshape) set first as attribute `desc_attr` and kept with g.
+using TensorAttrs =
+    std::initializer_list<std::pair<cudnnBackendAttributeName_t, cudnnBackendDescriptor_t>>;
+void add_op(Graph& g, kiln_status& st, cudnnBackendDescriptorType_t type, TensorAttrs tensors,
+            Desc desc = {}, cudnnBackendAttributeName_t desc_attr = {}) {
+  if (st) return;
+  Desc o;
+  if ((st = backend_create(type, &o))) return;
+  Setter set(o);
+  if (desc.get()) set(desc_attr, desc);
+  for (const auto& [name, t] : tensors)
+    if (t) set(name, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
+  if ((st = set.finalize())) return;
+  if (desc.get()) g.keep.push_back(std::move(desc));
+  g.ops.push_back(std::move(o));
+}
+
+// A finalized operation-specific descriptor of `type` with f32 compute attribute `compute` (and
+// `more`, when given, setting its other attributes first); empty when cuDNN refuses it.
+template <class More>
+Desc op_desc(kiln_status& st, cudnnBackendDescriptorType_t type,
+             cudnnBackendAttributeName_t compute, More more) {
+  Desc d;
+  if (st || (st = backend_create(type, &d))) return {};
+  const cudnnDataType_t f32 = CUDNN_DATA_FLOAT;
+  Setter set(d);
+  more(set);
+  if ((st = set(compute, CUDNN_TYPE_DATA_TYPE, 1, &f32).finalize())) return {};
+  return d;
 }
 
 // Pointwise mode on x (and y, and the select's mask t) into out.
@@ -103,76 +131,49 @@ void pointwise(Graph& g, kiln_status& st, cudnnPointwiseMode_t mode, cudnnBacken
                cudnnBackendDescriptor_t t = nullptr, int64_t axis = -1,
                cudnnDataType_t math = CUDNN_DATA_FLOAT) {
   if (st) return;
-  Desc pw, o;
+  Desc pw;
   if ((st = backend_create(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw))) return;
   Setter s(pw);
   s(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, &mode)(CUDNN_ATTR_POINTWISE_MATH_PREC,
                                                                     CUDNN_TYPE_DATA_TYPE, 1, &math);
   if (axis >= 0) s(CUDNN_ATTR_POINTWISE_AXIS, CUDNN_TYPE_INT64, 1, &axis);
   if ((st = s.finalize())) return;
-  if ((st = backend_create(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR, &o))) return;
-  Setter so(o);
-  so(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)(CUDNN_ATTR_OPERATION_POINTWISE_XDESC,
-                                                       CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x);
-  if (y) so(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y);
-  if (t) so(CUDNN_ATTR_OPERATION_POINTWISE_TDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &t);
-  so(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &out);
-  if ((st = so.finalize())) return;
-  g.keep.push_back(std::move(pw));
-  op(g, st, std::move(o));
+  add_op(g, st, CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR,
+         {{CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x},
+          {CUDNN_ATTR_OPERATION_POINTWISE_BDESC, y},
+          {CUDNN_ATTR_OPERATION_POINTWISE_TDESC, t},
+          {CUDNN_ATTR_OPERATION_POINTWISE_YDESC, out}},
+         std::move(pw), CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR);
 }
 
 // Reduction (ADD or MAX) of x into out (out's size-1 dimensions are the reduced ones).
 void reduction(Graph& g, kiln_status& st, cudnnReduceTensorOp_t mode, cudnnBackendDescriptor_t x,
                cudnnBackendDescriptor_t out) {
-  if (st) return;
-  Desc r, o;
-  const cudnnDataType_t math = CUDNN_DATA_FLOAT;
-  if ((st = backend_create(CUDNN_BACKEND_REDUCTION_DESCRIPTOR, &r))) return;
-  if ((st = Setter(r)(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode)(
-                CUDNN_ATTR_REDUCTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &math)
-                .finalize()))
-    return;
-  if ((st = backend_create(CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR, &o))) return;
-  if ((st = Setter(o)(CUDNN_ATTR_OPERATION_REDUCTION_DESC, r)(CUDNN_ATTR_OPERATION_REDUCTION_XDESC,
-                                                              CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)(
-                CUDNN_ATTR_OPERATION_REDUCTION_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &out)
-                .finalize()))
-    return;
-  g.keep.push_back(std::move(r));
-  op(g, st, std::move(o));
+  Desc r = op_desc(
+      st, CUDNN_BACKEND_REDUCTION_DESCRIPTOR, CUDNN_ATTR_REDUCTION_COMP_TYPE, [&](Setter& set) {
+        set(CUDNN_ATTR_REDUCTION_OPERATOR, CUDNN_TYPE_REDUCTION_OPERATOR_TYPE, 1, &mode);
+      });
+  add_op(g, st, CUDNN_BACKEND_OPERATION_REDUCTION_DESCRIPTOR,
+         {{CUDNN_ATTR_OPERATION_REDUCTION_XDESC, x}, {CUDNN_ATTR_OPERATION_REDUCTION_YDESC, out}},
+         std::move(r), CUDNN_ATTR_OPERATION_REDUCTION_DESC);
 }
 
 // Batched product a (M x K) b (K x N) -> c, f32 accumulation.
 void matmul(Graph& g, kiln_status& st, cudnnBackendDescriptor_t a, cudnnBackendDescriptor_t b,
             cudnnBackendDescriptor_t c) {
-  if (st) return;
-  Desc m, o;
-  const cudnnDataType_t comp = CUDNN_DATA_FLOAT;
-  if ((st = backend_create(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &m))) return;
-  if ((st = Setter(m)(CUDNN_ATTR_MATMUL_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &comp).finalize()))
-    return;
-  if ((st = backend_create(CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR, &o))) return;
-  if ((st = Setter(o)(CUDNN_ATTR_OPERATION_MATMUL_DESC, m)(CUDNN_ATTR_OPERATION_MATMUL_ADESC,
-                                                           CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &a)(
-                CUDNN_ATTR_OPERATION_MATMUL_BDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &b)(
-                CUDNN_ATTR_OPERATION_MATMUL_CDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
-                .finalize()))
-    return;
-  g.keep.push_back(std::move(m));
-  op(g, st, std::move(o));
+  Desc m =
+      op_desc(st, CUDNN_BACKEND_MATMUL_DESCRIPTOR, CUDNN_ATTR_MATMUL_COMP_TYPE, [](Setter&) {});
+  add_op(g, st, CUDNN_BACKEND_OPERATION_MATMUL_DESCRIPTOR,
+         {{CUDNN_ATTR_OPERATION_MATMUL_ADESC, a},
+          {CUDNN_ATTR_OPERATION_MATMUL_BDESC, b},
+          {CUDNN_ATTR_OPERATION_MATMUL_CDESC, c}},
+         std::move(m), CUDNN_ATTR_OPERATION_MATMUL_DESC);
 }
 
 // x described as y (a transpose: the same elements, dims and strides permuted).
 void reshape(Graph& g, kiln_status& st, cudnnBackendDescriptor_t x, cudnnBackendDescriptor_t y) {
-  if (st) return;
-  Desc o;
-  if ((st = backend_create(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR, &o))) return;
-  if ((st = Setter(o)(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &x)(
-                CUDNN_ATTR_OPERATION_RESHAPE_YDESC, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &y)
-                .finalize()))
-    return;
-  op(g, st, std::move(o));
+  add_op(g, st, CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR,
+         {{CUDNN_ATTR_OPERATION_RESHAPE_XDESC, x}, {CUDNN_ATTR_OPERATION_RESHAPE_YDESC, y}});
 }
 
 // The operation graph of g's operations on the handle.
@@ -348,21 +349,9 @@ Scratch scratch_of(const kiln_dnn_attention_desc& d, bool backward) {
   return s;
 }
 
-// A finalized plan and the workspace it needs.
-struct Plan {
-  Desc cfg, plan;
-  int64_t engine = -1;
-  size_t workspace = 0;
-  void leak() {
-    cfg.leak();
-    plan.leak();
-  }
-};
-
 // The plan for the first engine config heuristics offer that finalizes and whose workspace can
 // be had.
 kiln_status choose(kiln_queue_h q, DnnQueue& s, const Graph& g, size_t scratch, Plan* out) {
-  const CudnnApi& api = cudnn();
   size_t offered = 0;
   bool short_of_memory = false;  // a plan finalized but its workspace could not be had
   set_error(KILN_OK, "%s", "");
@@ -371,26 +360,14 @@ kiln_status choose(kiln_queue_h q, DnnQueue& s, const Graph& g, size_t scratch, 
     if (engine_configs(g.graph, mode, &cfgs)) continue;
     offered += cfgs.size();
     for (Desc& c : cfgs) {
-      Desc plan;
-      const cudnnBackendDescriptor_t cd = c.get();
-      if (backend_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ||
-          Setter(plan)(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &s.handle)(
-              CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd)
-              .finalize())
-        continue;
-      int64_t ws = 0, n = 0;
-      if (api.cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                       CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
-          ws < 0)
-        continue;
-      if (reserve_workspace(q, s, scratch + static_cast<size_t>(ws)) != KILN_OK) {
+      const int64_t engine = engine_index(c);
+      Plan p;
+      if (!finalize_plan(s.handle, std::move(c), engine, &p)) continue;
+      if (reserve_workspace(q, s, scratch + p.workspace) != KILN_OK) {
         short_of_memory = true;
         continue;
       }
-      out->engine = engine_index(c);
-      out->cfg = std::move(c);
-      out->plan = std::move(plan);
-      out->workspace = static_cast<size_t>(ws);
+      *out = std::move(p);
       return KILN_OK;
     }
   }
@@ -412,9 +389,7 @@ using Key = std::vector<int64_t>;
 Key key_of(const kiln_dnn_attention_desc& d, bool backward) {
   Key k{backward,  d.dtype,   d.causal,    i64(d.batch), i64(d.heads),
         i64(d.lq), i64(d.lk), i64(d.d_qk), i64(d.d_v)};
-  std::vector<const kiln_dnn_view*> views{&d.q, &d.k, &d.v, &d.o};
-  if (backward) views.insert(views.end(), {&d.grad_o, &d.grad_q, &d.grad_k, &d.grad_v});
-  for (const kiln_dnn_view* v : views) {
+  for (const kiln_dnn_view* v : attention_views(d, backward)) {
     k.insert(k.end(), {v->stride[0], v->stride[1], v->stride[2]});
     k.push_back(byte_alignment(dptr(v->mem)));
   }
@@ -437,7 +412,6 @@ void* ptr(const kiln_mem_ref& r) { return reinterpret_cast<void*>(dptr(r)); }
 // Queues plan p on d's operands (the workspace reserved).
 cudnnStatus_t execute(const DnnQueue& s, const Plan& p, const kiln_dnn_attention_desc& d,
                       bool backward) {
-  const CudnnApi& api = cudnn();
   float scale = d.scale, minus_inf = -std::numeric_limits<float>::infinity(), one = 1.f;
   std::vector<int64_t> uids{kQ, kK, kV, kO, kStats, kScale};
   std::vector<void*> ptrs{ptr(d.q.mem), ptr(d.k.mem), ptr(d.v.mem),
@@ -446,34 +420,18 @@ cudnnStatus_t execute(const DnnQueue& s, const Plan& p, const kiln_dnn_attention
     uids.push_back(kMinusInf);
     ptrs.push_back(&minus_inf);
   }
-  if (backward) {
-    uids.insert(uids.end(), {kDO, kDQ, kDK, kDV});
-    ptrs.insert(ptrs.end(),
-                {ptr(d.grad_o.mem), ptr(d.grad_q.mem), ptr(d.grad_k.mem), ptr(d.grad_v.mem)});
-  }
   const Scratch scratch = scratch_of(d, backward);
   if (backward) {
-    uids.insert(uids.end(), {kOne, kDqAccum, kSoftmaxSum});
-    ptrs.insert(ptrs.end(), {&one, reinterpret_cast<void*>(s.ws),
-                             reinterpret_cast<void*>(s.ws + scratch.accum)});
+    uids.insert(uids.end(), {kDO, kDQ, kDK, kDV, kOne, kDqAccum, kSoftmaxSum});
+    ptrs.insert(ptrs.end(),
+                {ptr(d.grad_o.mem), ptr(d.grad_q.mem), ptr(d.grad_k.mem), ptr(d.grad_v.mem), &one,
+                 reinterpret_cast<void*>(s.ws), reinterpret_cast<void*>(s.ws + scratch.accum)});
   }
-  void* ws = reinterpret_cast<void*>(s.ws + scratch.total);
   Desc vp;
-  cudnnStatus_t st =
-      api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, vp.out());
+  cudnnStatus_t st = variant_pack(uids.data(), ptrs.data(), static_cast<int64_t>(uids.size()),
+                                  reinterpret_cast<void*>(s.ws + scratch.total), &vp);
   if (st == CUDNN_STATUS_SUCCESS)
-    st =
-        api.cudnnBackendSetAttribute(vp.get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64,
-                                     static_cast<int64_t>(uids.size()), uids.data());
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.cudnnBackendSetAttribute(vp.get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                      CUDNN_TYPE_VOID_PTR, static_cast<int64_t>(ptrs.size()),
-                                      ptrs.data());
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.cudnnBackendSetAttribute(vp.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                      CUDNN_TYPE_VOID_PTR, 1, &ws);
-  if (st == CUDNN_STATUS_SUCCESS) st = api.cudnnBackendFinalize(vp.get());
-  if (st == CUDNN_STATUS_SUCCESS) st = api.cudnnBackendExecute(s.handle, p.plan.get(), vp.get());
+    st = cudnn().cudnnBackendExecute(s.handle, p.plan.get(), vp.get());
   return st;
 }
 
@@ -547,17 +505,7 @@ kiln_status graph_attention(kiln_queue_h q, DnnQueue& s, const kiln_dnn_attentio
   return KILN_OK;
 }
 
-void attention_release(DnnQueue& s, bool device) noexcept {
-  AttentionPlans* a = s.attention;
-  s.attention = nullptr;
-  if (!a) return;
-  if (!device)
-    for (auto& [key, e] : a->map) {
-      e.graph.leak();
-      if (e.plan) e.plan->leak();
-    }
-  delete a;
-}
+void attention_release(DnnQueue& s, bool device) noexcept { release_plans(s.attention, device); }
 
 }  // namespace kiln_cuda
 #endif  // KILN_HAVE_CUDNN

@@ -85,6 +85,44 @@ int64_t engine_index(const Desc& cfg) {
   return index;
 }
 
+bool finalize_plan(cudnnHandle_t handle, Desc cfg, int64_t engine, Plan* out) {
+  Desc plan;
+  const cudnnBackendDescriptor_t c = cfg.get();
+  if (backend_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ||
+      Setter(plan)(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)(
+          CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
+          .finalize())
+    return false;
+  int64_t ws = 0, n = 0;
+  if (cudnn().cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
+                                       CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
+      ws < 0)
+    return false;
+  out->cfg = std::move(cfg);
+  out->plan = std::move(plan);
+  out->engine = engine;
+  out->workspace = static_cast<size_t>(ws);
+  return true;
+}
+
+cudnnStatus_t variant_pack(const int64_t* uids, void* const* ptrs, int64_t count, void* workspace,
+                           Desc* vp) {
+  const CudnnApi& api = cudnn();
+  cudnnStatus_t st =
+      api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, vp->out());
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.cudnnBackendSetAttribute(vp->get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
+                                      CUDNN_TYPE_INT64, count, uids);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.cudnnBackendSetAttribute(vp->get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
+                                      CUDNN_TYPE_VOID_PTR, count, ptrs);
+  if (st == CUDNN_STATUS_SUCCESS)
+    st = api.cudnnBackendSetAttribute(vp->get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
+                                      CUDNN_TYPE_VOID_PTR, 1, &workspace);
+  if (st == CUDNN_STATUS_SUCCESS) st = api.cudnnBackendFinalize(vp->get());
+  return st;
+}
+
 bool env_is(const char* name, const char* value) {
   const char* v = std::getenv(name);
   return v && std::strcmp(v, value) == 0;

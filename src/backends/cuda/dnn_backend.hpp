@@ -72,6 +72,40 @@ kiln_status engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode, std::
 // The global index of an engine config's engine (-1 when cuDNN does not say), for the log.
 int64_t engine_index(const Desc& cfg);
 
+// A finalized execution plan with its engine config and workspace size.
+struct Plan {
+  Desc cfg, plan;
+  int64_t engine = -1;  // the engine's global index, for the log
+  size_t workspace = 0;
+  void leak() {
+    cfg.leak();
+    plan.leak();
+  }
+};
+
+// The execution plan of engine config `cfg` (engine: its global index) on the handle, with the
+// workspace it needs; false when cuDNN does not finalize it.
+bool finalize_plan(cudnnHandle_t handle, Desc cfg, int64_t engine, Plan* out);
+
+// A finalized variant pack: the non-virtual tensors' uids and pointers, and the workspace.
+cudnnStatus_t variant_pack(const int64_t* uids, void* const* ptrs, int64_t count, void* workspace,
+                           Desc* vp);
+
+// Destroys a queue's plan cache (a struct with `map` of entries holding `graph` and `plan`);
+// without the device the descriptors are left as the handle is: destroying them may touch it.
+template <class Plans>
+void release_plans(Plans*& plans, bool device) noexcept {
+  Plans* p = plans;
+  plans = nullptr;
+  if (!p) return;
+  if (!device)
+    for (auto& [key, e] : p->map) {
+      e.graph.leak();
+      if (e.plan) e.plan->leak();
+    }
+  delete p;
+}
+
 bool env_is(const char* name, const char* value);
 
 // One line on stderr with KILN_LOG=debug or trace (the core's log levels), prefixed

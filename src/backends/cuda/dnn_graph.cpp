@@ -153,17 +153,6 @@ bool allowed(const kiln_dnn_conv_desc& d, const Desc& engine) {
   return true;
 }
 
-// A finalized plan with its engine config and workspace size.
-struct Plan {
-  Desc cfg, plan;
-  int64_t engine = -1;  // the engine's global index, for the log
-  size_t workspace = 0;
-  void leak() {
-    cfg.leak();
-    plan.leak();
-  }
-};
-
 // The plan for engine config `cfg` when its notes allow it and cuDNN finalizes it.
 bool make_plan(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, Desc cfg, Plan* out) {
   const CudnnApi& api = cudnn();
@@ -175,46 +164,19 @@ bool make_plan(cudnnHandle_t handle, const kiln_dnn_conv_desc& d, Desc cfg, Plan
                                    engine.out()) != CUDNN_STATUS_SUCCESS ||
       !allowed(d, engine))
     return false;
+  int64_t index = -1;
   api.cudnnBackendGetAttribute(engine.get(), CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1,
-                               &n, &out->engine);
-  Desc plan;
-  const cudnnBackendDescriptor_t c = cfg.get();
-  if (backend_create(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, &plan) ||
-      Setter(plan)(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle)(
-          CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &c)
-          .finalize())
-    return false;
-  int64_t ws = 0;
-  if (api.cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE,
-                                   CUDNN_TYPE_INT64, 1, &n, &ws) != CUDNN_STATUS_SUCCESS ||
-      ws < 0)
-    return false;
-  out->cfg = std::move(cfg);
-  out->plan = std::move(plan);
-  out->workspace = static_cast<size_t>(ws);
-  return true;
+                               &n, &index);
+  return finalize_plan(handle, std::move(cfg), index, out);
 }
 
 // The variant pack of d's operands and the queue's workspace (already reserved).
 cudnnStatus_t variant_pack(const DnnQueue& s, const kiln_dnn_conv_desc& d, Desc* vp) {
-  const CudnnApi& api = cudnn();
   const std::array<int64_t, 3> uids{kX, kW, kY};
-  std::array<void*, 3> ptrs{reinterpret_cast<void*>(dptr(d.x)), reinterpret_cast<void*>(dptr(d.wt)),
-                            reinterpret_cast<void*>(dptr(d.y))};
-  void* ws = reinterpret_cast<void*>(s.ws);
-  cudnnStatus_t st =
-      api.cudnnBackendCreateDescriptor(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR, vp->out());
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.cudnnBackendSetAttribute(vp->get(), CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS,
-                                      CUDNN_TYPE_INT64, 3, uids.data());
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.cudnnBackendSetAttribute(vp->get(), CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS,
-                                      CUDNN_TYPE_VOID_PTR, 3, ptrs.data());
-  if (st == CUDNN_STATUS_SUCCESS)
-    st = api.cudnnBackendSetAttribute(vp->get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE,
-                                      CUDNN_TYPE_VOID_PTR, 1, &ws);
-  if (st == CUDNN_STATUS_SUCCESS) st = api.cudnnBackendFinalize(vp->get());
-  return st;
+  const std::array<void*, 3> ptrs{reinterpret_cast<void*>(dptr(d.x)),
+                                  reinterpret_cast<void*>(dptr(d.wt)),
+                                  reinterpret_cast<void*>(dptr(d.y))};
+  return kiln_cuda::variant_pack(uids.data(), ptrs.data(), 3, reinterpret_cast<void*>(s.ws), vp);
 }
 
 // Queues plan p on d's operands (the workspace already reserved).
@@ -413,18 +375,7 @@ kiln_status graph_conv(kiln_queue_h q, DnnQueue& s, const kiln_dnn_conv_desc& d,
   return KILN_OK;
 }
 
-void graph_release(DnnQueue& s, bool device) noexcept {
-  GraphPlans* g = s.graph;
-  s.graph = nullptr;
-  if (!g) return;
-  // Without the device the descriptors are left as the handle is: destroying them may touch it.
-  if (!device)
-    for (auto& [key, e] : g->map) {
-      e.graph.leak();
-      if (e.plan) e.plan->leak();
-    }
-  delete g;
-}
+void graph_release(DnnQueue& s, bool device) noexcept { release_plans(s.graph, device); }
 
 }  // namespace kiln_cuda
 #endif  // KILN_HAVE_CUDNN
