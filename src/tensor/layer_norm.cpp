@@ -199,20 +199,29 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   const scalar_type pt = w.impl() ? w.dtype() : x.dtype();
   layer_norm_grads g;
   g.input = tensor(detail::allocate_tensor(dev, x.shape(), x.dtype()));
+  const std::initializer_list<std::int64_t> offsets{x.impl()->offset, dy.impl()->offset};
+  // With parameter gradients wanted, one pass over dy and x where the rows are cached in
+  // registers (GPU forms): the kernel also writes partial column sums, one row per group.
+  const std::uint32_t fused_lanes =
+      want_weight || want_bias ? detail::norm_fused_lanes(dev, x.dtype(), r.n, offsets) : 0;
+  const std::uint32_t lanes = fused_lanes ? fused_lanes : detail::norm_lanes(dev, r.n);
+  const std::uint32_t vec = detail::norm_vec(x.dtype(), lanes, r.n, offsets);
+  const std::int64_t groups = fused_lanes ? detail::norm_fused_groups(dev, lanes, r.rows) : 0;
+  tensor pw, pb;
+  if (fused_lanes && want_weight) pw = tensor(detail::allocate_tensor(dev, {groups, r.n}, acc));
+  if (fused_lanes && want_bias) pb = tensor(detail::allocate_tensor(dev, {groups, r.n}, acc));
   {
-    const std::uint32_t lanes = detail::norm_lanes(dev, r.n);
-    const std::uint32_t vec =
-        detail::norm_vec(x.dtype(), lanes, r.n, {x.impl()->offset, dy.impl()->offset});
-    const norm_kernel_key k{norm_kernel_kind::backward,
-                            x.dtype(),
-                            pt,
-                            rms,
-                            w.impl() != nullptr,
-                            false,
-                            lanes,
-                            detail::norm_cap(lanes, r.n, vec),
-                            vec,
-                            detail::norm_warp(dev, lanes)};
+    norm_kernel_key k{norm_kernel_kind::backward,
+                      x.dtype(),
+                      pt,
+                      rms,
+                      w.impl() != nullptr,
+                      false,
+                      lanes,
+                      detail::norm_cap(lanes, r.n, vec),
+                      vec,
+                      detail::norm_warp(dev, lanes)};
+    k.fuse = std::uint8_t((pw.impl() ? 1 : 0) | (pb.impl() ? 2 : 0));
     std::vector<detail::arg_binding> a;
     add(a, g.input);
     add(a, dy);
@@ -220,37 +229,40 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
     if (!rms) add(a, mean);
     add(a, rstd);
     if (w.impl()) add(a, w);
+    if (pw.impl()) add(a, pw);
+    if (pb.impl()) add(a, pb);
     a.push_back(detail::bind_arg(r.n));
     a.push_back(detail::bind_arg(r.rows));
-    detail::launch_norm(dev, k, std::move(a), r.rows);
+    detail::launch_norm(dev, k, std::move(a), r.rows && k.fuse ? groups : r.rows);
   }
   if (!want_weight && !want_bias) return g;
-  // Partial column sums over chunks of rows. Devices with barriers (GPUs): one item per chunk
-  // and column, about 128K of them. Else one item per chunk of whole rows: 64 chunks at most.
-  const bool by_columns = dev.supports(feature::barrier);
-  const std::int64_t want =
-      by_columns ? (std::int64_t(1) << 17) / std::max<std::int64_t>(r.n, 1) : 64;
-  const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(r.rows, want));
-  const std::int64_t chunk = (r.rows + parts - 1) / parts;
-  const std::int64_t used = chunk ? (r.rows + chunk - 1) / chunk : 1;
-  tensor pw, pb;
-  if (want_weight) pw = tensor(detail::allocate_tensor(dev, {used, r.n}, acc));
-  if (want_bias) pb = tensor(detail::allocate_tensor(dev, {used, r.n}, acc));
-  const norm_kernel_key k{norm_kernel_kind::params, x.dtype(), pt, rms, want_weight, want_bias,
-                          by_columns ? 0u : 1u};
-  std::vector<detail::arg_binding> a;
-  if (want_weight) add(a, pw);
-  if (want_bias) add(a, pb);
-  add(a, dy);
-  if (want_weight) {
-    add(a, x);
-    if (!rms) add(a, mean);
-    add(a, rstd);
+  if (!fused_lanes) {
+    // Partial column sums over chunks of rows. Devices with barriers (GPUs): one item per chunk
+    // and column, about 128K of them. Else one item per chunk of whole rows: 64 chunks at most.
+    const bool by_columns = dev.supports(feature::barrier);
+    const std::int64_t want =
+        by_columns ? (std::int64_t(1) << 17) / std::max<std::int64_t>(r.n, 1) : 64;
+    const std::int64_t parts = std::max<std::int64_t>(1, std::min<std::int64_t>(r.rows, want));
+    const std::int64_t chunk = (r.rows + parts - 1) / parts;
+    const std::int64_t used = chunk ? (r.rows + chunk - 1) / chunk : 1;
+    if (want_weight) pw = tensor(detail::allocate_tensor(dev, {used, r.n}, acc));
+    if (want_bias) pb = tensor(detail::allocate_tensor(dev, {used, r.n}, acc));
+    const norm_kernel_key k{norm_kernel_kind::params, x.dtype(), pt, rms, want_weight, want_bias,
+                            by_columns ? 0u : 1u};
+    std::vector<detail::arg_binding> a;
+    if (want_weight) add(a, pw);
+    if (want_bias) add(a, pb);
+    add(a, dy);
+    if (want_weight) {
+      add(a, x);
+      if (!rms) add(a, mean);
+      add(a, rstd);
+    }
+    a.push_back(detail::bind_arg(r.n));
+    a.push_back(detail::bind_arg(r.rows));
+    a.push_back(detail::bind_arg(chunk));
+    detail::launch_norm(dev, k, std::move(a), r.rows ? (by_columns ? used * r.n : used) : 0);
   }
-  a.push_back(detail::bind_arg(r.n));
-  a.push_back(detail::bind_arg(r.rows));
-  a.push_back(detail::bind_arg(chunk));
-  detail::launch_norm(dev, k, std::move(a), r.rows ? (by_columns ? used * r.n : used) : 0);
   const auto finish = [&](const tensor& p) {
     tensor s = r.rows ? p.sum(0) : tensor::zeros(dev, {r.n}, acc);
     if (s.dtype() != pt) s = s.to(pt);

@@ -378,12 +378,19 @@ struct text {
     if (!k.rms) s += in(A, "kt_mean");
     s += in(A, "kt_rstd");
     if (k.has_w) s += in(W, "kt_w");
+    if (k.fuse & 1) s += ", " + out(A, "kt_pw");
+    if (k.fuse & 2) s += ", " + out(A, "kt_pb");
     return s + ", int64_t kt_n, int64_t kt_rows) {\n";
   }
 
   std::string backward_cached() const {
-    std::string s = backward_signature();
-    s += locals(2) + prologue() + indices() + loads("kt_dy", "kt_u") + loads("kt_x", "kt_v");
+    if (k.fuse) return backward_fused();
+    return backward_signature() + locals(2) + prologue() + backward_row() + "}\n";
+  }
+  // One row of the cached backward: dx, with `sums` (text over each slot's kt_u, dy, and kt_h,
+  // xhat, 0 off the row) placed before the row's reduction.
+  std::string backward_row(const std::string& sums = "") const {
+    std::string s = indices() + loads("kt_dy", "kt_u") + loads("kt_x", "kt_v");
     std::string g = "kt_uT_";
     if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_iT_]"));
     s += each(cat("  const ", A, " kt_gT_ = ", valid(), " ? ", g, " : (", A, ")0;\n  const ", A,
@@ -391,11 +398,73 @@ struct text {
                   ") * kt_rstd[kt_rc] : (", A, ")0;\n"));
     s += cat("  const ", A, " kt_p0 = ", tree("kt_gT_ * kt_hT_"), ";\n");
     if (!k.rms) s += cat("  const ", A, " kt_p1 = ", tree("kt_gT_"), ";\n");
-    s += reduce(0, k.rms ? 1 : 2);
+    s += sums + reduce(0, k.rms ? 1 : 2);
     const std::string inner =
         k.rms ? cat("kt_hT_ * ", tot(0)) : cat("(", tot(1), " + kt_hT_ * ", tot(0), ")");
-    return s + stores("kt_dx", cat("kt_rstd[kt_rc] * (kt_gT_ - ", inner, " / (", A, ")kt_n)")) +
-           "}\n";
+    return s + stores("kt_dx", cat("kt_rstd[kt_rc] * (kt_gT_ - ", inner, " / (", A, ")kt_n)"));
+  }
+
+  // The cached backward with the parameter gradients' partials (k.fuse): group g walks row
+  // blocks g, g + G, ... (uniform trip counts: every item meets every barrier), each item
+  // adding dy xhat and dy of its slots into its own words of local memory (kt_xw, kt_xb: one
+  // word per slot and item, few registers). Then
+  // slot 0 adds the group's row slots in order and writes partial row g: x and dy are read once
+  // for dx and both gradients, and the sums repeat run to run.
+  std::string backward_fused() const {
+    const std::uint32_t rows = group / k.lanes;
+    const std::string R = num(rows), G = num(group);
+    // f for each partial sum kept ("@": w or b) and slot ("#")
+    const auto each_sum = [&](const std::string& f) {
+      std::string t;
+      for (const char* a : {"w", "b"}) {
+        if (!(k.fuse & (a[0] == 'w' ? 1 : 2))) continue;
+        for (std::uint32_t c = 0; c < k.cap; ++c) {
+          std::string e = f;
+          for (std::size_t at; (at = e.find('@')) != std::string::npos;) e.replace(at, 1, a);
+          for (std::size_t at; (at = e.find('#')) != std::string::npos;) e.replace(at, 1, num(c));
+          t += e;
+        }
+      }
+      return t;
+    };
+    std::string s = backward_signature() + locals(2);
+    if (k.fuse & 1) s += cat("  KILN_LOCAL ", A, " kt_xw[", num(group * k.cap), "];\n");
+    if (k.fuse & 2) s += cat("  KILN_LOCAL ", A, " kt_xb[", num(group * k.cap), "];\n");
+    s += cat("  const uint32_t kt_t = (uint32_t)kiln_local_id(0), kt_slot = kt_t / ", L, "u;\n",
+             "  const int64_t kt_lane = (int64_t)(kt_t % ", L, "u);\n");
+    s += each_sum("  kt_x@[# * " + G + "u + kt_t] = 0;\n");
+    s += cat("  for (int64_t kt_blk = (int64_t)kiln_group_id(0); kt_blk * ", R,
+             " < kt_rows; kt_blk += (int64_t)kiln_num_groups(0)) {\n",
+             "  kiln_barrier();  // the last row's totals are read: local memory is free\n",
+             "  const int64_t kt_row = kt_blk * ", R, " + kt_slot;\n",
+             "  const int64_t kt_end = kt_row < kt_rows ? kt_n : 0;\n",
+             "  const int64_t kt_rc = kt_row < kt_rows ? kt_row : 0, kt_base = kt_rc * kt_n;\n");
+    std::string sums;
+    if (k.fuse & 1)
+      for (std::uint32_t c = 0; c < k.cap; ++c)
+        sums +=
+            cat("  kt_xw[", num(c * group), "u + kt_t] += kt_u", num(c), " * kt_h", num(c), ";\n");
+    if (k.fuse & 2)
+      for (std::uint32_t c = 0; c < k.cap; ++c)
+        sums += cat("  kt_xb[", num(c * group), "u + kt_t] += kt_u", num(c), ";\n");
+    s += backward_row(sums) + "  }\n  kiln_barrier();\n";
+    const auto sum_of = [&](const char* a, std::uint32_t c) {
+      std::string e = cat("kt_x", a, "[", num(c * group), "u + kt_u]");
+      for (std::uint32_t j = 1; j < rows; ++j)
+        e = cat("(", e, " + kt_x", a, "[", num(c * group + j * k.lanes), "u + kt_u])");
+      return e;
+    };
+    // The item's index and lane read again after the loop (not carried across its barriers).
+    s += cat("  const uint32_t kt_u = (uint32_t)kiln_local_id(0);\n  if (kt_u < ", L,
+             "u) {\n    const int64_t kt_lane = (int64_t)kt_u;\n",
+             "    const int64_t kt_p = (int64_t)kiln_group_id(0) * kt_n;\n");
+    for (std::uint32_t c = 0; c < k.cap; ++c) {
+      s += cat("    if (", slot_index(c), " < kt_n) {\n");
+      if (k.fuse & 1) s += cat("      kt_pw[kt_p + ", slot_index(c), "] = ", sum_of("w", c), ";\n");
+      if (k.fuse & 2) s += cat("      kt_pb[kt_p + ", slot_index(c), "] = ", sum_of("b", c), ";\n");
+      s += "    }\n";
+    }
+    return s + "  }\n}\n";
   }
 
   std::string backward() const {
@@ -540,6 +609,26 @@ std::uint32_t norm_vec(scalar_type x, std::uint32_t lanes, std::int64_t n,
   return lanes > 1 && norm_cap(lanes, n, 8) ? 8 : 1;
 }
 
+std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
+                               std::initializer_list<std::int64_t> offsets) {
+  std::uint32_t lanes = norm_lanes(dev, n);
+  // Warp32 devices only: PoCL computed wrong sums from this kernel (a lane index carried
+  // across its barriers read back wrong, and later slots' sums taken from earlier ones), so
+  // other devices keep the two-kernel form.
+  if (lanes < 32 || !norm_warp(dev, 32)) return 0;
+  const auto cap = [&](std::uint32_t l) { return norm_cap(l, n, norm_vec(x, l, n, offsets)); };
+  while (lanes < group && cap(lanes) > 8) lanes *= 2;
+  // Each slot keeps two sums of the accumulation type per item in local memory: 32 KB at most.
+  const std::uint32_t c = cap(lanes);
+  return c && c * size_of(norm_acc_type(x)) <= 64 ? lanes : 0;
+}
+
+std::int64_t norm_fused_groups(const device& dev, std::uint32_t lanes, std::int64_t rows) {
+  const std::int64_t per = group / lanes, blocks = (rows + per - 1) / per;
+  const std::int64_t units = std::max<std::int64_t>(dev.info().compute_units, 1);
+  return std::max<std::int64_t>(1, std::min(blocks, 4 * units));
+}
+
 std::string norm_source(const norm_kernel_key& k) {
   const text t{k};
   switch (k.kind) {
@@ -554,14 +643,15 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
                  std::int64_t rows_or_items) {
   if (rows_or_items <= 0) return;
   ir::hasher h;
-  h.add("tensor layer_norm v2")
+  h.add("tensor layer_norm v3")
       .add(std::uint64_t(k.kind))
       .add(std::uint64_t(k.x))
       .add(std::uint64_t(k.w))
       .add(std::uint64_t(k.rms) | std::uint64_t(k.has_w) << 1 | std::uint64_t(k.has_b) << 2)
       .add(std::uint64_t(k.lanes))
       .add(std::uint64_t(k.cap))
-      .add(std::uint64_t(k.vec) | std::uint64_t(k.warp) << 8 | std::uint64_t(k.wvec) << 9);
+      .add(std::uint64_t(k.vec) | std::uint64_t(k.warp) << 8 | std::uint64_t(k.wvec) << 9 |
+           std::uint64_t(k.fuse) << 10);
   const generated_kernels g = get_generated(dev, "tensor_layer_norm", h.value(), [&] {
     const char* warp_definitions =
         k.warp ? codegen::target_for(dev.impl()->api->dialect).warp->definitions : "";
@@ -572,16 +662,20 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
             num(k.lanes), " lanes", k.cap ? cat(", ", num(k.cap), " cached") : std::string(),
             k.vec > 1 ? cat(" in words of ", num(k.vec), k.wvec ? " (parameters too)" : "")
                       : std::string(),
-            k.warp ? ", warp reductions" : "")};
+            k.warp ? ", warp reductions" : "",
+            k.fuse ? ", with the parameter gradients' partials" : "")};
   });
   if (g.compiled) stats_now().programs_compiled++;
   queue& q = dev.default_queue();
   const auto n = static_cast<std::uint64_t>(rows_or_items);
-  if (k.kind != norm_kernel_kind::params && k.lanes > 1) {
+  const local_size ls_group(group);
+  if (k.fuse) {
+    launch(*g.kernels.at(0).impl(), *q.impl(), range(n * group), &ls_group, args.data(),
+           args.size());
+  } else if (k.kind != norm_kernel_kind::params && k.lanes > 1) {
     const std::uint64_t per_group = group / k.lanes;
-    const local_size ls(group);
-    launch(*g.kernels.at(0).impl(), *q.impl(), range((n + per_group - 1) / per_group * group), &ls,
-           args.data(), args.size());
+    launch(*g.kernels.at(0).impl(), *q.impl(), range((n + per_group - 1) / per_group * group),
+           &ls_group, args.data(), args.size());
   } else {
     launch(*g.kernels.at(0).impl(), *q.impl(), range(n), nullptr, args.data(), args.size());
   }

@@ -48,6 +48,11 @@ struct norm_kernel_key {
   // cached forward with vec 8: the weight and bias also read as words (8 elements per word:
   // one uint4 of 16-bit or two float4 of f32 parameters; their offsets on a word boundary)
   bool wvec = false;
+  // cached backward with lanes > 1: also the parameter gradients' partial column sums, in the
+  // same pass over dy and x (bit 1: dweight, sum dy xhat; bit 2: dbias, sum dy). The kernel
+  // runs on G groups (norm_fused_groups) that walk row blocks g, g + G, ...; each writes
+  // partial row g of [G, n].
+  std::uint8_t fuse = 0;
 };
 
 // The accumulation type of x's storage (f64 for f64, else f32): mean and rstd have it.
@@ -69,10 +74,20 @@ bool norm_warp(const device& dev, std::uint32_t lanes);
 // element offsets of the 16-bit arrays read (8 or 1, as norm_kernel_key::vec).
 std::uint32_t norm_vec(scalar_type x, std::uint32_t lanes, std::int64_t n,
                        std::initializer_list<std::int64_t> offsets);
+// The fused backward's (norm_kernel_key::fuse) work-items per row for rows of n elements of x
+// starting at the element offsets given, or 0 where the two-kernel form stays: norm_lanes
+// widened until each lane keeps at most 8 elements (16 in f32, 8 in f64 at most), as each item
+// keeps two partial sums per slot in local memory. Warp32 devices only (see the source).
+std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
+                               std::initializer_list<std::int64_t> offsets);
+// The fused backward's groups for `rows` rows over `lanes` lanes: about four per compute unit
+// (fewer partial rows to sum), never more than the row blocks.
+std::int64_t norm_fused_groups(const device& dev, std::uint32_t lanes, std::int64_t rows);
 std::string norm_source(const norm_kernel_key& k);
 
-// Launches the kernel k over `rows` rows (forward, backward) or `items` items (params) with the
-// arguments in the order of its parameters (buffers, then the scalars).
+// Launches the kernel k over `rows` rows (forward, backward), `items` items (params) or
+// `groups` groups (a fused backward) with the arguments in the order of its parameters
+// (buffers, then the scalars).
 void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_binding> args,
                  std::int64_t rows_or_items);
 

@@ -203,6 +203,33 @@ TEST_P(TensorLayerNormTest, ManyRowsAndMixedWeightDtype) {
   check(dev(), true, {{20, 520}, 1}, scalar_type::f16, true, scalar_type::f16, 11);
 }
 
+// More rows than one pass of the GPU's groups (a fused backward walks several row blocks per
+// group: 2, 4 and 8 rows per group, whole and ragged rows), and the parameter gradients repeat
+// bit for bit from run to run (partial sums in a fixed order, no atomics).
+TEST_P(TensorLayerNormTest, ParameterGradientsOverManyRowsRepeat) {
+  // Elsewhere (the two-kernel form) fewer rows: CI's two cores.
+  const std::int64_t s = dev().info().type == kiln::device_type::gpu ? 1 : 8;
+  check(dev(), false, {{3001 / s, 1024}, 1}, scalar_type::f32, true, scalar_type::f32, 21);
+  check(dev(), false, {{2500 / s, 384}, 1}, scalar_type::bf16, true, scalar_type::bf16, 22);
+  check(dev(), true, {{4100 / s, 100}, 1}, scalar_type::f32, true, scalar_type::f32, 23);
+  check(dev(), false, {{1300 / s, 776}, 1}, scalar_type::f16, true, scalar_type::f32, 24);
+  const operand x = make(dev(), {2100 / s, 768}, 25, scalar_type::bf16, 3);
+  const operand dy = make(dev(), {2100 / s, 768}, 26, scalar_type::bf16);
+  const operand w = make(dev(), {768}, 27, scalar_type::bf16);
+  const kiln::layer_norm_result r = kiln::native_layer_norm(x.t, {768}, w.t, tensor());
+  const auto grads = [&] {
+    const kiln::layer_norm_grads g =
+        kiln::layer_norm_backward(dy.t, x.t, {768}, r.mean, r.rstd, w.t, true, true);
+    return std::pair{read(g.weight), read(g.bias)};
+  };
+  const auto first = grads();
+  for (int run = 0; run < 3; ++run) {
+    const auto again = grads();
+    EXPECT_EQ(again.first, first.first) << "run " << run;
+    EXPECT_EQ(again.second, first.second) << "run " << run;
+  }
+}
+
 // 16-bit inputs that start on a 16-byte word (moved in words) or off one (element by element)
 // give what the same values give in a tensor of their own, forward and backward.
 TEST_P(TensorLayerNormTest, SixteenBitViewsStartingAnywhere) {
@@ -420,6 +447,19 @@ TEST_P(TensorLayerNormTest, NormSourcesCompileEverywhere) {
             "cuda", conformance::cuda_check_arch,
             warp + kiln::detail::norm_source(
                        {kind, t, scalar_type::f32, rms, true, !rms, lanes, cap, vec, true})));
+  // The backward with the parameter gradients' partials: words or not, 1 to 8 rows a group.
+  for (const auto& [t, lanes, cap, vec] :
+       {std::tuple{scalar_type::bf16, 128u, 8u, 8u}, std::tuple{scalar_type::f32, 32u, 4u, 1u},
+        std::tuple{scalar_type::f32, 256u, 16u, 1u}, std::tuple{scalar_type::f64, 64u, 7u, 1u}})
+    for (bool rms : {false, true})
+      for (std::uint8_t fuse : {1, 2, 3}) {
+        if (rms && fuse != 1) continue;
+        kiln::detail::norm_kernel_key k{
+            norm_kernel_kind::backward, t, t, rms, true, false, lanes, cap, vec, true};
+        k.fuse = fuse;
+        EXPECT_NO_THROW(kiln::compile_only("cuda", conformance::cuda_check_arch,
+                                           warp + kiln::detail::norm_source(k)));
+      }
   // The one-warp forward with its weight and bias in words: 16-bit and f32 parameters.
   for (scalar_type w : {scalar_type::bf16, scalar_type::f32})
     for (bool rms : {false, true})

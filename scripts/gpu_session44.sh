@@ -1,0 +1,63 @@
+#!/bin/bash
+# Session 44's GPU calls: the tests around the session-43 review refactor (cuDNN graph plans
+# shared by convolutions and attention), layer norm profiles (ncu) and the norm rows of
+# bench_tensor beside PyTorch.
+# Usage on the GPU machine: bash scripts/gpu_session44.sh [build-run] [parts]
+#   parts: any of tests lnprof lnbench lnab gpt (default: tests lnprof lnbench)
+build=${1:-build-run}
+parts=${2:-tests lnprof lnbench}
+. scripts/gpu_env.sh "$build" >/dev/null
+export LD_LIBRARY_PATH=$PWD/$build/lib:$LD_LIBRARY_PATH
+out=${OUT:-/tmp}
+X=${EXCLUDE:-'-*opencl_1*:*opencl_2*'}  # PoCL (runs in CI): opencl_1 on 1x, opencl_2 on 2x
+summary() { echo "$1: $(grep -cE '^\[       OK \]' "$2") passed, $(grep -cE '^\[  FAILED  \].*\(' "$2") failed, $(grep -cE '^\[  SKIPPED \]' "$2") skipped, ${4}s"; }
+for part in $parts; do
+  t0=$SECONDS
+  case $part in
+    tests)
+      timeout 420 $build/bin/tensor_test \
+        --gtest_filter="*Attention*:*ConvGraph*:*Conv*:*LayerNorm*:*RmsNorm*:*Norm*:*Pool*:$X" \
+        >"$out/tests_tensor.txt" 2>&1 &
+      timeout 420 $build/bin/nn_test \
+        --gtest_filter="*ttention*:*ransformer*:*Gpt*:*GPT*:*StepGraph*:*Conv*:*LeNet*:$X" \
+        >"$out/tests_nn.txt" 2>&1 &
+      wait
+      summary tensor_test "$out/tests_tensor.txt" - $((SECONDS - t0))
+      summary nn_test "$out/tests_nn.txt" - $((SECONDS - t0))
+      grep -hE '^\[  FAILED  \]' "$out"/tests_*.txt | head -20
+      grep -hB3 -A12 'Failure' "$out"/tests_*.txt | head -60 | cut -c1-300
+      ;;
+    lnprof)  # ncu over the norm kernels at [65536, 1024] (f32, bf16), one run each
+      timeout 300 ncu --clock-control none --kernel-name regex:kt_ln --launch-count 24 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section MemoryWorkloadAnalysis \
+        $build/bin/bench_tensor --device cuda:0 --only elementwise --no-compile --no-torch \
+        --runs 1 --warmup 0 --filter '65536' >"$out/ncu_ln.txt" 2>&1
+      echo "ncu rc $?"
+      grep -E '^  kt_ln|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit Reg|Grid Size|Warp Cycles Per Issued|Memory Throughput|Shared Memory Configuration Size' \
+        "$out/ncu_ln.txt" | cut -c1-110 | head -200
+      ;;
+    lnbench)
+      timeout 300 $build/bin/bench_tensor --device cuda:0 --only elementwise --no-compile --runs 20 \
+        --filter 'norm,copy,softmax' >"$out/lnbench.txt" 2>&1
+      grep -vE '^\[ kiln' "$out/lnbench.txt" | cut -c1-160
+      ;;
+    lnab)  # $build/lib_old against $build/lib, alternated twice
+      for round in 1 2; do
+        for lib in lib_old lib; do
+          KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
+            timeout 200 $build/bin/bench_tensor --device cuda:0 --only elementwise --no-compile \
+            --no-torch --runs 20 --filter 'norm,copy' >"$out/ln_${lib}_$round.txt" 2>&1
+          grep -E 'norm|copy' "$out/ln_${lib}_$round.txt" | grep -v '^\[ kiln' |
+            sed "s/^/$lib $round: /" | cut -c1-150
+        done
+      done
+      ;;
+    gpt)
+      timeout 150 $build/bin/bench_gpt --runs 10 --precision bf16 2>&1 | grep step
+      timeout 150 $build/bin/bench_gpt --runs 10 2>&1 | grep step
+      timeout 150 python3 bench/torch_gpt.py --runs 10 2>&1 | tail -2
+      ;;
+  esac
+  echo "== $part: $((SECONDS - t0)) s"
+done
