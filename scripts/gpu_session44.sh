@@ -37,14 +37,41 @@ for part in $parts; do
       grep -E '^  kt_ln|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit Reg|Grid Size|Warp Cycles Per Issued|Memory Throughput|Shared Memory Configuration Size' \
         "$out/ncu_ln.txt" | cut -c1-110 | head -200
       ;;
+    lntests)  # the norm tests on every GPU device, and autograd's and nn's around them
+      timeout 400 $build/bin/tensor_test --gtest_filter="*LayerNorm*:*RmsNorm*:*Norm*:$X" \
+        >"$out/tests_ln.txt" 2>&1 &
+      timeout 400 $build/bin/autograd_test --gtest_filter="*orm*:$X" >"$out/tests_ln_ag.txt" 2>&1 &
+      timeout 400 $build/bin/nn_test --gtest_filter="*Gpt*:*GPT*:*orm*:*ransformer*:$X" \
+        >"$out/tests_ln_nn.txt" 2>&1 &
+      wait
+      for f in tests_ln tests_ln_ag tests_ln_nn; do summary $f "$out/$f.txt" - $((SECONDS - t0)); done
+      grep -hE '^\[  FAILED  \]' "$out"/tests_ln*.txt | head -20
+      grep -hB3 -A12 'Failure' "$out"/tests_ln*.txt | head -60 | cut -c1-300
+      ;;
+    bwdprof)  # ncu over the backward kernels at [65536, 1024] f32 and bf16
+      timeout 300 ncu --clock-control none --kernel-name regex:kt_ln --launch-count 40 \
+        --section SpeedOfLight --section Occupancy --section LaunchStats \
+        $build/bin/bench_tensor --device cuda:0 --only elementwise --no-compile --no-torch \
+        --runs 1 --warmup 0 --filter 'layer_norm backward [65536' >"$out/ncu_bwd.txt" 2>&1
+      python3 - "$out/ncu_bwd.txt" <<'PY'
+import re, sys
+t = open(sys.argv[1]).read()
+b = re.split(r'\n  (kt_ln \([^)]*\)x\([^)]*\))', t)
+for i in range(1, len(b), 2):
+    def g(k):
+        m = re.search(k + r'\s+\S+\s+([\d.,]+)', b[i + 1]); return m.group(1) if m else '-'
+    print(b[i].split(',')[0], 'us', g('Duration'), 'dram%', g('DRAM Throughput'), 'regs',
+          g('Registers Per Thread'), 'occ', g('Achieved Occupancy'))
+PY
+      ;;
     lnbench)
       timeout 300 $build/bin/bench_tensor --device cuda:0 --only elementwise --no-compile --runs 20 \
         --filter 'norm,copy,softmax' >"$out/lnbench.txt" 2>&1
       grep -vE '^\[ kiln' "$out/lnbench.txt" | cut -c1-160
       ;;
-    lnab)  # $build/lib_old against $build/lib, alternated twice
+    lnab)  # $build/lib_old against $build/lib (and any other of $LIBS), alternated twice
       for round in 1 2; do
-        for lib in lib_old lib; do
+        for lib in ${LIBS:-lib_old lib}; do
           KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
             timeout 200 $build/bin/bench_tensor --device cuda:0 --only elementwise --no-compile \
             --no-torch --runs 20 --filter 'norm,copy' >"$out/ln_${lib}_$round.txt" 2>&1
@@ -54,8 +81,13 @@ for part in $parts; do
       done
       ;;
     gpt)
-      timeout 150 $build/bin/bench_gpt --runs 10 --precision bf16 2>&1 | grep step
-      timeout 150 $build/bin/bench_gpt --runs 10 2>&1 | grep step
+      for lib in ${GPTLIBS:-lib}; do
+        for p in bf16 fp32; do
+          KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
+            timeout 150 $build/bin/bench_gpt --runs 10 --precision $p 2>&1 | grep step |
+            sed "s/^/$lib: /"
+        done
+      done
       timeout 150 python3 bench/torch_gpt.py --runs 10 2>&1 | tail -2
       ;;
   esac

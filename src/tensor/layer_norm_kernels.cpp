@@ -389,8 +389,10 @@ struct text {
   }
   // One row of the cached backward: dx, with `sums` (text over each slot's kt_u, dy, and kt_h,
   // xhat, 0 off the row) placed before the row's reduction.
-  std::string backward_row(const std::string& sums = "") const {
-    std::string s = indices() + loads("kt_dy", "kt_u") + loads("kt_x", "kt_v");
+  // `values` defines them instead of loads from the row (the fused form's prefetched words).
+  std::string backward_row(const std::string& sums = "", const std::string& values = "") const {
+    std::string s =
+        indices() + (values.empty() ? loads("kt_dy", "kt_u") + loads("kt_x", "kt_v") : values);
     std::string g = "kt_uT_";
     if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_iT_]"));
     s += each(cat("  const ", A, " kt_gT_ = ", valid(), " ? ", g, " : (", A, ")0;\n  const ", A,
@@ -402,6 +404,54 @@ struct text {
     const std::string inner =
         k.rms ? cat("kt_hT_ * ", tot(0)) : cat("(", tot(1), " + kt_hT_ * ", tot(0), ")");
     return s + stores("kt_dx", cat("kt_rstd[kt_rc] * (kt_gT_ - ", inner, " / (", A, ")kt_n)"));
+  }
+
+  // The fused backward's prefetch: the raw words (16-bit, vec) or values of this lane's slots
+  // of row `row` of dy and x into kt_pu* and kt_pv* (declared by prefetch_declare), so the
+  // next row block's loads are in flight while this one is reduced and stored.
+  std::string prefetch_declare() const {
+    std::string s;
+    for (const char* a : {"kt_pu", "kt_pv"}) {
+      if (k.vec > 1)
+        for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) s += cat("  uint4 ", a, "_q", num(w), ";\n");
+      else
+        for (std::uint32_t c = 0; c < k.cap; ++c) s += cat("  ", A, " ", a, num(c), ";\n");
+    }
+    return s;
+  }
+  std::string prefetch(const std::string& row) const {
+    std::string s = cat("  {\n    const int64_t kt_fe = ", row, " < kt_rows ? kt_n : 0;\n",
+                        "    const int64_t kt_fb = (", row, " < kt_rows ? ", row, " : 0) * kt_n;\n");
+    for (const auto& [a, ptr] : {std::pair{"kt_pu", "kt_dy"}, std::pair{"kt_pv", "kt_x"}}) {
+      if (k.vec > 1) {
+        for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
+          const std::string q = cat(a, "_q", num(w));
+          s += cat("    ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n", "    if (",
+                   slot_index(w * k.vec), " < kt_fe) ", q, " = ((KILN_GLOBAL const uint4*)(", ptr,
+                   " + kt_fb))[kt_lane + ", num(w * k.lanes), "];\n");
+        }
+      } else {
+        for (std::uint32_t c = 0; c < k.cap; ++c)
+          s += cat("    ", a, num(c), " = ", slot_index(c), " < kt_fe ? ",
+                   lx(cat(ptr, "[kt_fb + ", slot_index(c), "]")), " : (", A, ")0;\n");
+      }
+    }
+    return s + "  }\n";
+  }
+  // The prefetched words as this row's values kt_u<c> (dy) and kt_v<c> (x).
+  std::string prefetched_values() const {
+    std::string s;
+    for (const auto& [a, name] : {std::pair{"kt_pu", "kt_u"}, std::pair{"kt_pv", "kt_v"}})
+      for (std::uint32_t c = 0; c < k.cap; ++c) {
+        const std::string v =
+            k.vec > 1 ? codegen::half_of_word(k.x,
+                                              cat(a, "_q", num(c / k.vec),
+                                                  codegen::word_field(4, c % k.vec / 2)),
+                                              c % 2)
+                      : cat(a, num(c));
+        s += cat("  const ", A, " ", name, num(c), " = ", v, ";\n");
+      }
+    return s;
   }
 
   // The cached backward with the parameter gradients' partials (k.fuse): group g walks row
@@ -433,12 +483,17 @@ struct text {
     s += cat("  const uint32_t kt_t = (uint32_t)kiln_local_id(0), kt_slot = kt_t / ", L, "u;\n",
              "  const int64_t kt_lane = (int64_t)(kt_t % ", L, "u);\n");
     s += each_sum("  kt_x@[# * " + G + "u + kt_t] = 0;\n");
+    // Row blocks g, g + G, ...: each iteration takes its row's words loaded by the one before
+    // and issues the loads of its next row before reducing and storing this one.
+    s += cat("  const int64_t kt_step = (int64_t)kiln_num_groups(0) * ", R, ";\n") +
+         prefetch_declare() + prefetch(cat("((int64_t)kiln_group_id(0) * ", R, " + kt_slot)"));
     s += cat("  for (int64_t kt_blk = (int64_t)kiln_group_id(0); kt_blk * ", R,
              " < kt_rows; kt_blk += (int64_t)kiln_num_groups(0)) {\n",
              "  kiln_barrier();  // the last row's totals are read: local memory is free\n",
              "  const int64_t kt_row = kt_blk * ", R, " + kt_slot;\n",
              "  const int64_t kt_end = kt_row < kt_rows ? kt_n : 0;\n",
              "  const int64_t kt_rc = kt_row < kt_rows ? kt_row : 0, kt_base = kt_rc * kt_n;\n");
+    const std::string values = prefetched_values() + prefetch("(kt_row + kt_step)");
     std::string sums;
     if (k.fuse & 1)
       for (std::uint32_t c = 0; c < k.cap; ++c)
@@ -447,16 +502,16 @@ struct text {
     if (k.fuse & 2)
       for (std::uint32_t c = 0; c < k.cap; ++c)
         sums += cat("  kt_xb[", num(c * group), "u + kt_t] += kt_u", num(c), ";\n");
-    s += backward_row(sums) + "  }\n  kiln_barrier();\n";
+    s += backward_row(sums, values) + "  }\n  kiln_barrier();\n";
     const auto sum_of = [&](const char* a, std::uint32_t c) {
-      std::string e = cat("kt_x", a, "[", num(c * group), "u + kt_u]");
+      std::string e = cat("kt_x", a, "[", num(c * group), "u + kt_it]");
       for (std::uint32_t j = 1; j < rows; ++j)
-        e = cat("(", e, " + kt_x", a, "[", num(c * group + j * k.lanes), "u + kt_u])");
+        e = cat("(", e, " + kt_x", a, "[", num(c * group + j * k.lanes), "u + kt_it])");
       return e;
     };
     // The item's index and lane read again after the loop (not carried across its barriers).
-    s += cat("  const uint32_t kt_u = (uint32_t)kiln_local_id(0);\n  if (kt_u < ", L,
-             "u) {\n    const int64_t kt_lane = (int64_t)kt_u;\n",
+    s += cat("  const uint32_t kt_it = (uint32_t)kiln_local_id(0);\n  if (kt_it < ", L,
+             "u) {\n    const int64_t kt_lane = (int64_t)kt_it;\n",
              "    const int64_t kt_p = (int64_t)kiln_group_id(0) * kt_n;\n");
     for (std::uint32_t c = 0; c < k.cap; ++c) {
       s += cat("    if (", slot_index(c), " < kt_n) {\n");
@@ -617,10 +672,11 @@ std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
   // other devices keep the two-kernel form.
   if (lanes < 32 || !norm_warp(dev, 32)) return 0;
   const auto cap = [&](std::uint32_t l) { return norm_cap(l, n, norm_vec(x, l, n, offsets)); };
-  while (lanes < group && cap(lanes) > 8) lanes *= 2;
   // Each slot keeps two sums of the accumulation type per item in local memory: 32 KB at most.
+  const std::size_t acc = size_of(norm_acc_type(x));
+  while (lanes < group && cap(lanes) * acc > 64) lanes *= 2;
   const std::uint32_t c = cap(lanes);
-  return c && c * size_of(norm_acc_type(x)) <= 64 ? lanes : 0;
+  return c && c * acc <= 64 ? lanes : 0;
 }
 
 std::int64_t norm_fused_groups(const device& dev, std::uint32_t lanes, std::int64_t rows) {
