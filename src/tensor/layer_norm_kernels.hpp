@@ -5,6 +5,7 @@
 //   forward:  per row, mean (layer norm only) and then the variance about it (two passes over
 //             the row), rstd = 1 / sqrt(var + eps), then the output. With lanes, rows of up to
 //             32 elements per lane are kept in registers (read once), else re-read from cache;
+//             rows of one warp fold by shuffles alone;
 //   backward: per row, sum(g xhat) and sum(g) with g = dy w, then dx = rstd (g - (sum(g) +
 //             xhat sum(g xhat)) / n) (rms: without sum(g));
 //   params:   dweight / dbias partial column sums over chunks of rows (no atomics: the
@@ -76,8 +77,9 @@ std::uint32_t norm_vec(scalar_type x, std::uint32_t lanes, std::int64_t n,
                        std::initializer_list<std::int64_t> offsets);
 // The fused backward's (norm_kernel_key::fuse) work-items per row for rows of n elements of x
 // starting at the element offsets given, or 0 where the two-kernel form stays: norm_lanes
-// widened until each lane keeps at most 8 elements (16 in f32, 8 in f64 at most), as each item
-// keeps two partial sums per slot in local memory. Warp32 devices only (see the source).
+// widened until each lane's slots fit (16 in f32, 8 in f64, one 16-byte word of 16-bit
+// values), as each item keeps two partial sums per slot in local memory. Warp32 devices only
+// (see the source).
 std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
                                std::initializer_list<std::int64_t> offsets);
 // The fused backward's groups for `rows` rows over `lanes` lanes: about four per compute unit
