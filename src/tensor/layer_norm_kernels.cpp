@@ -377,10 +377,8 @@ struct text {
   }
   // One row of the cached backward: dx, with `sums` (text over each slot's kt_u, dy, and kt_h,
   // xhat, 0 off the row) placed before the row's reduction.
-  // `values` defines them instead of loads from the row (the fused form's prefetched words).
-  std::string backward_row(const std::string& sums = "", const std::string& values = "") const {
-    std::string s =
-        indices() + (values.empty() ? loads("kt_dy", "kt_u") + loads("kt_x", "kt_v") : values);
+  std::string backward_row(const std::string& sums = "") const {
+    std::string s = indices() + loads("kt_dy", "kt_u") + loads("kt_x", "kt_v");
     std::string g = "kt_uT_";
     if (k.has_w) g = cat(g, " * ", lw("kt_w[kt_iT_]"));
     s += each(cat("  const ", A, " kt_gT_ = ", valid(), " ? ", g, " : (", A, ")0;\n  const ", A,
@@ -392,56 +390,6 @@ struct text {
     const std::string inner =
         k.rms ? cat("kt_hT_ * ", tot(0)) : cat("(", tot(1), " + kt_hT_ * ", tot(0), ")");
     return s + stores("kt_dx", cat("kt_rstd[kt_rc] * (kt_gT_ - ", inner, " / (", A, ")kt_n)"));
-  }
-
-  // The fused backward's prefetch: the raw words (16-bit, vec) or values of this lane's slots
-  // of row `row` of dy and x into kt_pu* and kt_pv* (declared by prefetch_declare), so the
-  // next row block's loads are in flight while this one is reduced and stored.
-  std::string prefetch_declare() const {
-    std::string s;
-    for (const char* a : {"kt_pu", "kt_pv"}) {
-      if (k.vec > 1)
-        for (std::uint32_t w = 0; w * k.vec < k.cap; ++w)
-          s += cat("  uint4 ", a, "_q", num(w), ";\n");
-      else
-        for (std::uint32_t c = 0; c < k.cap; ++c) s += cat("  ", A, " ", a, num(c), ";\n");
-    }
-    return s;
-  }
-  std::string prefetch(const std::string& row) const {
-    std::string s =
-        cat("  {\n    const int64_t kt_fe = ", row, " < kt_rows ? kt_n : 0;\n",
-            "    const int64_t kt_fb = (", row, " < kt_rows ? ", row, " : 0) * kt_n;\n");
-    for (const auto& [a, ptr] : {std::pair{"kt_pu", "kt_dy"}, std::pair{"kt_pv", "kt_x"}}) {
-      if (k.vec > 1) {
-        for (std::uint32_t w = 0; w * k.vec < k.cap; ++w) {
-          const std::string q = cat(a, "_q", num(w));
-          s += cat("    ", q, ".x = ", q, ".y = ", q, ".z = ", q, ".w = 0u;\n", "    if (",
-                   slot_index(w * k.vec), " < kt_fe) ", q, " = ((KILN_GLOBAL const uint4*)(", ptr,
-                   " + kt_fb))[kt_lane + ", num(w * k.lanes), "];\n");
-        }
-      } else {
-        for (std::uint32_t c = 0; c < k.cap; ++c)
-          s += cat("    ", a, num(c), " = ", slot_index(c), " < kt_fe ? ",
-                   lx(cat(ptr, "[kt_fb + ", slot_index(c), "]")), " : (", A, ")0;\n");
-      }
-    }
-    return s + "  }\n";
-  }
-  // The prefetched words as this row's values kt_u<c> (dy) and kt_v<c> (x).
-  std::string prefetched_values() const {
-    std::string s;
-    for (const auto& [a, name] : {std::pair{"kt_pu", "kt_u"}, std::pair{"kt_pv", "kt_v"}})
-      for (std::uint32_t c = 0; c < k.cap; ++c) {
-        const std::string v =
-            k.vec > 1
-                ? codegen::half_of_word(
-                      k.x, cat(a, "_q", num(c / k.vec), codegen::word_field(4, c % k.vec / 2)),
-                      c % 2)
-                : cat(a, num(c));
-        s += cat("  const ", A, " ", name, num(c), " = ", v, ";\n");
-      }
-    return s;
   }
 
   // The cached backward with the parameter gradients' partials (k.fuse): group g walks row
@@ -475,19 +423,12 @@ struct text {
     s += each_sum("  kt_x@[# * " + G + "u + kt_t] = 0;\n");
     // Row blocks g, g + G, ...: each iteration takes its row's words loaded by the one before
     // and issues the loads of its next row before reducing and storing this one.
-    // Prefetching 16-bit words only (one per lane and array): f32 slots in flight twice over
-    // took 144 registers and an eighth of the warps on an H200.
-    const bool ahead = k.vec > 1;
-    if (ahead)
-      s += cat("  const int64_t kt_step = (int64_t)kiln_num_groups(0) * ", R, ";\n") +
-           prefetch_declare() + prefetch(cat("((int64_t)kiln_group_id(0) * ", R, " + kt_slot)"));
     s += cat("  for (int64_t kt_blk = (int64_t)kiln_group_id(0); kt_blk * ", R,
              " < kt_rows; kt_blk += (int64_t)kiln_num_groups(0)) {\n",
              "  kiln_barrier();  // the last row's totals are read: local memory is free\n",
              "  const int64_t kt_row = kt_blk * ", R, " + kt_slot;\n",
              "  const int64_t kt_end = kt_row < kt_rows ? kt_n : 0;\n",
              "  const int64_t kt_rc = kt_row < kt_rows ? kt_row : 0, kt_base = kt_rc * kt_n;\n");
-    const std::string values = ahead ? prefetched_values() + prefetch("(kt_row + kt_step)") : "";
     std::string sums;
     if (k.fuse & 1)
       for (std::uint32_t c = 0; c < k.cap; ++c)
@@ -496,7 +437,7 @@ struct text {
     if (k.fuse & 2)
       for (std::uint32_t c = 0; c < k.cap; ++c)
         sums += cat("  kt_xb[", num(c * group), "u + kt_t] += kt_u", num(c), ";\n");
-    s += backward_row(sums, values) + "  }\n  kiln_barrier();\n";
+    s += backward_row(sums) + "  }\n  kiln_barrier();\n";
     const auto sum_of = [&](const char* a, std::uint32_t c) {
       std::string e = cat("kt_x", a, "[", num(c * group), "u + kt_it]");
       for (std::uint32_t j = 1; j < rows; ++j)
@@ -666,15 +607,16 @@ std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
   // other devices keep the two-kernel form.
   if (lanes < 32 || !norm_warp(dev, 32)) return 0;
   const auto cap = [&](std::uint32_t l) { return norm_cap(l, n, norm_vec(x, l, n, offsets)); };
-  // Each slot keeps two sums of the accumulation type per item in local memory (32 KB at
-  // most); 16-bit words one per lane and array (two measured slower than the two-kernel form:
-  // bf16 [16384, 4096] 0.224 -> 0.287 ms on an H200).
+  // Lanes of at most 8 slots where the group allows, else (f32, 256 lanes) 16: each item keeps
+  // two partial sums per slot in local memory (32 KB at most), and on an H200 wider slots lost
+  // (f32 [65536, 1024] 0.261 ms with 8 slots, 0.289 with 16; bf16 [16384, 4096] with two
+  // words per lane 0.287 ms, against 0.224 for the two-kernel form).
   const std::size_t acc = size_of(norm_acc_type(x));
+  while (lanes < group && cap(lanes) > 8) lanes *= 2;
   const auto fits = [&](std::uint32_t l) {
     const std::uint32_t c = cap(l);
-    return c && c * acc <= 64 && (norm_vec(x, l, n, offsets) == 1 || c <= 8);
+    return c && (c <= 8 || (c <= 16 && acc == 4 && norm_vec(x, l, n, offsets) == 1));
   };
-  while (lanes < group && !fits(lanes)) lanes *= 2;
   return fits(lanes) ? lanes : 0;
 }
 
@@ -698,7 +640,7 @@ void launch_norm(const device& dev, const norm_kernel_key& k, std::vector<arg_bi
                  std::int64_t rows_or_items) {
   if (rows_or_items <= 0) return;
   ir::hasher h;
-  h.add("tensor layer_norm v4")
+  h.add("tensor layer_norm v5")
       .add(std::uint64_t(k.kind))
       .add(std::uint64_t(k.x))
       .add(std::uint64_t(k.w))

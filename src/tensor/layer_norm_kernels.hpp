@@ -77,9 +77,8 @@ std::uint32_t norm_vec(scalar_type x, std::uint32_t lanes, std::int64_t n,
                        std::initializer_list<std::int64_t> offsets);
 // The fused backward's (norm_kernel_key::fuse) work-items per row for rows of n elements of x
 // starting at the element offsets given, or 0 where the two-kernel form stays: norm_lanes
-// widened until each lane's slots fit (16 in f32, 8 in f64, one 16-byte word of 16-bit
-// values), as each item keeps two partial sums per slot in local memory. Warp32 devices only
-// (see the source).
+// widened until each lane keeps at most 8 slots (16 in f32 over 256 lanes), as each item
+// keeps two partial sums per slot in local memory. Warp32 devices only (see the source).
 std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
                                std::initializer_list<std::int64_t> offsets);
 // The fused backward's groups for `rows` rows over `lanes` lanes: about four per compute unit
