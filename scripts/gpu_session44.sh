@@ -80,6 +80,16 @@ PY
         done
       done
       ;;
+    host)  # host cost per call at [4, 1024] (bin/host_cost: /tmp-built probe, see docs)
+      timeout 120 $build/bin/host_cost cuda:0 2>&1 | grep -v '^\[ kiln'
+      ;;
+    vartests)  # the LayerNorm tests with $build/lib_var
+      KILN_PLUGIN_PATH=$PWD/$build/lib_var LD_LIBRARY_PATH=$PWD/$build/lib_var:$LD_LIBRARY_PATH \
+        timeout 300 $build/bin/tensor_test --gtest_filter="*LayerNorm*:*RmsNorm*:$X" \
+        >"$out/tests_var.txt" 2>&1
+      summary tests_var "$out/tests_var.txt" - $((SECONDS - t0))
+      grep -hE '^\[  FAILED  \]' "$out"/tests_var.txt | head
+      ;;
     gpt)
       for lib in ${GPTLIBS:-lib}; do
         for p in bf16 fp32; do

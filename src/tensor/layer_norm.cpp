@@ -263,13 +263,20 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
     a.push_back(detail::bind_arg(chunk));
     detail::launch_norm(dev, k, std::move(a), r.rows ? (by_columns ? used * r.n : used) : 0);
   }
-  const auto finish = [&](const tensor& p) {
-    tensor s = r.rows ? p.sum(0) : tensor::zeros(dev, {r.n}, acc);
-    if (s.dtype() != pt) s = s.to(pt);
-    return s.reshape(ns).contiguous();
-  };
-  if (want_weight) g.weight = finish(pw);
-  if (want_bias) g.bias = finish(pb);
+  // The partials' columns summed into the gradients, in the parameters' type, by one kernel.
+  const std::int64_t parts = r.rows ? pw.impl() ? pw.shape()[0] : pb.shape()[0] : 0;
+  if (want_weight) g.weight = tensor(detail::allocate_tensor(dev, ns, pt));
+  if (want_bias) g.bias = tensor(detail::allocate_tensor(dev, ns, pt));
+  const norm_kernel_key k{
+      norm_kernel_kind::params_sum, x.dtype(), pt, rms, want_weight, want_bias, 1};
+  std::vector<detail::arg_binding> a;
+  if (want_weight) add(a, g.weight);
+  if (want_bias) add(a, g.bias);
+  if (want_weight) add(a, pw);
+  if (want_bias) add(a, pb);
+  a.push_back(detail::bind_arg(r.n));
+  a.push_back(detail::bind_arg(parts));
+  detail::launch_norm(dev, k, std::move(a), r.n);
   return g;
 }
 

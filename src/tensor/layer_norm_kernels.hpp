@@ -9,9 +9,12 @@
 //   backward: per row, sum(g xhat) and sum(g) with g = dy w, then dx = rstd (g - (sum(g) +
 //             xhat sum(g xhat)) / n) (rms: without sum(g));
 //   params:   dweight / dbias partial column sums over chunks of rows (no atomics: the
-//             partials are summed by a tensor reduction in a fixed order, so runs repeat): one
-//             item per (chunk, column) where lanes > 1 (coalesced on a GPU), else one item per
-//             chunk walking its rows in order (sequential, vectorisable on the CPU).
+//             partials are summed in a fixed order, so runs repeat): one item per (chunk,
+//             column) where lanes > 1 (coalesced on a GPU), else one item per chunk walking its
+//             rows in order (sequential, vectorisable on the CPU). On warp32 devices the
+//             backward writes them itself (norm_kernel_key::fuse);
+//   params_sum: the partials' columns summed in row order into dweight / dbias (one item per
+//             column, has_w / has_b saying which).
 //
 // Rows are folded by `lanes` work-items of a 256-item group through local memory on devices
 // with barriers (rows of 64 elements or more), else by one work-item per row.
@@ -27,7 +30,7 @@
 
 namespace kiln::detail {
 
-enum class norm_kernel_kind : std::uint8_t { forward, backward, params };
+enum class norm_kernel_kind : std::uint8_t { forward, backward, params, params_sum };
 
 struct norm_kernel_key {
   norm_kernel_kind kind;
