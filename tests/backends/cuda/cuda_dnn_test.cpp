@@ -233,6 +233,66 @@ TEST(CudaDnn, Refusals) {
   EXPECT_KILN_OK(g_be->queue_finish(d.q));
 }
 
+// The attention entries' own checks: a bad descriptor gets KILN_ERR_INVALID_ARGUMENT, a shape
+// cuDNN lacks KILN_ERR_UNSUPPORTED (the core then computes attention itself), each with a
+// message; nothing is queued and the queue stays usable. One well-formed call runs.
+TEST(CudaDnn, AttentionRefusals) {
+  REQUIRE_DNN();
+  if (dnn->header.struct_size < sizeof(kiln_dnn_v1) || !dnn->attention_forward)
+    GTEST_SKIP() << "no fused attention in " << dnn->library;
+  Device d;
+  ASSERT_NE(d.q, nullptr);
+  const uint64_t b = 1, h = 2, l = 16, e = 64;
+  // bf16 q, k, v, o (1.0 = 0x3f80) and f32 statistics, each on a 256-byte boundary
+  Buffer<uint16_t> q(d, std::vector<uint16_t>(b * h * l * e, 0x3f80)),
+      k(d, std::vector<uint16_t>(b * h * l * e, 0x3f80)),
+      v(d, std::vector<uint16_t>(b * h * l * e, 0x3f80)), o(d, std::vector<uint16_t>(b * h * l * e));
+  Buffer<float> stats(d, std::vector<float>(b * h * l, -1.f));
+  const auto view = [&](const Buffer<uint16_t>& m) {
+    return kiln_dnn_view{m.ref(), {int64_t(h * l * e), int64_t(l * e), int64_t(e)}};
+  };
+  kiln_dnn_attention_desc good{};
+  good.struct_size = sizeof(kiln_dnn_attention_desc);
+  good.dtype = KILN_DTYPE_BF16;
+  good.causal = 1;
+  good.batch = b, good.heads = h, good.lq = l, good.lk = l, good.d_qk = e, good.d_v = e;
+  good.scale = 0.125f;
+  good.q = view(q), good.k = view(k), good.v = view(v), good.o = view(o);
+  good.stats = stats.ref();
+  const auto refused = [&](kiln_status want, const char* says, auto change) {
+    kiln_dnn_attention_desc bad = good;
+    change(bad);
+    EXPECT_EQ(dnn->attention_forward(d.q, &bad), want) << says;
+    EXPECT_NE(std::string(g_be->last_error()).find(says), std::string::npos)
+        << g_be->last_error();
+  };
+  EXPECT_EQ(dnn->attention_forward(d.q, nullptr), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(dnn->attention_forward(nullptr, &good), KILN_ERR_INVALID_ARGUMENT);
+  refused(KILN_ERR_INVALID_ARGUMENT, "bytes", [](auto& x) { x.struct_size = 16; });
+  refused(KILN_ERR_UNSUPPORTED, "only f16 and bf16", [](auto& x) { x.dtype = KILN_DTYPE_F32; });
+  refused(KILN_ERR_UNSUPPORTED, "empty", [](auto& x) { x.lk = 0; });
+  refused(KILN_ERR_INVALID_ARGUMENT, "scale",
+          [](auto& x) { x.scale = std::numeric_limits<float>::infinity(); });
+  refused(KILN_ERR_UNSUPPORTED, "head widths", [](auto& x) { x.d_v = 12; });
+  refused(KILN_ERR_UNSUPPORTED, "head widths", [](auto& x) { x.d_qk = x.d_v = 264; });
+  refused(KILN_ERR_UNSUPPORTED, "aligned", [](auto& x) { x.k.mem.offset += 2; });
+  refused(KILN_ERR_UNSUPPORTED, "aligned", [](auto& x) { x.v.stride[2] = 60; });
+  refused(KILN_ERR_INVALID_ARGUMENT, "no memory", [](auto& x) { x.o.mem.base = nullptr; });
+  refused(KILN_ERR_INVALID_ARGUMENT, "statistics", [](auto& x) { x.stats.base = nullptr; });
+  // The backward keeps to head widths of 128.
+  kiln_dnn_attention_desc wide = good;
+  wide.d_qk = wide.d_v = 192;
+  wide.grad_o = wide.grad_q = wide.grad_k = wide.grad_v = view(q);
+  EXPECT_EQ(dnn->attention_backward(d.q, &wide), KILN_ERR_UNSUPPORTED);
+  // Equal keys and values of 1: every output is 1, every row's log-sum-exp is
+  // log(keys seen) + scale e (each score is scale * e).
+  ASSERT_KILN_OK(dnn->attention_forward(d.q, &good));
+  for (uint16_t bits : o.read()) EXPECT_EQ(bits, 0x3f80);
+  const std::vector<float> lse = stats.read();
+  for (uint64_t i = 0; i < b * h * l; ++i)
+    EXPECT_NEAR(lse[i], std::log(double(i % l + 1)) + 0.125 * e, 1e-3) << "row " << i;
+}
+
 // Pooling references: the first maximum in row-major order wins and takes the gradient.
 struct PoolShape {
   uint64_t n, c, h, w;
