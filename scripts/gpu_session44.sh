@@ -80,8 +80,11 @@ PY
         done
       done
       ;;
-    host)  # host cost per call at [4, 1024] (bin/host_cost: /tmp-built probe, see docs)
-      timeout 120 $build/bin/host_cost cuda:0 2>&1 | grep -v '^\[ kiln'
+    host)  # host cost per call at [4, 1024] (bench_tensor_host), $build/lib_old and $build/lib
+      for lib in ${HOSTLIBS:-lib}; do
+        KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
+          timeout 120 $build/bin/bench_tensor_host cuda:0 2>&1 | grep -v '^\[ kiln' | sed "s/^/$lib: /"
+      done
       ;;
     vartests)  # the LayerNorm tests with $build/lib_var
       KILN_PLUGIN_PATH=$PWD/$build/lib_var LD_LIBRARY_PATH=$PWD/$build/lib_var:$LD_LIBRARY_PATH \
