@@ -267,8 +267,13 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   const std::int64_t parts = r.rows ? pw.impl() ? pw.shape()[0] : pb.shape()[0] : 0;
   if (want_weight) g.weight = tensor(detail::allocate_tensor(dev, ns, pt));
   if (want_bias) g.bias = tensor(detail::allocate_tensor(dev, ns, pt));
-  const norm_kernel_key k{
-      norm_kernel_kind::params_sum, x.dtype(), pt, rms, want_weight, want_bias, 1};
+  const norm_kernel_key k{norm_kernel_kind::params_sum,
+                          x.dtype(),
+                          pt,
+                          rms,
+                          want_weight,
+                          want_bias,
+                          dev.supports(feature::barrier) ? 32u : 1u};
   std::vector<detail::arg_binding> a;
   if (want_weight) add(a, g.weight);
   if (want_bias) add(a, g.bias);

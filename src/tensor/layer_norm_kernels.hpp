@@ -13,8 +13,9 @@
 //             column) where lanes > 1 (coalesced on a GPU), else one item per chunk walking its
 //             rows in order (sequential, vectorisable on the CPU). On warp32 devices the
 //             backward writes them itself (norm_kernel_key::fuse);
-//   params_sum: the partials' columns summed in row order into dweight / dbias (one item per
-//             column, has_w / has_b saying which).
+//   params_sum: the partials' columns summed into dweight / dbias in a fixed order (has_w /
+//             has_b say which): one item per column (lanes 1), or 32 columns per group of 256
+//             (lanes > 1, devices with barriers).
 //
 // Rows are folded by `lanes` work-items of a 256-item group through local memory on devices
 // with barriers (rows of 64 elements or more), else by one work-item per row.

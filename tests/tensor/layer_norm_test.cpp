@@ -433,6 +433,7 @@ TEST_P(TensorLayerNormTest, NormSourcesCompileEverywhere) {
     compile(norm_kernel_kind::params, rms, 0, 0);  // by columns
     compile(norm_kernel_kind::params, rms, 1, 0);  // by rows
     compile(norm_kernel_kind::params_sum, rms, 1, 0);
+    compile(norm_kernel_kind::params_sum, rms, 32, 0);
   }
   EXPECT_NO_THROW(conformance::compile_everywhere(
       kiln::detail::norm_source({norm_kernel_kind::forward, scalar_type::f32, scalar_type::f32,
