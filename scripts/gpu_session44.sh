@@ -80,21 +80,28 @@ PY
         done
       done
       ;;
+    dnn)  # the plugin's dnn table tests (attention refusals among them)
+      timeout 300 $build/bin/cuda_plugin_test --gtest_filter='CudaDnn*' >"$out/tests_dnn.txt" 2>&1
+      summary cuda_plugin_test_dnn "$out/tests_dnn.txt" - $((SECONDS - t0))
+      grep -hE '^\[  FAILED  \]' "$out"/tests_dnn.txt | head
+      grep -hB3 -A10 'Failure' "$out"/tests_dnn.txt | head -40 | cut -c1-300
+      ;;
     host)  # host cost per call at [4, 1024] (bench_tensor_host), $build/lib_old and $build/lib
       for lib in ${HOSTLIBS:-lib}; do
         KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
           timeout 120 $build/bin/bench_tensor_host cuda:0 2>&1 | grep -v '^\[ kiln' | sed "s/^/$lib: /"
       done
       ;;
-    vartests)  # the LayerNorm tests with $build/lib_var
-      KILN_PLUGIN_PATH=$PWD/$build/lib_var LD_LIBRARY_PATH=$PWD/$build/lib_var:$LD_LIBRARY_PATH \
+    vartests)  # the LayerNorm tests with $build/${VARLIB:-lib_var}
+      KILN_PLUGIN_PATH=$PWD/$build/${VARLIB:-lib_var} \
+        LD_LIBRARY_PATH=$PWD/$build/${VARLIB:-lib_var}:$LD_LIBRARY_PATH \
         timeout 300 $build/bin/tensor_test --gtest_filter="*LayerNorm*:*RmsNorm*:$X" \
         >"$out/tests_var.txt" 2>&1
       summary tests_var "$out/tests_var.txt" - $((SECONDS - t0))
       grep -hE '^\[  FAILED  \]' "$out"/tests_var.txt | head
       ;;
     gpt)
-      for lib in ${GPTLIBS:-lib}; do
+      for lib in ${GPTLIBS:-lib} ${GPTLIBS:-}; do  # twice over, alternated, where given
         for p in bf16 fp32; do
           KILN_PLUGIN_PATH=$PWD/$build/$lib LD_LIBRARY_PATH=$PWD/$build/$lib:$LD_LIBRARY_PATH \
             timeout 150 $build/bin/bench_gpt --runs 10 --precision $p 2>&1 | grep step |
