@@ -37,6 +37,23 @@ for part in $parts; do
       grep -E '^  kt_ln|Duration|DRAM Throughput|Registers Per|Achieved Occupancy|Theoretical Occupancy|Block Limit Reg|Grid Size|Warp Cycles Per Issued|Memory Throughput|Shared Memory Configuration Size' \
         "$out/ncu_ln.txt" | cut -c1-110 | head -200
       ;;
+    final)  # this session's test sets on every GPU device, four processes at once
+      timeout 330 $build/bin/tensor_test \
+        --gtest_filter="*Attention*:*ConvGraph*:*LayerNorm*:*RmsNorm*:*Norm*:$X" \
+        >"$out/final_tensor.txt" 2>&1 &
+      timeout 330 $build/bin/nn_test \
+        --gtest_filter="*ttention*:*ransformer*:*Gpt*:*GPT*:*StepGraph*:*orm*:$X" \
+        >"$out/final_nn.txt" 2>&1 &
+      timeout 330 $build/bin/autograd_test --gtest_filter="*orm*:$X" >"$out/final_ag.txt" 2>&1 &
+      timeout 330 $build/bin/cuda_plugin_test --gtest_filter='CudaDnn*' >"$out/final_dnn.txt" 2>&1 &
+      wait
+      for f in final_tensor final_nn final_ag final_dnn; do
+        summary $f "$out/$f.txt" - $((SECONDS - t0))
+        echo "  cuda_1: $(grep -cE '^\[       OK \].*cuda_1' "$out/$f.txt"), opencl_1: $(grep -cE '^\[       OK \].*opencl_1' "$out/$f.txt")"
+      done
+      grep -hE '^\[  FAILED  \]' "$out"/final_*.txt | head -20
+      grep -hB3 -A12 'Failure' "$out"/final_*.txt | head -60 | cut -c1-300
+      ;;
     lntests)  # the norm tests on every GPU device, and autograd's and nn's around them
       timeout 400 $build/bin/tensor_test --gtest_filter="*LayerNorm*:*RmsNorm*:*Norm*:$X" \
         >"$out/tests_ln.txt" 2>&1 &
