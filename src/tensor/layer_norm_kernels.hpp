@@ -89,6 +89,8 @@ std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
 // (fewer partial rows to sum), never more than the row blocks.
 std::int64_t norm_fused_groups(const device& dev, std::uint32_t lanes, std::int64_t rows);
 std::string norm_source(const norm_kernel_key& k);
+// The params and params_sum kinds' texts (layer_norm_params.cpp).
+std::string norm_params_source(const norm_kernel_key& k);
 
 // Launches the kernel k over `rows` rows (forward, backward), `items` items (params) or
 // `groups` groups (a fused backward) with the arguments in the order of its parameters
