@@ -270,7 +270,7 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   const norm_kernel_key k{norm_kernel_kind::params_sum,
                           x.dtype(),
                           pt,
-                          rms,
+                          false,  // the same text for both norms
                           want_weight,
                           want_bias,
                           dev.supports(feature::barrier) ? 32u : 1u};

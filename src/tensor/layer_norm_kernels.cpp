@@ -230,14 +230,6 @@ struct text {
   }
   // Whether slot "T_" lies in the row (after indices() or the f32 forward's own indices).
   std::string valid() const { return k.vec > 1 ? "kt_okT_" : "kt_iT_ < kt_end"; }
-  // Of this lane's slots, how many lie in the row, as A.
-  std::string count() const {
-    if (k.vec <= 1) return tree(cat("(kt_iT_ < kt_end ? (", A, ")1 : (", A, ")0)"));
-    std::string s;
-    for (std::uint32_t w = 0; w * k.vec < k.cap; ++w)
-      s += cat(w ? " + " : "", "(kt_okw", num(w), " ? (", A, ")", num(k.vec), " : (", A, ")0)");
-    return cat("(", s, ")");
-  }
   // "const A <name>c = row element of slot c (0 past the end)" for every slot, from row kt_base
   // of `ptr`: element by element, or (vec) a 16-byte word of 8 elements at a time.
   std::string loads(const std::string& ptr, const std::string& name) const {
@@ -514,9 +506,11 @@ std::uint32_t norm_forward_lanes(const device& dev, scalar_type x, std::int64_t 
   // Only down to one warp: wider rows (128 of 256 lanes at 4096) measured mixed on an H200.
   if (half != 32) return lanes;
   if (norm_vec(x, lanes, n, {offset}) == 8) return norm_cap(half, n, 8) ? half : lanes;
-  // f32 (and unaligned 16-bit) rows of 513-1024 on one warp too where shuffles fold them: H200
-  // f32 [65536, 1024] layer_norm 0.158 -> 0.154 ms, rms_norm 0.165 -> 0.151 ms.
-  return norm_warp(dev, 32) && norm_cap(half, n) ? half : lanes;
+  // f32 (and unaligned 16-bit) rows of 1024 (64 lanes; shorter rows have 32 already) on one
+  // warp too where shuffles fold them: H200 f32 [65536, 1024] layer_norm 0.158 -> 0.154 ms,
+  // rms_norm 0.165 -> 0.151 ms. Not f64: 32 doubles a lane, not measured.
+  const bool four = size_of(norm_acc_type(x)) == 4;
+  return four && norm_warp(dev, 32) && norm_cap(half, n) ? half : lanes;
 }
 
 std::uint32_t norm_cap(std::uint32_t lanes, std::int64_t n, std::uint32_t vec) {

@@ -67,7 +67,7 @@ std::uint32_t norm_lanes(const device& dev, std::int64_t n);
 // The forward's work-items per row: norm_lanes, but one warp (32) for 16-bit rows of 513-1024
 // read in words, each lane keeping its 32 elements (4 words) in registers: no barrier, and
 // twice the rows in flight per work-group (H200: [65536, 1024] bf16 1,743-1,803 -> 2,149-2,230
-// GB/s).
+// GB/s); f32 rows of 1024 too on warp32 devices.
 std::uint32_t norm_forward_lanes(const device& dev, scalar_type x, std::int64_t n,
                                  std::int64_t offset);
 // Elements per lane to keep in registers for rows of n over `lanes` (0: too long to keep), in
@@ -81,8 +81,9 @@ std::uint32_t norm_vec(scalar_type x, std::uint32_t lanes, std::int64_t n,
                        std::initializer_list<std::int64_t> offsets);
 // The fused backward's (norm_kernel_key::fuse) work-items per row for rows of n elements of x
 // starting at the element offsets given, or 0 where the two-kernel form stays: norm_lanes
-// widened until each lane keeps at most 8 slots (16 in f32 over 256 lanes), as each item
-// keeps two partial sums per slot in local memory. Warp32 devices only (see the source).
+// widened until each lane keeps at most 8 slots (16 over 256 lanes where the sums are f32 and
+// the row is read element by element), as each item keeps two partial sums per slot in local
+// memory. Warp32 devices only (see the source).
 std::uint32_t norm_fused_lanes(const device& dev, scalar_type x, std::int64_t n,
                                std::initializer_list<std::int64_t> offsets);
 // The fused backward's groups for `rows` rows over `lanes` lanes: about four per compute unit

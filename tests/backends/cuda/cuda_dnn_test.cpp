@@ -246,7 +246,8 @@ TEST(CudaDnn, AttentionRefusals) {
   // bf16 q, k, v, o (1.0 = 0x3f80) and f32 statistics, each on a 256-byte boundary
   Buffer<uint16_t> q(d, std::vector<uint16_t>(b * h * l * e, 0x3f80)),
       k(d, std::vector<uint16_t>(b * h * l * e, 0x3f80)),
-      v(d, std::vector<uint16_t>(b * h * l * e, 0x3f80)), o(d, std::vector<uint16_t>(b * h * l * e));
+      v(d, std::vector<uint16_t>(b * h * l * e, 0x3f80)),
+      o(d, std::vector<uint16_t>(b * h * l * e));
   Buffer<float> stats(d, std::vector<float>(b * h * l, -1.f));
   const auto view = [&](const Buffer<uint16_t>& m) {
     return kiln_dnn_view{m.ref(), {int64_t(h * l * e), int64_t(l * e), int64_t(e)}};
@@ -262,9 +263,11 @@ TEST(CudaDnn, AttentionRefusals) {
   const auto refused = [&](kiln_status want, const char* says, auto change) {
     kiln_dnn_attention_desc bad = good;
     change(bad);
+    // A known message first, so that the one checked below is this call's.
+    EXPECT_EQ(dnn->attention_forward(d.q, nullptr), KILN_ERR_INVALID_ARGUMENT);
+    EXPECT_EQ(std::string(g_be->last_error()).find(says), std::string::npos);
     EXPECT_EQ(dnn->attention_forward(d.q, &bad), want) << says;
-    EXPECT_NE(std::string(g_be->last_error()).find(says), std::string::npos)
-        << g_be->last_error();
+    EXPECT_NE(std::string(g_be->last_error()).find(says), std::string::npos) << g_be->last_error();
   };
   EXPECT_EQ(dnn->attention_forward(d.q, nullptr), KILN_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(dnn->attention_forward(nullptr, &good), KILN_ERR_INVALID_ARGUMENT);
