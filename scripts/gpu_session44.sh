@@ -1,9 +1,14 @@
 #!/bin/bash
-# Session 44's GPU calls: the tests around the session-43 review refactor (cuDNN graph plans
-# shared by convolutions and attention), layer norm profiles (ncu) and the norm rows of
-# bench_tensor beside PyTorch.
+# Session 44's GPU calls (docs/benchmarks.md "Session 44"): the tests around the session-43
+# review refactor (cuDNN graph plans shared by convolutions and attention), layer norm profiles
+# (ncu) and the norm rows of bench_tensor beside PyTorch, A/B runs of libraries.
 # Usage on the GPU machine: bash scripts/gpu_session44.sh [build-run] [parts]
-#   parts: any of tests lnprof lnbench lnab gpt (default: tests lnprof lnbench)
+#   parts: tests, final (this session's test sets, four processes), lntests, dnn (CudaDnn*),
+#   vartests (norm tests with $build/$VARLIB), lnprof / bwdprof (ncu), lnbench (beside
+#   PyTorch), lnab (the norm rows for each library in $LIBS, default "lib_old lib", alternated
+#   twice), host (bench_tensor_host for each of $HOSTLIBS), gpt (bench_gpt for each of
+#   $GPTLIBS, twice over, then torch_gpt.py). Default: tests lnprof lnbench.
+#   EXCLUDE: the gtest exclusion of PoCL's device (opencl_1 on a 1x machine, opencl_2 on 2x).
 build=${1:-build-run}
 parts=${2:-tests lnprof lnbench}
 . scripts/gpu_env.sh "$build" >/dev/null
