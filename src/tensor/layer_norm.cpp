@@ -200,8 +200,8 @@ layer_norm_grads backward(bool rms, const tensor& grad_output, const tensor& inp
   layer_norm_grads g;
   g.input = tensor(detail::allocate_tensor(dev, x.shape(), x.dtype()));
   const std::initializer_list<std::int64_t> offsets{x.impl()->offset, dy.impl()->offset};
-  // With parameter gradients wanted, one pass over dy and x where the rows are cached in
-  // registers (GPU forms): the kernel also writes partial column sums, one row per group.
+  // With parameter gradients wanted, one pass over dy and x on warp32 devices (norm_fused_lanes):
+  // the kernel also writes partial column sums, one row per group.
   const std::uint32_t fused_lanes =
       want_weight || want_bias ? detail::norm_fused_lanes(dev, x.dtype(), r.n, offsets) : 0;
   const std::uint32_t lanes = fused_lanes ? fused_lanes : detail::norm_lanes(dev, r.n);

@@ -11,6 +11,7 @@
 #include "kiln/queue.hpp"
 #include "runtime/generated_kernels.hpp"
 #include "runtime/runtime.hpp"
+#include "tensor/layer_norm_text.hpp"
 #include "tensor/reduce_kernel.hpp"
 
 namespace kiln::detail {
@@ -20,21 +21,10 @@ using codegen::cat;
 using codegen::num;
 constexpr std::uint32_t group = reduce_policy::group;
 
-struct text {
-  const norm_kernel_key& k;
-  const std::string X = type_name(k.x), W = type_name(k.w), A = type_name(norm_acc_type(k.x));
+struct text : norm_text_base {
   const bool grouped = k.lanes > 1;
   const bool warp = grouped && k.warp;
   const std::string L = num(k.lanes), R = num(group / std::max(k.lanes, 1u));
-
-  std::string lx(const std::string& e) const { return codegen::load_value(k.x, e); }
-  std::string lw(const std::string& e) const { return codegen::load_value(k.w, e); }
-  std::string in(const std::string& t, const std::string& name) const {
-    return cat(", KILN_GLOBAL const ", t, "* KILN_RESTRICT ", name);
-  }
-  std::string out(const std::string& t, const std::string& name) const {
-    return cat("KILN_GLOBAL ", t, "* KILN_RESTRICT ", name);
-  }
 
   // Row `kt_row` of this item; kt_end is 0 for items past the last row (they still take part
   // in the barriers), kt_base a valid row start for every item.
@@ -563,7 +553,7 @@ std::int64_t norm_fused_groups(const device& dev, std::uint32_t lanes, std::int6
 }
 
 std::string norm_source(const norm_kernel_key& k) {
-  const text t{k};
+  const text t{{k}};
   switch (k.kind) {
     case norm_kernel_kind::forward: return k.cap ? t.forward_cached() : t.forward();
     case norm_kernel_kind::backward: return k.cap ? t.backward_cached() : t.backward();

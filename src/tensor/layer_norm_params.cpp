@@ -1,9 +1,7 @@
 // Kernel texts for the parameter gradients of layer_norm and rms_norm (norm_kernel_kind::params
 // and params_sum; see layer_norm_kernels.hpp): partial column sums of dy xhat and dy over
 // chunks of rows, and the partials' columns summed into dweight and dbias.
-#include "codegen/expr_render.hpp"
-#include "codegen/text.hpp"
-#include "tensor/layer_norm_kernels.hpp"
+#include "tensor/layer_norm_text.hpp"
 
 namespace kiln::detail {
 namespace {
@@ -11,21 +9,9 @@ namespace {
 using codegen::cat;
 using codegen::num;
 
-struct params_text {
-  const norm_kernel_key& k;
-  const std::string X = type_name(k.x), W = type_name(k.w), A = type_name(norm_acc_type(k.x));
-
-  std::string lx(const std::string& e) const { return codegen::load_value(k.x, e); }
-  std::string in(const std::string& t, const std::string& name) const {
-    return cat(", KILN_GLOBAL const ", t, "* KILN_RESTRICT ", name);
-  }
-  std::string out(const std::string& t, const std::string& name) const {
-    return cat("KILN_GLOBAL ", t, "* KILN_RESTRICT ", name);
-  }
-
-  // Item p sums rows [p chunk, (p + 1) chunk) into partial row p (partials [P, n]), row by
-  // row: the CPU form.
-  std::string params_by_rows() const {
+struct params_text : norm_text_base {
+  // The partial-sum kernels' parameters: partials out, dy (and x, mean, rstd for dweight) in.
+  std::string partials_signature() const {
     std::string s = "KILN_KERNEL void kt_ln(";
     std::string sep;
     if (k.has_w) s += out(A, "kt_pw"), sep = ", ";
@@ -36,8 +22,14 @@ struct params_text {
       if (!k.rms) s += in(A, "kt_mean");
       s += in(A, "kt_rstd");
     }
-    s += cat(", int64_t kt_n, int64_t kt_rows, int64_t kt_chunk) {\n",
-             "  const int64_t kt_p = (int64_t)kiln_global_id(0), kt_r0 = kt_p * kt_chunk;\n",
+    return s + ", int64_t kt_n, int64_t kt_rows, int64_t kt_chunk) {\n";
+  }
+
+  // Item p sums rows [p chunk, (p + 1) chunk) into partial row p (partials [P, n]), row by
+  // row: the CPU form.
+  std::string params_by_rows() const {
+    std::string s = partials_signature();
+    s += cat("  const int64_t kt_p = (int64_t)kiln_global_id(0), kt_r0 = kt_p * kt_chunk;\n",
              "  const int64_t kt_r1 = kt_r0 + kt_chunk < kt_rows ? kt_r0 + kt_chunk : kt_rows;\n",
              "  for (int64_t kt_j = 0; kt_j < kt_n; ++kt_j) {\n");
     if (k.has_w) s += "    kt_pw[kt_p * kt_n + kt_j] = 0;\n";
@@ -103,19 +95,9 @@ struct params_text {
   // Item i = p n + j sums column j over rows [p chunk, (p + 1) chunk): partials [P, n].
   std::string params() const {
     if (k.lanes == 1) return params_by_rows();
-    std::string s = "KILN_KERNEL void kt_ln(";
-    std::string sep;
-    if (k.has_w) s += out(A, "kt_pw"), sep = ", ";
-    if (k.has_b) s += sep + out(A, "kt_pb");
-    s += in(X, "kt_dy");
-    if (k.has_w) {
-      s += in(X, "kt_x");
-      if (!k.rms) s += in(A, "kt_mean");
-      s += in(A, "kt_rstd");
-    }
+    std::string s = partials_signature();
     s +=
-        cat(", int64_t kt_n, int64_t kt_rows, int64_t kt_chunk) {\n",
-            "  const int64_t kt_it = (int64_t)kiln_global_id(0);\n",
+        cat("  const int64_t kt_it = (int64_t)kiln_global_id(0);\n",
             "  const int64_t kt_j = kt_it % kt_n, kt_r0 = kt_it / kt_n * kt_chunk;\n",
             "  const int64_t kt_r1 = kt_r0 + kt_chunk < kt_rows ? kt_r0 + kt_chunk : kt_rows;\n  ",
             A, " kt_sw = 0, kt_sb = 0;\n", "  for (int64_t kt_r = kt_r0; kt_r < kt_r1; ++kt_r) {\n",
@@ -134,7 +116,7 @@ struct params_text {
 }  // namespace
 
 std::string norm_params_source(const norm_kernel_key& k) {
-  const params_text t{k};
+  const params_text t{{k}};
   return k.kind == norm_kernel_kind::params_sum ? t.params_sum() : t.params();
 }
 
